@@ -1,0 +1,46 @@
+# Two commands matter: `make run` and `make test`. Everything else is a helper.
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+STAMP   = $(VENV)/.installed-stamp
+
+.PHONY: install run test lint typecheck unit integration contract bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## run the fabric on the embedded board, offline (Ctrl-C stops everything)
+run: install
+	$(VENV)/bin/agap up
+
+## install and run the whole test suite (lint, types, unit, integration, contract)
+test: install lint typecheck
+	$(PY) -m pytest
+
+lint: install
+	$(PY) -m ruff check fabric workers keeper tests bench
+
+typecheck: install
+	$(PY) -m mypy
+
+unit: install
+	$(PY) -m pytest tests/unit
+
+integration: install
+	$(PY) -m pytest tests/integration
+
+## the contract suite; set KANBOARD_URL and KANBOARD_API_TOKEN to run it against a real Kanboard too
+contract: install
+	$(PY) -m pytest tests/contract -v
+
+## benchmarks (never part of the tests); results land in bench/results/
+bench: install
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,151 @@
+"""The fabric, assembled: settings, cards, a board connection, the ledger and submit.
+
+This is the Python API the CLI, workers and the A2A server share::
+
+    fab = Fabric.connect()
+    receipt = fab.submit("Summarise the week", target="kimi")
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fabric.bootstrap import cached_layout, forget_layout_cache
+from fabric.cards import CardSet, load_cards
+from fabric.config import Settings
+from fabric.errors import ConfigError, InvalidInput
+from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.port import RpcPort
+from fabric.layout import COLUMN_ORDER
+from fabric.ledger import Ledger
+from fabric.models import parse_priority, parse_when
+from fabric.router import Constraints, choose, parse_constraints
+from fabric.submit import Receipt, Submitter, build_spec
+from fabric.taskboard import TaskBoard, TaskView
+
+
+@dataclass
+class Fabric:
+    """One connection to the fabric: use it from one thread."""
+
+    settings: Settings
+    cards: CardSet
+    port: RpcPort
+    board: TaskBoard
+    ledger: Ledger
+    clock: Callable[[], float] = time.time
+
+    @classmethod
+    def connect(
+        cls,
+        settings: Settings | None = None,
+        *,
+        cards: CardSet | None = None,
+        port: RpcPort | None = None,
+        clock: Callable[[], float] = time.time,
+        refresh_layout: bool = False,
+    ) -> Fabric:
+        """Connect to the board named by the settings (environment by default)."""
+        settings = settings or Settings.from_env()
+        cards = cards or load_cards(settings.cards_dir)
+        if port is None:
+            url, token = settings.require_board()
+            port = KanboardClient(url, token)
+        layout = cached_layout(port, settings, refresh=refresh_layout)
+        board = TaskBoard(port, layout, clock=clock)
+        return cls(settings, cards, port, board, Ledger(board, clock=clock), clock)
+
+    # -- submit ---------------------------------------------------------------------
+
+    def submit(
+        self,
+        intent: str,
+        *,
+        target: str | None = None,
+        constraints: str | Constraints | None = None,
+        refs: tuple[str, ...] | list[str] = (),
+        priority: str | int = "normal",
+        deadline: str | float | None = None,
+        not_before: str | float | None = None,
+        key: str | None = None,
+        actor: str | None = None,
+        parent: int | None = None,
+    ) -> Receipt:
+        """Validate, route and create a task; returns at once with its receipt."""
+        now = self.clock()
+        if (target is None) == (constraints is None):
+            raise InvalidInput("give exactly one of a target agent or constraints",
+                               where="--target/--constraints")
+        if target is not None:
+            card = self.cards.get(target)
+            cons: dict[str, object] = {}
+        else:
+            c = constraints if isinstance(constraints, Constraints) else parse_constraints(
+                str(constraints))
+            card = choose(self.cards, c).card
+            cons = c.as_dict()
+        parent_view = self.board.read(parent) if parent is not None else None
+        spec = build_spec(
+            intent=intent, target=card.id, queue=card.queue_name, refs=tuple(refs),
+            constraints=cons, priority=parse_priority(priority),
+            deadline=_when(deadline, now, "--deadline"),
+            not_before=_when(not_before, now, "--not-before"),
+            actor=actor or self.settings.actor, action_id=key, parent=parent_view,
+            max_attempts=card.runtime.max_attempts, now=now,
+        )
+        assignee = card.human.username if card.human is not None else None
+        try:
+            return Submitter(self.board).submit(spec, assignee=assignee)
+        except ConfigError:
+            # The cached layout may be stale (a new card, a reset board): refresh once.
+            forget_layout_cache(self.settings)
+            self.board.layout = cached_layout(self.port, self.settings, refresh=True)
+            return Submitter(self.board).submit(spec, assignee=assignee)
+
+    # -- inspect --------------------------------------------------------------------
+
+    def show(self, task_id: int) -> TaskView:
+        """One task with its spec and records."""
+        view = self.board.read(task_id)
+        if not view.row:
+            raise InvalidInput(f"task #{task_id} does not exist", where="agap show")
+        return view
+
+    def listing(self, *, include_closed: bool = False) -> list[dict[str, Any]]:
+        """Open tasks per queue and column, with ages (one round trip)."""
+        query = "" if include_closed else "status:open"
+        rows = self.board.search(query)
+        by_col = {v: k for k, v in self.board.layout.columns.items()}
+        now = self.clock()
+        out = []
+        for r in rows:
+            col = by_col.get(int(r["column_id"]))
+            out.append({
+                "id": int(r["id"]),
+                "title": r["title"],
+                "queue": self.board.layout.queue_of(int(r["swimlane_id"])) or r.get("swimlane_name"),
+                "column": col.value if col else r.get("column_name"),
+                "priority": int(r.get("priority") or 0),
+                "assignee": r.get("assignee_username"),
+                "age_seconds": max(0, int(now - int(r.get("date_creation") or now))),
+                "moved_seconds_ago": max(0, int(now - int(r.get("date_moved") or now))),
+                "open": bool(r.get("is_active", 1)),
+            })
+        order = {c.value: i for i, c in enumerate(COLUMN_ORDER)}
+        out.sort(key=lambda t: (str(t["queue"]), order.get(str(t["column"]), 99),
+                                -int(t["priority"]), int(t["id"])))
+        return out
+
+
+def _when(value: str | float | None, now: float, where: str) -> float | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    return parse_when(value, now=now, where=where)
+
+
+__all__ = ["Fabric"]

@@ -1,0 +1,191 @@
+"""The HTTP JSON-RPC client for Kanboard (and the embedded board).
+
+Why not the ``kanboard`` package from the package index: it builds a new SSL context and
+connection for every call (about 10x slower than a kept-alive ``requests.Session``),
+drops positional arguments and cannot send JSON-RPC batches. The fabric's hot path
+(claims, lease renewals, polls) is all round trips, so it speaks JSON-RPC itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import requests
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from fabric.kanboard.port import (
+    BoardAuthError,
+    BoardUnavailable,
+    Call,
+    MaybeDone,
+    Outcome,
+    Params,
+    RoundTrips,
+    RpcError,
+)
+
+DEFAULT_TIMEOUT = 10.0
+READ_ATTEMPTS = 3
+
+
+class _NotSent(Exception):
+    """The request never reached the board (connection refused): safe to retry anything."""
+
+
+class _Ambiguous(Exception):
+    """The request may have been processed (timeout after send, HTTP 5xx, broken reply)."""
+
+
+class KanboardClient:
+    """A kept-alive JSON-RPC client with Kanboard's app-token auth.
+
+    Reads are retried (bounded) on transport failures; a write that fails ambiguously
+    raises :class:`MaybeDone` and is never repeated here.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        user: str = "jsonrpc",
+        timeout: float = DEFAULT_TIMEOUT,
+        read_attempts: int = READ_ATTEMPTS,
+    ) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.read_attempts = read_attempts
+        self.stats = RoundTrips()
+        self._ids = itertools.count(1)
+        self._session = requests.Session()
+        self._session.auth = (user, token)
+        self._session.headers["Content-Type"] = "application/json"
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self._session.close()
+
+    # -- the port -------------------------------------------------------------------
+
+    def call(self, method: str, params: Params = None) -> Any:
+        """Run one procedure; raise :class:`RpcError` on a JSON-RPC error."""
+        outcome = self.batch([Call(method, params)])[0]
+        return outcome.unwrap()
+
+    def batch(self, calls: Sequence[Call]) -> list[Outcome]:
+        """Send ``calls`` in one round trip and return one :class:`Outcome` per call."""
+        if not calls:
+            return []
+        single = len(calls) == 1
+        ids = [next(self._ids) for _ in calls]
+        body: Any = [self._request(i, c) for i, c in zip(ids, calls, strict=True)]
+        if single:
+            body = body[0]
+        all_reads = all(c.is_read for c in calls)
+        reply = self._send_with_policy(body, calls, retry=all_reads)
+        return self._outcomes(reply, ids, calls)
+
+    # -- internals ------------------------------------------------------------------
+
+    @staticmethod
+    def _request(rpc_id: int, call: Call) -> dict[str, Any]:
+        req: dict[str, Any] = {"jsonrpc": "2.0", "method": call.method, "id": rpc_id}
+        if call.params is not None:
+            req["params"] = call.params
+        return req
+
+    def _send_with_policy(self, body: Any, calls: Sequence[Call], *, retry: bool) -> Any:
+        where = f"{self.url} ({', '.join(c.method for c in calls[:3])}{'…' if len(calls) > 3 else ''})"
+        attempts = self.read_attempts if retry else 1
+        retrying = Retrying(
+            stop=stop_after_attempt(attempts),
+            wait=wait_exponential(multiplier=0.05, max=1.0),
+            retry=retry_if_exception_type((_NotSent, _Ambiguous)),
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    return self._post(body, calls)
+        except _NotSent as exc:
+            raise BoardUnavailable(f"cannot reach the board: {exc}", where=where) from None
+        except _Ambiguous as exc:
+            if retry:
+                raise BoardUnavailable(f"the board did not answer: {exc}", where=where) from None
+            raise MaybeDone(f"a write failed ambiguously: {exc}", where=where, calls=calls) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _post(self, body: Any, calls: Sequence[Call]) -> Any:
+        self.stats.record(calls)
+        data = json.dumps(body, separators=(",", ":"))
+        try:
+            resp = self._session.post(self.url, data=data, timeout=self.timeout)
+        except requests.exceptions.ConnectTimeout as exc:
+            raise _NotSent(f"connect timeout after {self.timeout}s") from exc
+        except requests.exceptions.ConnectionError as exc:
+            if _never_connected(exc):
+                raise _NotSent(str(exc.__class__.__name__) + ": connection refused") from exc
+            raise _Ambiguous(f"connection broken: {exc.__class__.__name__}") from exc
+        except requests.exceptions.Timeout as exc:
+            raise _Ambiguous(f"no answer within {self.timeout}s") from exc
+        if resp.status_code in (401, 403):
+            raise BoardAuthError(
+                f"HTTP {resp.status_code}: the board rejected the credentials", where=self.url
+            )
+        if resp.status_code >= 500:
+            raise _Ambiguous(f"HTTP {resp.status_code} with {len(resp.content)} bytes of body")
+        if not resp.content:
+            # Kanboard answers 200 with an empty body to notifications only; we never send
+            # those, so an empty body means the server died mid-request.
+            raise _Ambiguous(f"HTTP {resp.status_code} with an empty body")
+        try:
+            return resp.json()
+        except ValueError as exc:
+            raise _Ambiguous(f"HTTP {resp.status_code} with a body that is not JSON") from exc
+
+    @staticmethod
+    def _outcomes(reply: Any, ids: list[int], calls: Sequence[Call]) -> list[Outcome]:
+        items = reply if isinstance(reply, list) else [reply]
+        by_id: dict[Any, dict[str, Any]] = {}
+        loose: list[dict[str, Any]] = []
+        for item in items:
+            if isinstance(item, dict) and item.get("id") is not None:
+                by_id[item["id"]] = item
+            elif isinstance(item, dict):
+                loose.append(item)
+        out: list[Outcome] = []
+        for rpc_id, call in zip(ids, calls, strict=True):
+            item = by_id.get(rpc_id)
+            if item is None:
+                # A request-level error (parse error, bad batch) carries id null.
+                item = loose[0] if loose else {"error": {"code": -32603, "message": "no reply"}}
+            if "error" in item and item["error"] is not None:
+                err = item["error"]
+                out.append(
+                    Outcome(
+                        call,
+                        error=RpcError(
+                            int(err.get("code", -32603)),
+                            str(err.get("message", "")),
+                            err.get("data"),
+                            method=call.method,
+                        ),
+                    )
+                )
+            else:
+                out.append(Outcome(call, value=item.get("result")))
+        return out
+
+
+def _never_connected(exc: requests.exceptions.ConnectionError) -> bool:
+    """True when the TCP connection was never established (nothing reached the board)."""
+    text = repr(exc)
+    return "NewConnectionError" in text or "Connection refused" in text

@@ -1,0 +1,514 @@
+"""The epoch ledger: atomic transitions on a store with no compare-and-set.
+
+A task moves through epochs 0, 1, 2, … Winning epoch n+1 means creating the lock tag
+``<uid>/e<n+1>`` in the locks project: Kanboard's UNIQUE(project_id, name) index lets
+exactly one concurrent caller create it. Only the winner writes the record for n+1; the
+current state is the record with the highest epoch, so a late write for an old epoch
+can never clobber a newer one.
+
+The promise is exactly-once *ownership* per epoch and at-least-once *execution*. Side
+effects get idempotency keys that stay stable across owners (see :meth:`Ledger.effect`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from fabric.errors import FabricError, InvalidInput
+from fabric.kanboard.port import BoardError
+from fabric.layout import (
+    META_EVIDENCE_PREFIX,
+    TERMINAL,
+    State,
+    effect_key,
+    epoch_lock,
+)
+from fabric.models import Record, TaskSpec
+from fabric.taskboard import META_GAP, TaskBoard, TaskView
+
+Clock = Callable[[], float]
+
+
+class LedgerError(FabricError):
+    """A transition could not be made."""
+
+
+class LostRace(LedgerError):
+    """Someone else won epoch n+1 first (or its lock is held with no record yet: a gap)."""
+
+    exit_code = 4
+
+    def __init__(self, task_id: int, epoch: int, *, gap: bool = False) -> None:
+        self.task_id = task_id
+        self.epoch = epoch
+        self.gap = gap
+        what = (f"epoch {epoch} is locked but has no record yet (a gap; it resolves by itself)"
+                if gap else f"another actor made transition to epoch {epoch} first")
+        super().__init__(what, where=f"task #{task_id}", hint="read the task again")
+
+
+class Fenced(LedgerError):
+    """The caller's lease is gone: a higher epoch exists. Stop; nothing more is accepted."""
+
+    exit_code = 4
+
+    def __init__(self, task_id: int, held: int, current: int) -> None:
+        self.task_id = task_id
+        self.held = held
+        self.current = current
+        super().__init__(
+            f"lease on epoch {held} is fenced (the task is at epoch {current})",
+            where=f"task #{task_id}",
+            hint="stop working on it; late output is kept only as evidence",
+        )
+
+
+class IllegalTransition(InvalidInput):
+    """The move is not allowed from the task's state, or not by this actor."""
+
+
+# The state machine: which operation may leave which state.
+LEGAL: dict[str, frozenset[State]] = {
+    "claim": frozenset({State.QUEUED}),
+    "complete": frozenset({State.WORKING}),
+    "fail": frozenset({State.WORKING}),
+    "ask": frozenset({State.WORKING}),
+    "release": frozenset({State.WORKING}),
+    "resume": frozenset({State.INPUT_REQUIRED}),
+    "requeue": frozenset({State.WORKING}),
+    "cancel": frozenset({State.QUEUED, State.WORKING, State.INPUT_REQUIRED}),
+    "dead_letter": frozenset({State.QUEUED, State.WORKING, State.INPUT_REQUIRED}),
+    "verify": frozenset({State.DONE}),
+    "reopen": frozenset({State.DONE}),
+    "revive": frozenset({State.DEAD}),
+}
+OWNER_OPS = frozenset({"complete", "fail", "ask", "release"})
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Ownership of a task's working epoch, held by one worker until fenced or released."""
+
+    task_id: int
+    uid: str
+    epoch: int
+    owner: str
+    lease_until: float
+    attempt: int
+    spec: TaskSpec
+
+    def idempotency_key(self, op: str) -> str:
+        """A key for side effect ``op`` in this epoch: (task uid, epoch, operation)."""
+        return f"{self.uid}:e{self.epoch}:{op}"
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A side effect's identity, and its receipt if an earlier owner already applied it."""
+
+    op: str
+    key: str
+    receipt: str | None
+
+    @property
+    def done(self) -> bool:
+        return self.receipt is not None
+
+
+def backoff_delay(base: float, attempt: int, *, cap: float = 3600.0) -> float:
+    """Exponential backoff with jitter for retry ``attempt`` (1 = first retry)."""
+    delay: float = min(cap, base * (2 ** max(0, attempt - 1)))
+    return float(delay * random.uniform(0.8, 1.2))
+
+
+class Ledger:
+    """Transitions, leases, fencing and side-effect keys over a :class:`TaskBoard`."""
+
+    def __init__(
+        self,
+        board: TaskBoard,
+        *,
+        clock: Clock = time.time,
+        gap_timeout: float = 30.0,
+        recheck_after: float = 3600.0,
+    ) -> None:
+        self.board = board
+        self.clock = clock
+        self.gap_timeout = gap_timeout
+        # Lock tags are garbage-collected only for tasks closed longer than a retention
+        # period (days). A transition whose basis read is older than this re-checks
+        # for a newer record before writing (DESIGN §4 rule 7).
+        self.recheck_after = recheck_after
+
+    # -- reading --------------------------------------------------------------------
+
+    def read(self, task_id: int) -> TaskView:
+        """The task as the board has it now."""
+        view = self.board.read(task_id)
+        return view
+
+    def _require(self, view: TaskView) -> tuple[str, Record]:
+        if view.uid is None or view.current is None:
+            raise LedgerError("the task has no fabric records (not a fabric task, or its "
+                              "submit is still in flight)", where=f"task #{view.id}")
+        return view.uid, view.current
+
+    # -- the transition core ----------------------------------------------------------
+
+    def _transition(
+        self,
+        view: TaskView,
+        op: str,
+        by: str,
+        make: Callable[[int, Record], Record],
+        *,
+        comment: str | None = None,
+        close: bool = False,
+        reopen: bool = False,
+        description: str | None = None,
+        files: Iterable[tuple[str, str]] = (),
+        extra_meta: dict[str, str] | None = None,
+    ) -> Record:
+        """Win epoch n+1 with its lock tag, then write its record and projections."""
+        uid, current = self._require(view)
+        if current.state not in LEGAL[op]:
+            raise IllegalTransition(
+                f"cannot {op.replace('_', ' ')} a task that is {current.state.value}",
+                where=f"task #{view.id} (epoch {current.epoch})",
+                hint=f"{op} is allowed from: {', '.join(sorted(s.value for s in LEGAL[op]))}",
+            )
+        nxt = current.epoch + 1
+        if not self.board.lock(epoch_lock(uid, nxt)):
+            self._after_lost_lock(view, nxt)
+        if self.clock() - view.read_at > self.recheck_after:
+            fresh = self.board.read(view.id)
+            if fresh.epoch >= nxt:
+                raise LostRace(view.id, nxt)
+        record = make(nxt, current)
+        self._write(view, record, comment=comment, close=close, reopen=reopen,
+                    description=description, files=tuple(files), extra_meta=extra_meta)
+        return record
+
+    def _write(self, view: TaskView, record: Record, **kw: Any) -> None:
+        # Writing our own epoch's record is idempotent, so an ambiguous failure may be
+        # retried; if it never lands, the epoch is a gap and resolves as one.
+        for attempt in range(3):
+            try:
+                self.board.write_record(view, record, **kw)
+                return
+            except BoardError:
+                if attempt == 2:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+
+    def _after_lost_lock(self, view: TaskView, nxt: int) -> None:
+        """We lost epoch ``nxt``: a live winner, or a winner that died before its record."""
+        fresh = self.board.read(view.id)
+        if fresh.epoch >= nxt:
+            raise LostRace(view.id, nxt)
+        note = fresh.gap
+        if note is None or note.epoch != nxt:
+            self.board.save_meta(view.id, {META_GAP: json.dumps(
+                {"epoch": nxt, "seen": self.clock()})})
+        raise LostRace(view.id, nxt, gap=True)
+
+    def _record(self, nxt: int, prev: Record, state: State, op: str, by: str,
+                **fields: Any) -> Record:
+        base: dict[str, Any] = {"attempt": prev.attempt}
+        base.update(fields)
+        return Record(epoch=nxt, state=state, op=op, by=by, at=self.clock(), **base)
+
+    # -- worker transitions ----------------------------------------------------------
+
+    def claim(self, view: TaskView, worker: str, *, lease_seconds: float) -> Lease:
+        """Take a queued task: win the next epoch, start an attempt, hold a lease."""
+        uid, current = self._require(view)
+        assert view.spec is not None
+        now = self.clock()
+        if current.state == State.QUEUED and current.not_before and current.not_before > now:
+            raise IllegalTransition("the task is not due yet", where=f"task #{view.id}",
+                                    hint=f"it may start after {current.not_before:.0f}")
+        lease_until = now + lease_seconds
+        rec = self._transition(
+            view, "claim", worker,
+            lambda n, p: self._record(n, p, State.WORKING, "claim", worker, owner=worker,
+                                      lease_until=lease_until, attempt=p.attempt + 1),
+            comment=None,
+        )
+        return Lease(view.id, uid, rec.epoch, worker, lease_until, rec.attempt, view.spec)
+
+    def check(self, lease: Lease) -> TaskView:
+        """Raise :class:`Fenced` unless ``lease`` still holds the highest epoch."""
+        view = self.board.read(lease.task_id)
+        if view.epoch != lease.epoch:
+            raise Fenced(lease.task_id, lease.epoch, view.epoch)
+        return view
+
+    def renew(self, lease: Lease, *, lease_seconds: float) -> Lease:
+        """Extend the lease by rewriting the owner's own record; raise :class:`Fenced`.
+
+        The rewrite and the check share one round trip: rewriting one's own epoch record
+        can never change the current state, so writing it when already fenced is harmless.
+        """
+        now = self.clock()
+        until = now + lease_seconds
+        record = Record(epoch=lease.epoch, state=State.WORKING, op="claim", by=lease.owner,
+                        at=now, owner=lease.owner, lease_until=until, attempt=lease.attempt)
+        view = self.board.save_meta_and_read(lease.task_id, {
+            f"fabric.e{lease.epoch}": record.to_meta()})
+        if view.epoch != lease.epoch:
+            raise Fenced(lease.task_id, lease.epoch, view.epoch)
+        return Lease(lease.task_id, lease.uid, lease.epoch, lease.owner, until, lease.attempt,
+                     lease.spec)
+
+    def _owner_view(self, lease: Lease) -> TaskView:
+        """A view good enough to transition from the lease's epoch (no extra read).
+
+        If anyone moved past our epoch, its lock exists and our transition loses: the lock
+        is the check, so the owner's transitions cost no read.
+        """
+        record = Record(epoch=lease.epoch, state=State.WORKING, op="claim", by=lease.owner,
+                        at=self.clock(), owner=lease.owner, lease_until=lease.lease_until,
+                        attempt=lease.attempt)
+        return TaskView(id=lease.task_id, row={}, uid=lease.uid, spec=lease.spec,
+                        records={lease.epoch: record}, meta={}, read_at=self.clock())
+
+    def _as_owner(self, lease: Lease, op: str, make: Callable[[int, Record], Record],
+                  **kw: Any) -> Record:
+        try:
+            return self._transition(self._owner_view(lease), op, lease.owner, make, **kw)
+        except LostRace as exc:
+            if exc.gap:
+                raise
+            current = self.board.read(lease.task_id).epoch
+            raise Fenced(lease.task_id, lease.epoch, current) from None
+
+    def complete(self, lease: Lease, result_ref: str, *, note: str | None = None,
+                 files: Iterable[tuple[str, str]] = (), description: str | None = None) -> Record:
+        """Done, unverified: the owner reports its result by reference."""
+        text = f"Done by {lease.owner} (epoch {lease.epoch + 1}). Result: {result_ref}"
+        return self._as_owner(
+            lease, "complete",
+            lambda n, p: self._record(n, p, State.DONE, "complete", lease.owner,
+                                      result_ref=result_ref, reason=note),
+            comment=text + (f"\n\n{note}" if note else ""), files=files, description=description,
+        )
+
+    def fail(self, lease: Lease, reason: str, *, poison: bool = False,
+             backoff_base: float = 5.0) -> Record:
+        """Failed attempt: retry after a backoff, or dead letter when attempts are spent."""
+        spec = lease.spec
+        dead = poison or lease.attempt >= spec.max_attempts
+        if dead:
+            why = "poison" if poison else f"attempts exhausted ({lease.attempt}/{spec.max_attempts})"
+            return self._as_owner(
+                lease, "fail",
+                lambda n, p: self._record(n, p, State.DEAD, "fail", lease.owner,
+                                          reason=f"{why}: {reason}"),
+                comment=f"Dead letter ({why}): {reason}",
+            )
+        not_before = self.clock() + backoff_delay(backoff_base, lease.attempt)
+        return self._as_owner(
+            lease, "fail",
+            lambda n, p: self._record(n, p, State.QUEUED, "fail", lease.owner, reason=reason,
+                                      not_before=not_before),
+            comment=(f"Attempt {lease.attempt}/{spec.max_attempts} failed: {reason}. "
+                     f"Retrying after a backoff."),
+        )
+
+    def ask(self, lease: Lease, question: str, human: str) -> Record:
+        """Input required: the task waits in ``human``'s inbox with the question."""
+        return self._as_owner(
+            lease, "ask",
+            lambda n, p: self._record(n, p, State.INPUT_REQUIRED, "ask", lease.owner,
+                                      assignee=human, reason=question),
+            comment=f"Question for @{human}: {question}\n\n(Answer in a comment, then move "
+                    f"the card back to Queued.)",
+        )
+
+    def release(self, lease: Lease, reason: str = "worker stopping") -> Record:
+        """Give the task back to the queue without counting a failure (clean shutdown)."""
+        return self._as_owner(
+            lease, "release",
+            lambda n, p: self._record(n, p, State.QUEUED, "release", lease.owner,
+                                      attempt=max(0, p.attempt - 1), reason=reason),
+            comment=f"Released by {lease.owner}: {reason}",
+        )
+
+    # -- everyone else's transitions --------------------------------------------------
+
+    def resume(self, task_id: int, by: str, answer: str | None = None,
+               view: TaskView | None = None) -> Record:
+        """A human answered: the task goes back to its queue."""
+        view = view or self.board.read(task_id)
+        return self._transition(
+            view, "resume", by,
+            lambda n, p: self._record(n, p, State.QUEUED, "resume", by, reason=answer),
+            comment=f"Resumed by {by}" + (f": {answer}" if answer else ""),
+        )
+
+    def cancel(self, task_id: int, by: str, reason: str = "",
+               view: TaskView | None = None) -> Record:
+        """Stop the task for good (closed, state canceled). A working owner gets fenced."""
+        view = view or self.board.read(task_id)
+        return self._transition(
+            view, "cancel", by,
+            lambda n, p: self._record(n, p, State.CANCELED, "cancel", by, reason=reason),
+            comment=f"Canceled by {by}" + (f": {reason}" if reason else ""), close=True,
+        )
+
+    def requeue_expired(self, view: TaskView, by: str = "keeper") -> Record:
+        """The owner's lease ran out: back to the queue, or dead letter if attempts are spent."""
+        _, current = self._require(view)
+        if current.state != State.WORKING:
+            raise IllegalTransition(f"cannot requeue a task that is {current.state.value}",
+                                    where=f"task #{view.id}")
+        now = self.clock()
+        if current.lease_until is not None and current.lease_until > now:
+            raise IllegalTransition("the lease has not expired", where=f"task #{view.id}",
+                                    hint=f"it runs until {current.lease_until:.0f}")
+        assert view.spec is not None
+        if current.attempt >= view.spec.max_attempts:
+            return self._transition(
+                view, "requeue", by,
+                lambda n, p: self._record(n, p, State.DEAD, "requeue", by,
+                                          reason=f"lease of {p.owner} expired on the last attempt"),
+                comment=f"Dead letter: the lease of {current.owner} expired on attempt "
+                        f"{current.attempt}/{view.spec.max_attempts}.",
+            )
+        return self._transition(
+            view, "requeue", by,
+            lambda n, p: self._record(n, p, State.QUEUED, "requeue", by,
+                                      reason=f"lease of {p.owner} expired"),
+            comment=f"Requeued: the lease of {current.owner} expired (attempt "
+                    f"{current.attempt}/{view.spec.max_attempts}).",
+        )
+
+    def dead_letter(self, task_id: int, by: str, reason: str,
+                    view: TaskView | None = None) -> Record:
+        """Move a task to the dead letter column (poison, or given up on)."""
+        view = view or self.board.read(task_id)
+        return self._transition(
+            view, "dead_letter", by,
+            lambda n, p: self._record(n, p, State.DEAD, "dead_letter", by, reason=reason),
+            comment=f"Dead letter ({by}): {reason}",
+        )
+
+    def verify(self, task_id: int, by: str, note: str = "",
+               view: TaskView | None = None) -> Record:
+        """Close a done task as verified. The producer may not verify its own work."""
+        view = view or self.board.read(task_id)
+        _, current = self._require(view)
+        producer = current.by if current.state == State.DONE else None
+        if producer is not None and by == producer:
+            raise IllegalTransition(
+                "the producer may not verify its own result", where=f"task #{task_id}",
+                hint="the submitter, a human or a reviewer closes it",
+            )
+        return self._transition(
+            view, "verify", by,
+            lambda n, p: self._record(n, p, State.CLOSED, "verify", by,
+                                      result_ref=p.result_ref, reason=note or None),
+            comment=f"Verified by {by}" + (f": {note}" if note else ""), close=True,
+        )
+
+    def reopen(self, task_id: int, by: str, reason: str,
+               view: TaskView | None = None) -> Record:
+        """Verification failed: the done task goes back to its queue."""
+        view = view or self.board.read(task_id)
+        return self._transition(
+            view, "reopen", by,
+            lambda n, p: self._record(n, p, State.QUEUED, "reopen", by, reason=reason),
+            comment=f"Reopened by {by}: {reason}",
+        )
+
+    def revive(self, task_id: int, by: str, reason: str = "",
+               view: TaskView | None = None) -> Record:
+        """Give a dead-lettered task a fresh set of attempts."""
+        view = view or self.board.read(task_id)
+        return self._transition(
+            view, "revive", by,
+            lambda n, p: self._record(n, p, State.QUEUED, "revive", by, attempt=0,
+                                      reason=reason or None),
+            comment=f"Revived by {by}" + (f": {reason}" if reason else ""),
+        )
+
+    # -- gaps ---------------------------------------------------------------------------
+
+    def gap_due(self, view: TaskView) -> bool:
+        """True when the task has a gap (lock without record) older than the timeout."""
+        note = view.gap
+        return (note is not None and note.epoch == view.epoch + 1
+                and self.clock() - note.seen >= self.gap_timeout)
+
+    def resolve_gap(self, view: TaskView, by: str = "keeper") -> Record:
+        """Step over a gap: win epoch n+2 and restate the task (working becomes queued)."""
+        uid, current = self._require(view)
+        note = view.gap
+        if note is None or note.epoch != current.epoch + 1:
+            raise IllegalTransition("the task has no gap to resolve", where=f"task #{view.id}")
+        nxt = note.epoch + 1
+        if not self.board.lock(epoch_lock(uid, nxt)):
+            raise LostRace(view.id, nxt)
+        if current.state == State.WORKING:
+            state, attempt, owner, lease = State.QUEUED, current.attempt, None, None
+        else:
+            state, attempt = current.state, current.attempt
+            owner, lease = current.owner, current.lease_until
+        record = Record(
+            epoch=nxt, state=state, op="resolve_gap", by=by, at=self.clock(), owner=owner,
+            lease_until=lease, attempt=attempt, not_before=current.not_before,
+            assignee=current.assignee, result_ref=current.result_ref,
+            reason=f"epoch {note.epoch} was locked but never recorded",
+        )
+        self._write(view, record,
+                    comment=f"Gap at epoch {note.epoch} resolved by {by}: the task is "
+                            f"{state.value} again (epoch {nxt}).")
+        return record
+
+    # -- side effects ----------------------------------------------------------------
+
+    def effect(self, lease: Lease, op: str) -> Effect:
+        """Before a side effect: check ownership, record the intent, get a stable key.
+
+        The key comes from the first epoch that recorded an intent for ``op``, so a new
+        owner after a requeue reuses it and the receiving system can deduplicate. If an
+        earlier owner recorded a receipt, the effect is already done: do not repeat it.
+        """
+        key_name = effect_key(op)
+        view = self.check(lease)
+        raw = view.meta.get(key_name)
+        if raw:
+            try:
+                known = json.loads(raw)
+                return Effect(op, str(known["key"]), known.get("receipt"))
+            except (ValueError, KeyError, TypeError):
+                pass
+        key = lease.idempotency_key(op)
+        view = self.board.save_meta_and_read(lease.task_id, {key_name: json.dumps(
+            {"key": key, "epoch": lease.epoch, "intent_at": self.clock()})})
+        if view.epoch != lease.epoch:
+            raise Fenced(lease.task_id, lease.epoch, view.epoch)
+        return Effect(op, key, None)
+
+    def effect_done(self, lease: Lease, effect: Effect, receipt: str) -> None:
+        """After a side effect: keep its receipt so no later owner repeats it."""
+        self.board.save_meta(lease.task_id, {effect_key(effect.op): json.dumps(
+            {"key": effect.key, "epoch": lease.epoch, "receipt": receipt,
+             "done_at": self.clock()})})
+
+    def keep_evidence(self, lease: Lease, text: str) -> None:
+        """Keep a fenced owner's late output as evidence, never as the result."""
+        self.board.save_meta(lease.task_id, {f"{META_EVIDENCE_PREFIX}{lease.epoch}": text[:8000]})
+        self.board.comment(lease.task_id, f"Late output from {lease.owner} (epoch "
+                           f"{lease.epoch}, fenced): kept as evidence, not as the result.")
+
+
+def is_terminal(record: Record | None) -> bool:
+    """True when no further work will happen (canceled or verified)."""
+    return record is not None and record.state in TERMINAL

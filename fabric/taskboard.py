@@ -1,0 +1,425 @@
+"""The fabric's view of a Kanboard board: tasks, their metadata, lock tags, projections.
+
+This module and :mod:`fabric.kanboard` are the only places that know Kanboard's method
+names. The rest of the fabric speaks in tasks, epochs and records. Independent calls
+are batched: each public method here costs one round trip unless it says otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from fabric.board.dates import format_input_date
+from fabric.errors import ConfigError
+from fabric.kanboard.port import BoardRefused, Call, MaybeDone, RpcError, RpcPort
+from fabric.layout import (
+    COLUMN_OF_STATE,
+    META_SPEC,
+    META_UID,
+    Column,
+    State,
+    record_epoch,
+    record_key,
+)
+from fabric.models import Record, TaskSpec
+
+META_GAP = "fabric.gap"
+BOTTOM = 1_000_000  # Kanboard clamps a too-large position to the bottom of the cell
+
+
+@dataclass(frozen=True)
+class BoardLayout:
+    """Kanboard ids of the fabric's projects, columns, queue swimlanes and human users."""
+
+    project_name: str
+    project_id: int
+    locks_project_id: int
+    columns: dict[Column, int]
+    swimlanes: dict[str, int]  # queue name -> swimlane id
+    users: dict[str, int]  # Kanboard username -> user id (project members)
+
+    def swimlane(self, queue: str) -> int:
+        try:
+            return self.swimlanes[queue]
+        except KeyError:
+            raise ConfigError(
+                f"queue {queue!r} has no swimlane on the board",
+                hint="run `agap init` after adding a card",
+            ) from None
+
+    def queue_of(self, swimlane_id: int) -> str | None:
+        for name, sid in self.swimlanes.items():
+            if sid == swimlane_id:
+                return name
+        return None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "project_name": self.project_name,
+                "project_id": self.project_id,
+                "locks_project_id": self.locks_project_id,
+                "columns": {c.value: i for c, i in self.columns.items()},
+                "swimlanes": self.swimlanes,
+                "users": self.users,
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> BoardLayout:
+        d = json.loads(text)
+        return cls(
+            project_name=str(d["project_name"]),
+            project_id=int(d["project_id"]),
+            locks_project_id=int(d["locks_project_id"]),
+            columns={Column(k): int(v) for k, v in d["columns"].items()},
+            swimlanes={k: int(v) for k, v in d["swimlanes"].items()},
+            users={k: int(v) for k, v in d["users"].items()},
+        )
+
+
+@dataclass
+class GapNote:
+    """A lock for ``epoch`` was seen taken with no record behind it, first at ``seen``."""
+
+    epoch: int
+    seen: float
+
+
+@dataclass
+class TaskView:
+    """One task as read from the board: its row, spec and per-epoch records."""
+
+    id: int
+    row: dict[str, Any]
+    uid: str | None
+    spec: TaskSpec | None
+    records: dict[int, Record]
+    meta: dict[str, str]
+    read_at: float
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def epoch(self) -> int:
+        """The highest epoch with a record (-1 when none: a submit still in flight)."""
+        return max(self.records, default=-1)
+
+    @property
+    def current(self) -> Record | None:
+        """The record of the highest epoch: the task's current state."""
+        return self.records.get(self.epoch)
+
+    @property
+    def gap(self) -> GapNote | None:
+        raw = self.meta.get(META_GAP)
+        if not raw:
+            return None
+        try:
+            d = json.loads(raw)
+            return GapNote(int(d["epoch"]), float(d["seen"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    @property
+    def is_open(self) -> bool:
+        return bool(self.row.get("is_active", 1))
+
+
+def parse_view(task_id: int, row: dict[str, Any] | None, meta: Any, read_at: float) -> TaskView:
+    """Build a :class:`TaskView` from ``getTask`` and ``getTaskMetadata`` results.
+
+    Corrupted metadata does not raise: it is listed in ``problems`` so a sweep can report
+    it and carry on.
+    """
+    meta_map: dict[str, str] = {
+        str(k): ("" if v is None else str(v)) for k, v in (meta or {}).items()
+    } if isinstance(meta, dict) else {}
+    problems: list[str] = []
+    spec: TaskSpec | None = None
+    if META_SPEC in meta_map:
+        try:
+            spec = TaskSpec.from_meta(meta_map[META_SPEC])
+        except (ValidationError, ValueError) as exc:
+            problems.append(f"{META_SPEC}: unreadable ({_short(exc)})")
+    records: dict[int, Record] = {}
+    for key, value in meta_map.items():
+        epoch = record_epoch(key)
+        if epoch is None:
+            continue
+        try:
+            rec = Record.from_meta(value)
+        except (ValidationError, ValueError) as exc:
+            problems.append(f"{key}: unreadable record ({_short(exc)})")
+            continue
+        if rec.epoch != epoch:
+            problems.append(f"{key}: record says epoch {rec.epoch}")
+            continue
+        records[epoch] = rec
+    return TaskView(
+        id=task_id,
+        row=row or {},
+        uid=meta_map.get(META_UID) or None,
+        spec=spec,
+        records=records,
+        meta=meta_map,
+        read_at=read_at,
+        problems=problems,
+    )
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:160]
+
+
+class TaskBoard:
+    """Fabric operations on one work project and its locks project."""
+
+    def __init__(self, port: RpcPort, layout: BoardLayout, *, clock: Any = time.time) -> None:
+        self.port = port
+        self.layout = layout
+        self.clock = clock
+
+    # -- reading --------------------------------------------------------------------
+
+    def read(self, task_id: int) -> TaskView:
+        """The task's row and metadata (one round trip)."""
+        return self.read_many([task_id])[task_id]
+
+    def read_many(self, task_ids: Sequence[int]) -> dict[int, TaskView]:
+        """Several tasks' rows and metadata in one round trip; missing tasks are omitted."""
+        if not task_ids:
+            return {}
+        calls: list[Call] = []
+        for tid in task_ids:
+            calls.append(Call("getTask", {"task_id": tid}))
+            calls.append(Call("getTaskMetadata", {"task_id": tid}))
+        out = self.port.batch(calls)
+        now = self.clock()
+        views: dict[int, TaskView] = {}
+        for i, tid in enumerate(task_ids):
+            row, meta = out[2 * i].unwrap(), out[2 * i + 1].unwrap()
+            if row:
+                views[tid] = parse_view(tid, row, meta, now)
+        return views
+
+    def read_meta_many(self, rows: Sequence[dict[str, Any]]) -> list[TaskView]:
+        """Views for rows already fetched (e.g. by a search): only metadata is read."""
+        if not rows:
+            return []
+        out = self.port.batch([Call("getTaskMetadata", {"task_id": int(r["id"])}) for r in rows])
+        now = self.clock()
+        return [parse_view(int(r["id"]), r, o.unwrap(), now) for r, o in zip(rows, out, strict=True)]
+
+    def search(self, query: str) -> list[dict[str, Any]]:
+        """``searchTasks`` in the work project (unordered, unlimited, as Kanboard gives it)."""
+        result = self.port.call("searchTasks", {"project_id": self.layout.project_id, "query": query})
+        return list(result or [])
+
+    def open_in(self, columns: Iterable[Column], queue: str | None = None) -> list[dict[str, Any]]:
+        """Open tasks in the given columns (and queue): what polls and sweeps look at."""
+        terms = ["status:open"] + [f'column:"{c.value}"' for c in columns]
+        if queue is not None:
+            terms.append(f'swimlane:"{queue}"')
+        return self.search(" ".join(terms))
+
+    # -- locks ----------------------------------------------------------------------
+
+    def lock(self, name: str) -> bool:
+        """Try to create lock tag ``name``: True if this caller created it.
+
+        ``createTag`` is a plain INSERT under UNIQUE(project_id, name), so exactly one
+        concurrent caller wins. An ambiguous failure counts as a loss: if the tag was in
+        fact created, the epoch shows up as a gap and is resolved like one.
+        """
+        try:
+            result = self.port.call(
+                "createTag", {"project_id": self.layout.locks_project_id, "tag": name}
+            )
+        except (MaybeDone, RpcError):
+            return False
+        return bool(result)
+
+    # -- writing --------------------------------------------------------------------
+
+    def create_task(
+        self,
+        spec: TaskSpec,
+        *,
+        description: str,
+        reference: str,
+        owner_id: int = 0,
+        receipt: str | None = None,
+    ) -> tuple[int, bool]:
+        """Create the Kanboard task (one round trip): returns (task id, receipt won).
+
+        With ``receipt``, the receipt's lock tag is created in the same batch, before the
+        task; when the lock is lost the caller must remove the task (it has no records
+        yet, so nothing can claim it meanwhile).
+        """
+        params: dict[str, Any] = {
+            "title": spec.title(),
+            "project_id": self.layout.project_id,
+            "column_id": self.layout.columns[Column.QUEUED],
+            "swimlane_id": self.layout.swimlane(spec.queue),
+            "description": description,
+            "priority": spec.priority,
+            "reference": reference,
+        }
+        if owner_id:
+            params["owner_id"] = owner_id
+        if spec.deadline:
+            params["date_due"] = format_input_date(spec.deadline)
+        if spec.not_before and (not spec.deadline or spec.not_before <= spec.deadline):
+            params["date_started"] = format_input_date(spec.not_before)
+        calls = [Call("createTask", params)]
+        if receipt is not None:
+            calls.insert(0, Call("createTag", {"project_id": self.layout.locks_project_id,
+                                              "tag": receipt}))
+        out = self.port.batch(calls)
+        won = True
+        if receipt is not None:
+            won = bool(out[0].value) and out[0].error is None
+        task_id = out[-1].unwrap()
+        if not task_id:
+            raise BoardRefused("createTask", task_id, f"create the task for queue {spec.queue!r}")
+        return int(task_id), won
+
+    def write_initial(self, task_id: int, uid: str, spec: TaskSpec, record: Record) -> None:
+        """Write the spec and the epoch-0 record (one round trip, with a project check)."""
+        calls = [
+            Call("saveTaskMetadata", {"task_id": task_id, "values": {
+                META_UID: uid, META_SPEC: spec.to_meta(), record_key(0): record.to_meta(),
+            }}),
+            Call("getProjectById", {"project_id": self.layout.project_id}),
+        ]
+        out = self.port.batch(calls)
+        if not out[0].unwrap():
+            raise BoardRefused("saveTaskMetadata", out[0].value, f"write task #{task_id}'s records")
+        self._check_project(out[1].unwrap())
+
+    def _check_project(self, project: Any) -> None:
+        if (
+            not isinstance(project, dict)
+            or int(project.get("id", 0)) != self.layout.project_id
+            or project.get("name") != self.layout.project_name
+        ):
+            raise ConfigError(
+                f"project #{self.layout.project_id} is gone from the board",
+                hint="the cached board layout is stale: run `agap init`",
+            )
+
+    def remove_task(self, task_id: int) -> None:
+        """Remove a task (used to undo a submit that lost its receipt)."""
+        self.port.call("removeTask", {"task_id": task_id})
+
+    def find_by_reference(self, reference: str) -> dict[str, Any] | None:
+        """The first task with this exact reference, or None."""
+        row = self.port.call(
+            "getTaskByReference", {"project_id": self.layout.project_id, "reference": reference}
+        )
+        return row if isinstance(row, dict) else None
+
+    def write_record(
+        self,
+        view: TaskView,
+        record: Record,
+        *,
+        comment: str | None = None,
+        extra_meta: dict[str, str] | None = None,
+        close: bool = False,
+        reopen: bool = False,
+        description: str | None = None,
+        files: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        """Write ``record`` and update the projection, all in one round trip.
+
+        The record comes first: it is the truth. Column, assignee, comment and the rest
+        are projections for humans and polls; their failures (e.g. ``moveTaskPosition``
+        answering false because the card is already there) do not matter.
+        """
+        values = {record_key(record.epoch): record.to_meta(), **(extra_meta or {})}
+        calls = [Call("saveTaskMetadata", {"task_id": view.id, "values": values})]
+        for name, blob in files:
+            calls.append(Call("createTaskFile", {
+                "project_id": self.layout.project_id, "task_id": view.id,
+                "filename": name, "blob": blob,
+            }))
+        calls.extend(self._projection_calls(view, record, description=description))
+        if comment:
+            calls.append(Call("createComment", {"task_id": view.id, "user_id": 0,
+                                                "content": comment}))
+        if close:
+            calls.append(Call("closeTask", {"task_id": view.id}))
+        if reopen:
+            calls.append(Call("openTask", {"task_id": view.id}))
+        out = self.port.batch(calls)
+        saved = out[0].unwrap()
+        if not saved:
+            raise BoardRefused("saveTaskMetadata", saved, f"write record e{record.epoch} of task #{view.id}")
+        for o in out[1:1 + len(files)]:
+            if not o.unwrap():
+                raise BoardRefused("createTaskFile", o.value, f"attach a file to task #{view.id}")
+
+    def _projection_calls(
+        self, view: TaskView, record: Record, *, description: str | None
+    ) -> list[Call]:
+        column = COLUMN_OF_STATE[record.state]
+        if record.state == State.QUEUED and record.assignee:
+            column = Column.WAITING  # a queued task for a human waits on that human
+        lane = int(view.row.get("swimlane_id") or 0)
+        calls = []
+        if int(view.row.get("column_id") or 0) != self.layout.columns[column]:
+            calls.append(Call("moveTaskPosition", {
+                "project_id": self.layout.project_id, "task_id": view.id,
+                "column_id": self.layout.columns[column], "position": BOTTOM,
+                "swimlane_id": lane,
+            }))
+        update: dict[str, Any] = {}
+        owner = self.layout.users.get(record.assignee or "", 0)
+        if int(view.row.get("owner_id") or 0) != owner:
+            update["owner_id"] = owner
+        if record.not_before and record.state == State.QUEUED:
+            due = int(view.row.get("date_due") or 0)
+            if not due or record.not_before <= due:
+                update["date_started"] = format_input_date(record.not_before)
+        if description is not None:
+            update["description"] = description
+        if update:
+            calls.append(Call("updateTask", {"id": view.id, **update}))
+        return calls
+
+    def save_meta(self, task_id: int, values: dict[str, str]) -> None:
+        """Upsert metadata keys (one round trip)."""
+        if not self.port.call("saveTaskMetadata", {"task_id": task_id, "values": values}):
+            raise BoardRefused("saveTaskMetadata", False, f"save metadata on task #{task_id}")
+
+    def save_meta_and_read(self, task_id: int, values: dict[str, str]) -> TaskView:
+        """Upsert metadata keys, then read the task back, in one round trip."""
+        out = self.port.batch([
+            Call("saveTaskMetadata", {"task_id": task_id, "values": values}),
+            Call("getTask", {"task_id": task_id}),
+            Call("getTaskMetadata", {"task_id": task_id}),
+        ])
+        if not out[0].unwrap():
+            raise BoardRefused("saveTaskMetadata", out[0].value, f"save metadata on task #{task_id}")
+        return parse_view(task_id, out[1].unwrap(), out[2].unwrap(), self.clock())
+
+    def comment(self, task_id: int, text: str) -> None:
+        """Append a line to the task's journal (its comments)."""
+        self.port.call("createComment", {"task_id": task_id, "user_id": 0, "content": text})
+
+    def comments(self, task_id: int) -> list[dict[str, Any]]:
+        return list(self.port.call("getAllComments", {"task_id": task_id}) or [])
+
+    def files(self, task_id: int) -> list[dict[str, Any]]:
+        return list(self.port.call("getAllTaskFiles", {"task_id": task_id}) or [])
+
+    def download(self, file_id: int) -> str:
+        return str(self.port.call("downloadTaskFile", {"file_id": file_id}) or "")

@@ -1,0 +1,94 @@
+"""Fixtures shared by the unit, integration and contract suites."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fabric.board.server import EmbeddedBoard
+from fabric.bootstrap import init_board
+from fabric.cards import CardSet, load_cards
+from fabric.config import Settings
+from fabric.core import Fabric
+from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.local import LocalPort
+from fabric.kanboard.port import RpcPort
+from fabric.ledger import Ledger
+from fabric.taskboard import TaskBoard
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class FakeClock:
+    """A clock tests move by hand."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The layout cache lives under XDG_CACHE_HOME: never share it between tests.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(scope="session")
+def cards() -> CardSet:
+    return load_cards(ROOT / "cards", base_dir=ROOT)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def make_fabric(port: RpcPort, cards: CardSet, clock: object = None,
+                settings: Settings | None = None) -> Fabric:
+    """Bootstrap a board through ``port`` and return a connected :class:`Fabric`."""
+    import time
+
+    settings = settings or Settings(cards_dir=ROOT / "cards", board_url="local://",
+                                    board_token="x")
+    report = init_board(port, settings, cards)
+    assert report.layout is not None
+    clk = clock or time.time
+    board = TaskBoard(port, report.layout, clock=clk)  # type: ignore[arg-type]
+    return Fabric(settings, cards, port, board, Ledger(board, clock=clk),  # type: ignore[arg-type]
+                  clk)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def local_fabric(cards: CardSet, clock: FakeClock) -> Fabric:
+    """A fabric over the in-process board (no socket), on a fake clock."""
+    return make_fabric(LocalPort(clock=clock), cards, clock)
+
+
+@pytest.fixture
+def embedded_board(tmp_path: Path) -> Iterator[EmbeddedBoard]:
+    """The embedded board over real HTTP on an ephemeral loopback port."""
+    with EmbeddedBoard(tmp_path / "board.sqlite3") as board:
+        yield board
+
+
+@pytest.fixture
+def http_fabric(embedded_board: EmbeddedBoard, cards: CardSet) -> Fabric:
+    """A fabric talking HTTP to the embedded board, on the real clock."""
+    settings = Settings(board_url=embedded_board.url, board_token=embedded_board.token,
+                        cards_dir=ROOT / "cards")
+    return make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards,
+                       settings=settings)
+
+
+def real_kanboard() -> tuple[str, str] | None:
+    """(url, token) of a real Kanboard when KANBOARD_URL and KANBOARD_API_TOKEN are set."""
+    url, token = os.environ.get("KANBOARD_URL"), os.environ.get("KANBOARD_API_TOKEN")
+    return (url, token) if url and token else None

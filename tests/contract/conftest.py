@@ -1,0 +1,138 @@
+"""Fixtures of the contract suite: one set of assertions, run against every board.
+
+``board`` is parametrised over:
+
+* ``embedded``: the embedded board over real HTTP (an :class:`EmbeddedBoard` on an
+  ephemeral loopback port with a temporary database), always;
+* ``real``: a real Kanboard, when ``KANBOARD_URL`` (the full ``.../jsonrpc.php`` URL) and
+  ``KANBOARD_API_TOKEN`` (its application token) are set; skipped with a reason otherwise.
+
+Every test makes its own projects with unique names, so the suite runs unchanged
+against a shared, non-empty Kanboard; it never assumes an id. Run it serially: a real
+Kanboard on SQLite with several PHP workers reports "database is locked" under load.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from fabric.board.server import EmbeddedBoard
+from fabric.kanboard.client import KanboardClient
+
+
+@dataclass
+class Board:
+    """One board under test: its endpoint, a JSON-RPC client and raw HTTP access."""
+
+    kind: str  # "embedded" or "real"
+    url: str
+    token: str
+    client: KanboardClient
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+    @property
+    def is_real(self) -> bool:
+        return self.kind == "real"
+
+    def call(self, method: str, params: Any = None) -> Any:
+        """One procedure through the fabric's client (raises RpcError on an RPC error)."""
+        return self.client.call(method, params)
+
+    def post(self, body: Any, *, token: str | None = None, auth: bool = True,
+             method: str = "POST") -> requests.Response:
+        """A raw HTTP request: ``body`` is sent as is when bytes/str, else JSON-encoded."""
+        data = body if isinstance(body, bytes | str) else json.dumps(body)
+        creds = ("jsonrpc", self.token if token is None else token) if auth else None
+        return requests.request(method, self.url, data=data, auth=creds, timeout=30)
+
+    def rpc(self, method: str, params: Any = None) -> dict[str, Any]:
+        """A raw single request; the decoded JSON-RPC reply object."""
+        req: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": next(self._ids)}
+        if params is not None:
+            req["params"] = params
+        resp = self.post(req)
+        assert resp.status_code == 200, resp.text
+        reply: dict[str, Any] = resp.json()
+        return reply
+
+    def unique(self, prefix: str = "ct") -> str:
+        """A name no other test (or earlier run against the same board) has used."""
+        return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class Project:
+    """A fresh project on the board under test, with its default columns and lane."""
+
+    board: Board
+    id: int
+    name: str
+    columns: dict[str, int]  # title -> id, in position order
+    swimlane_id: int
+
+    def column(self, title: str) -> int:
+        return self.columns[title]
+
+    def task(self, title: str = "task", **params: Any) -> int:
+        task_id = self.board.call("createTask", {"title": title, "project_id": self.id, **params})
+        assert isinstance(task_id, int) and task_id > 0, task_id
+        return task_id
+
+
+def make_project(board: Board, prefix: str = "ct") -> Project:
+    name = board.unique(prefix)
+    pid = board.call("createProject", {"name": name})
+    assert isinstance(pid, int) and pid > 0, pid
+    columns = {c["title"]: c["id"] for c in board.call("getColumns", [pid])}
+    lanes = board.call("getActiveSwimlanes", [pid])
+    return Project(board, pid, name, columns, lanes[0]["id"])
+
+
+@pytest.fixture(scope="session")
+def _embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBoard]:
+    path: Path = tmp_path_factory.mktemp("contract") / "board.sqlite3"
+    with EmbeddedBoard(path, token="contract-embedded-token") as board:
+        yield board
+
+
+@pytest.fixture(params=["embedded", "real"])
+def board(request: pytest.FixtureRequest) -> Iterator[Board]:
+    """The board under test (see the module docstring)."""
+    if request.param == "embedded":
+        emb: EmbeddedBoard = request.getfixturevalue("_embedded")
+        url, token = emb.url, emb.token
+    else:
+        url = os.environ.get("KANBOARD_URL", "")
+        token = os.environ.get("KANBOARD_API_TOKEN", "")
+        if not url:
+            pytest.skip("KANBOARD_URL is not set: set KANBOARD_URL (the .../jsonrpc.php URL)"
+                        " and KANBOARD_API_TOKEN to run the contract suite on a real Kanboard")
+        if not token:
+            pytest.skip("KANBOARD_API_TOKEN is not set: the real Kanboard's application token"
+                        " is needed to run the contract suite against it")
+    client = KanboardClient(url, token, timeout=30)
+    try:
+        yield Board(request.param, url, token, client)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def project(board: Board) -> Project:
+    """A fresh project with a unique name on the board under test."""
+    return make_project(board)
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()

@@ -1,0 +1,60 @@
+"""Race: 8 OS processes drain 300 tasks from one embedded board over HTTP.
+
+Every task ends Done exactly once, no epoch is executed by two owners, and with nobody
+dying the number of executions equals the number of tasks.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+from fabric.board.server import EmbeddedBoard
+from fabric.cards import CardSet
+from fabric.kanboard.client import KanboardClient
+from fabric.layout import State
+from tests.conftest import ROOT, make_fabric
+from tests.integration.procs import drill_worker
+
+TASKS = 300
+WORKERS = 8
+
+
+def test_eight_processes_drain_300_tasks_exactly_once(
+        embedded_board: EmbeddedBoard, cards: CardSet, tmp_path: Path) -> None:
+    fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards)
+    task_ids = [fab.submit(f"race task {i}", target="gemma-local").task_id for i in range(TASKS)]
+    log = tmp_path / "drill.sqlite3"
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=drill_worker, args=(
+        embedded_board.url, embedded_board.token, str(ROOT / "cards"), "gemma-local",
+        f"w{i}", str(log), 30.0, 0.0, 0.0, True, str(tmp_path / f"cache{i}")))
+        for i in range(WORKERS)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=240)
+        assert p.exitcode == 0, f"worker {p.name} exited with {p.exitcode}"
+
+    views = [fab.board.read(t) for t in task_ids]
+    states = Counter(v.current.state for v in views if v.current)
+    assert states == {State.DONE: TASKS}, states
+    for v in views:
+        # submit e0, claim e1, complete e2: no extra epochs when nobody dies.
+        assert v.epoch == 2
+        claim, done = v.records[1], v.records[2]
+        assert done.by == claim.owner
+        assert done.result_ref == f"drill://{v.uid}/e1/{claim.owner}"
+
+    db = sqlite3.connect(log)
+    rows = db.execute("SELECT uid, epoch, owner FROM executions").fetchall()
+    assert len(rows) == TASKS, "executions must equal tasks when nobody dies"
+    per_epoch = Counter((uid, epoch) for uid, epoch, _ in rows)
+    assert max(per_epoch.values()) == 1, "an epoch was executed by two owners"
+    assert len({uid for uid, _, _ in rows}) == TASKS
+    owners = Counter(owner for _, _, owner in rows)
+    assert len(owners) >= 2, f"work was not shared: {owners}"
+    applied = db.execute("SELECT COUNT(*), COUNT(DISTINCT uid) FROM applied").fetchone()
+    assert applied == (TASKS, TASKS)

@@ -1,0 +1,77 @@
+"""A drill executor: does no real work, but records every execution.
+
+The race and chaos tests and the benchmarks run real worker processes with it, then
+count executions across processes from its SQLite log. It also delivers one side effect
+per task to a stand-in "service" table that deduplicates by idempotency key, the way a
+real receiving system would, and counts every delivery attempt.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+import time
+from pathlib import Path
+
+from workers.job import Job, Outcome
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS executions (
+    uid TEXT NOT NULL, epoch INTEGER NOT NULL, owner TEXT NOT NULL, pid INTEGER NOT NULL,
+    started REAL NOT NULL, finished REAL
+);
+CREATE TABLE IF NOT EXISTS deliveries (key TEXT NOT NULL, owner TEXT NOT NULL, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS applied (key TEXT PRIMARY KEY, uid TEXT NOT NULL, owner TEXT NOT NULL);
+"""
+
+
+def open_log(path: str | Path) -> sqlite3.Connection:
+    """Open (and create) a drill log; safe to share between processes."""
+    db = sqlite3.connect(str(path), timeout=60, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA busy_timeout=60000")
+    db.executescript(SCHEMA)
+    return db
+
+
+class DrillExecutor:
+    """Logs the execution, optionally sleeps, delivers one keyed side effect, returns."""
+
+    def __init__(self, log_path: str | Path, *, min_seconds: float = 0.0,
+                 max_seconds: float = 0.0, effect: bool = True) -> None:
+        self.log_path = str(log_path)
+        self.min_seconds = min_seconds
+        self.max_seconds = max_seconds
+        self.with_effect = effect
+        self._db: sqlite3.Connection | None = None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = open_log(self.log_path)
+        return self._db
+
+    def __call__(self, job: Job) -> Outcome:
+        lease = job.lease
+        cur = self.db.execute(
+            "INSERT INTO executions (uid, epoch, owner, pid, started) VALUES (?,?,?,?,?)",
+            (lease.uid, lease.epoch, lease.owner, os.getpid(), time.time()))
+        row_id = cur.lastrowid
+        if self.max_seconds > 0:
+            deadline = time.monotonic() + random.uniform(self.min_seconds, self.max_seconds)
+            while time.monotonic() < deadline and not job.should_stop:
+                time.sleep(0.01)
+        if job.fenced.is_set():
+            return Outcome.failed("fenced while working")
+        if self.with_effect:
+            effect = job.effect("notify")
+            if not effect.done:
+                self.db.execute("INSERT INTO deliveries (key, owner, at) VALUES (?,?,?)",
+                                (effect.key, lease.owner, time.time()))
+                self.db.execute("INSERT OR IGNORE INTO applied (key, uid, owner) VALUES (?,?,?)",
+                                (effect.key, lease.uid, lease.owner))
+                job.effect_done(effect, f"applied:{effect.key}")
+        self.db.execute("UPDATE executions SET finished = ? WHERE rowid = ?",
+                        (time.time(), row_id))
+        return Outcome.done(f"drill://{lease.uid}/e{lease.epoch}/{lease.owner}")

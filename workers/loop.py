@@ -1,0 +1,207 @@
+"""The worker loop: one daemon per queue.
+
+Read it top to bottom::
+
+    run()                 start ``concurrency`` slots, wait for stop
+      _slot()             loop: fetch → process, sleeping a poll interval when idle
+        _fetch()          claim the next due task (one query, then the ledger's claim)
+        _process()        execute under a heartbeat, then make the outcome's transition
+          Heartbeat       side task: renews the lease; sets ``job.fenced`` when it is gone
+
+Every slot has its own board connection (a ``requests.Session`` is not for sharing
+between threads). SIGTERM sets ``stop``: the current task finishes, or the executor
+returns ``released`` and the task goes back to its queue; then the worker exits 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fabric.core import Fabric
+from fabric.kanboard.port import BoardError
+from fabric.ledger import Fenced, Lease, LedgerError
+from workers.job import Executor, Job, Outcome
+from workers.queue import QueueReader
+
+log = logging.getLogger("agap.worker")
+
+
+@dataclass
+class WorkerConfig:
+    """How one worker drains its queue."""
+
+    queue: str
+    owner: str
+    lease_seconds: float = 60.0
+    poll_seconds: float = 2.0
+    concurrency: int = 1
+    backoff_seconds: float = 5.0
+    exit_when_idle: bool = False  # drain mode (tests, batch runs): stop at the first empty poll
+    default_human: str | None = None
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    completed: int = 0
+    failed: int = 0
+    fenced: int = 0
+    polls: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def bump(self, name: str) -> None:
+        with self.lock:
+            setattr(self, name, getattr(self, name) + 1)
+
+
+class Worker:
+    """Drains one queue with ``concurrency`` slots."""
+
+    def __init__(self, connect: Callable[[], Fabric], executor: Executor,
+                 config: WorkerConfig) -> None:
+        self.connect = connect
+        self.executor = executor
+        self.config = config
+        self.stop = threading.Event()
+        self.stats = WorkerStats()
+        self.is_available: Callable[[], bool] = lambda: True
+
+    # -- run → slots ----------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run until :attr:`stop` is set (or, in drain mode, until the queue is empty)."""
+        slots = [threading.Thread(target=self._slot, args=(i,), name=f"slot-{i}", daemon=True)
+                 for i in range(self.config.concurrency)]
+        for t in slots:
+            t.start()
+        for t in slots:
+            t.join()
+
+    def _slot(self, index: int) -> None:
+        fab = self.connect()
+        beat_fab = self.connect()  # the heartbeat thread's own connection
+        reader = QueueReader(fab.board, fab.ledger, self.config.queue, clock=fab.clock)
+        owner = self.config.owner if self.config.concurrency == 1 else \
+            f"{self.config.owner}/{index}"
+        while not self.stop.is_set():
+            if not self.is_available():
+                self.stop.wait(self.config.poll_seconds)
+                continue
+            lease = self._fetch(reader, owner)
+            if lease is None:
+                if self.config.exit_when_idle and reader.last_poll_size == 0:
+                    return
+                if self.config.exit_when_idle:
+                    continue  # others were faster: poll again at once
+                self.stop.wait(self.config.poll_seconds)
+                continue
+            self._process(fab, beat_fab, lease)
+
+    # -- fetch ----------------------------------------------------------------------
+
+    def _fetch(self, reader: QueueReader, owner: str) -> Lease | None:
+        self.stats.bump("polls")
+        try:
+            lease = reader.claim_next(owner, lease_seconds=self.config.lease_seconds)
+        except BoardError as exc:
+            # The board is the authority: when it is away we wait, we never guess.
+            log.warning("queue %s: board unavailable (%s); retrying", self.config.queue, exc)
+            self.stop.wait(min(30.0, self.config.poll_seconds * 2))
+            return None
+        if lease is not None:
+            self.stats.bump("claimed")
+            log.info("claimed task #%s epoch %s", lease.task_id, lease.epoch)
+        return lease
+
+    # -- process --------------------------------------------------------------------
+
+    def _process(self, fab: Fabric, beat_fab: Fabric, lease: Lease) -> None:
+        job = Job(lease, fab.ledger, stopping=self.stop)
+        beat = Heartbeat(beat_fab, job, self.config.lease_seconds)
+        beat.start()
+        try:
+            try:
+                outcome = self.executor(job)
+            except Exception as exc:  # an executor bug: a failed attempt, not a dead worker
+                log.exception("task #%s: executor raised", lease.task_id)
+                outcome = Outcome.failed(f"executor error: {type(exc).__name__}: {exc}")
+        finally:
+            beat.stop()
+        lease = beat.lease
+        if job.fenced.is_set():
+            self._fenced(fab, lease, outcome)
+            return
+        try:
+            self._transition(fab, lease, outcome)
+        except Fenced:
+            self._fenced(fab, lease, outcome)
+        except (LedgerError, BoardError) as exc:
+            log.warning("task #%s: could not record the outcome (%s); the lease will "
+                        "expire and the keeper requeues it", lease.task_id, exc)
+
+    def _transition(self, fab: Fabric, lease: Lease, outcome: Outcome) -> None:
+        ledger = fab.ledger
+        if outcome.kind == "done":
+            assert outcome.result_ref is not None
+            ledger.complete(lease, outcome.result_ref)
+            self.stats.bump("completed")
+        elif outcome.kind in ("failed", "poison"):
+            ledger.fail(lease, outcome.reason, poison=outcome.kind == "poison",
+                        backoff_base=self.config.backoff_seconds)
+            self.stats.bump("failed")
+        elif outcome.kind == "ask":
+            human = outcome.human or self.config.default_human
+            if human is None:
+                ledger.fail(lease, f"asked a question but no human is configured: "
+                                   f"{outcome.question}", poison=True)
+            else:
+                ledger.ask(lease, outcome.question, human)
+        else:
+            ledger.release(lease, outcome.reason)
+
+    def _fenced(self, fab: Fabric, lease: Lease, outcome: Outcome) -> None:
+        self.stats.bump("fenced")
+        log.warning("task #%s: fenced at epoch %s; keeping output as evidence",
+                    lease.task_id, lease.epoch)
+        with contextlib.suppress(BoardError):
+            fab.ledger.keep_evidence(lease, outcome.evidence or outcome.reason or outcome.kind)
+
+
+class Heartbeat:
+    """Renews a job's lease every third of its length; flags the job when fenced."""
+
+    def __init__(self, fab: Fabric, job: Job, lease_seconds: float) -> None:
+        self.job = job
+        self.lease = job.lease
+        self.lease_seconds = lease_seconds
+        self._fab = fab
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        interval = self.lease_seconds / 3
+        while not self._done.wait(interval):
+            try:
+                self.lease = self._fab.ledger.renew(self.lease, lease_seconds=self.lease_seconds)
+                self.job.lease = self.lease
+            except Fenced:
+                self.job.fenced.set()
+                return
+            except BoardError as exc:
+                # Keep trying until the lease runs out; the owner stops being one then.
+                log.warning("heartbeat for task #%s failed: %s", self.lease.task_id, exc)
+                if time.time() > self.lease.lease_until:
+                    self.job.fenced.set()
+                    return

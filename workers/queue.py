@@ -1,0 +1,96 @@
+"""Reading one queue: poll, order, and claim the next due task.
+
+A poll is one ``searchTasks`` query for the queue's open, queued tasks. Ordering is
+priority (high first), then deadline (soonest first, none last), then age (oldest
+first). Tasks whose start hint (Kanboard's start date, set from a delayed start or a
+retry backoff) is in the future are skipped without reading their records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fabric.layout import Column, State
+from fabric.ledger import IllegalTransition, Lease, Ledger, LostRace
+from fabric.taskboard import TaskBoard, TaskView
+
+# How many of the best candidates one poll reads records for. Contending workers
+# spread over them instead of all racing for the single best task.
+CANDIDATES = 8
+
+
+def order_key(row: dict[str, Any]) -> tuple[int, float, int, int]:
+    """Sort key: priority desc, deadline asc (none last), created asc, id asc."""
+    due = float(row.get("date_due") or 0)
+    return (-int(row.get("priority") or 0), due if due else float("inf"),
+            int(row.get("date_creation") or 0), int(row["id"]))
+
+
+class QueueReader:
+    """Finds and claims due tasks in one queue."""
+
+    def __init__(self, board: TaskBoard, ledger: Ledger, queue: str, *,
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None):
+        self.board = board
+        self.ledger = ledger
+        self.queue = queue
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.last_poll_size = 0
+
+    def poll(self) -> list[dict[str, Any]]:
+        """The queue's queued open tasks that may be due, best first (one round trip)."""
+        rows = self.board.open_in([Column.QUEUED], self.queue)
+        now = self.clock()
+        due = [r for r in rows if int(r.get("date_started") or 0) <= now]
+        due.sort(key=order_key)
+        self.last_poll_size = len(due)
+        return due
+
+    def candidates(self, rows: list[dict[str, Any]]) -> list[TaskView]:
+        """Records of the best few rows (one round trip), spread among equal priorities."""
+        top = rows[:CANDIDATES]
+        # Shuffle within each priority so contending workers pick different tasks, but
+        # never take a lower priority before a higher one.
+        groups: dict[int, list[dict[str, Any]]] = {}
+        for r in top:
+            groups.setdefault(int(r.get("priority") or 0), []).append(r)
+        spread: list[dict[str, Any]] = []
+        for prio in sorted(groups, reverse=True):
+            g = groups[prio]
+            self.rng.shuffle(g)
+            spread.extend(g)
+        return self.board.read_meta_many(spread)
+
+    def claim_next(self, owner: str, *, lease_seconds: float) -> Lease | None:
+        """Claim the best due task, or None when there is nothing this worker can take.
+
+        ``last_poll_size`` tells "the queue is empty" apart from "others were faster".
+        """
+        rows = self.poll()
+        while rows:
+            for view in self.candidates(rows):
+                lease = self._try(view, owner, lease_seconds)
+                if lease is not None:
+                    return lease
+            rows = rows[CANDIDATES:]
+        return None
+
+    def _try(self, view: TaskView, owner: str, lease_seconds: float) -> Lease | None:
+        cur = view.current
+        if cur is None:
+            return None  # submit in flight (or a repair for the keeper)
+        if self.ledger.gap_due(view):
+            with contextlib.suppress(LostRace, IllegalTransition):
+                self.ledger.resolve_gap(view, by=owner)
+            return None  # claim it on a later poll, from fresh records
+        if cur.state != State.QUEUED or (cur.not_before and cur.not_before > self.clock()):
+            return None
+        try:
+            return self.ledger.claim(view, owner, lease_seconds=lease_seconds)
+        except (LostRace, IllegalTransition):
+            return None
