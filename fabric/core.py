@@ -109,10 +109,7 @@ class Fabric:
 
     def show(self, task_id: int) -> TaskView:
         """One task with its spec and records."""
-        view = self.board.read(task_id)
-        if not view.row:
-            raise InvalidInput(f"task #{task_id} does not exist", where="agap show")
-        return view
+        return self.board.read(task_id)
 
     def listing(self, *, include_closed: bool = False) -> list[dict[str, Any]]:
         """Open tasks per queue and column, with ages (one round trip)."""

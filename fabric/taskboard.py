@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from fabric.board.dates import format_input_date
-from fabric.errors import ConfigError
+from fabric.errors import ConfigError, InvalidInput
 from fabric.kanboard.port import BoardRefused, Call, MaybeDone, RpcError, RpcPort
 from fabric.layout import (
     COLUMN_OF_STATE,
@@ -30,6 +30,15 @@ from fabric.layout import (
 from fabric.models import Record, TaskSpec
 
 META_GAP = "fabric.gap"
+
+
+class TaskNotFound(InvalidInput):
+    """No task with this id on the board."""
+
+    def __init__(self, task_id: int) -> None:
+        super().__init__(f"task #{task_id} does not exist", where="board",
+                         hint="`agap ls --all` lists the tasks")
+        self.task_id = task_id
 BOTTOM = 1_000_000  # Kanboard clamps a too-large position to the bottom of the cell
 
 
@@ -189,8 +198,11 @@ class TaskBoard:
     # -- reading --------------------------------------------------------------------
 
     def read(self, task_id: int) -> TaskView:
-        """The task's row and metadata (one round trip)."""
-        return self.read_many([task_id])[task_id]
+        """The task's row and metadata (one round trip); :class:`TaskNotFound` if gone."""
+        views = self.read_many([task_id])
+        if task_id not in views:
+            raise TaskNotFound(task_id)
+        return views[task_id]
 
     def read_many(self, task_ids: Sequence[int]) -> dict[int, TaskView]:
         """Several tasks' rows and metadata in one round trip; missing tasks are omitted."""

@@ -39,8 +39,12 @@ class DrillExecutor:
     """Logs the execution, optionally sleeps, delivers one keyed side effect, returns."""
 
     def __init__(self, log_path: str | Path, *, min_seconds: float = 0.0,
-                 max_seconds: float = 0.0, effect: bool = True) -> None:
+                 max_seconds: float = 0.0, effect: bool = True,
+                 crash_after_delivery: str | Path | None = None) -> None:
         self.log_path = str(log_path)
+        # Crash drill: the first process to deliver creates this file and dies at once,
+        # before recording the receipt (the worst moment for a side effect).
+        self.crash_after_delivery = Path(crash_after_delivery) if crash_after_delivery else None
         self.min_seconds = min_seconds
         self.max_seconds = max_seconds
         self.with_effect = effect
@@ -71,6 +75,12 @@ class DrillExecutor:
                                 (effect.key, lease.owner, time.time()))
                 self.db.execute("INSERT OR IGNORE INTO applied (key, uid, owner) VALUES (?,?,?)",
                                 (effect.key, lease.uid, lease.owner))
+                if self.crash_after_delivery is not None:
+                    try:
+                        self.crash_after_delivery.touch(exist_ok=False)
+                        os._exit(137)
+                    except FileExistsError:
+                        pass
                 job.effect_done(effect, f"applied:{effect.key}")
         self.db.execute("UPDATE executions SET finished = ? WHERE rowid = ?",
                         (time.time(), row_id))

@@ -27,7 +27,7 @@ from fabric.board.dates import BadDate, parse_input_date
 from fabric.board.search import build_where
 from fabric.board.store import Store, hash_password
 
-API_VERSION = "1.2.53"
+API_VERSION = "1.2.53-agap-embedded"  # real Kanboard says "1.2.53"; this tells them apart
 DEFAULT_COLUMNS = ("Backlog", "Ready", "Work in progress", "Done")
 DEFAULT_SWIMLANE = "Default swimlane"
 APP_ROLES = ("app-user", "app-manager", "app-admin")

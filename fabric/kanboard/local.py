@@ -2,7 +2,7 @@
 
 It is not a hand-written imitation: calls run through the same procedures the HTTP
 server runs, and values make a JSON round trip, so unit tests see Kanboard's semantics
-(``false``/``0``/``null``, strings in metadata, ``[]`` for empty maps) without a socket.
+(``false``/``0``/``null``, strings in metadata, ``{}`` for empty maps) without a socket.
 """
 
 from __future__ import annotations

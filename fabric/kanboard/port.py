@@ -77,16 +77,29 @@ class BoardAuthError(BoardError):
         )
 
 
+# JSON-RPC errors raised before the procedure ran: the call certainly did nothing.
+PROTOCOL_ERRORS = frozenset({-32700, -32600, -32601, -32602})
+
+
 class RpcError(BoardError):
-    """A JSON-RPC error object (-32700 parse, -32600 request, -32601 method, -32602 params)."""
+    """A JSON-RPC error object.
+
+    Protocol errors (-32700 parse, -32600 request, -32601 method, -32602 params) mean
+    nothing ran. Anything else on a write (Kanboard reports SQL errors such as
+    "database is locked" as code 0, sometimes after the row was inserted) may have
+    happened: ``maybe_done`` says so.
+    """
 
     def __init__(self, code: int, message: str, data: Any = None, *, method: str = "") -> None:
         self.code = code
         self.message = message
         self.data = data
         self.method = method
+        self.maybe_done = code not in PROTOCOL_ERRORS and not is_read(method)
         detail = f"{message}: {data}" if data else message
-        super().__init__(f"JSON-RPC error {code} ({detail})", where=method or "board")
+        super().__init__(f"JSON-RPC error {code} ({detail})", where=method or "board",
+                         hint="the write may have happened; read back before retrying"
+                         if self.maybe_done else "")
 
 
 class BoardRefused(BoardError):

@@ -16,7 +16,7 @@ from workers.loop import Worker, WorkerConfig
 
 def drill_worker(url: str, token: str, cards_dir: str, queue: str, owner: str, log_path: str,
                  lease_seconds: float, min_seconds: float, max_seconds: float,
-                 drain: bool, cache_dir: str) -> None:
+                 drain: bool, cache_dir: str, crash_marker: str | None = None) -> None:
     """Run one worker process with the drill executor until drained (or killed)."""
     os.environ["XDG_CACHE_HOME"] = cache_dir
     logging.basicConfig(level=logging.WARNING)
@@ -27,7 +27,14 @@ def drill_worker(url: str, token: str, cards_dir: str, queue: str, owner: str, l
         return Fabric.connect(settings, cards=cards, port=KanboardClient(url, token))
 
     worker = Worker(connect, DrillExecutor(log_path, min_seconds=min_seconds,
-                                           max_seconds=max_seconds),
+                                           max_seconds=max_seconds,
+                                           crash_after_delivery=crash_marker),
                     WorkerConfig(queue=queue, owner=owner, lease_seconds=lease_seconds,
                                  poll_seconds=0.05, exit_when_idle=drain))
     worker.run()
+
+
+def win_lock_and_die(url: str, token: str, locks_project_id: int, tag: str) -> None:
+    """Win a lock tag, then die before writing anything else (a gap's origin)."""
+    KanboardClient(url, token).call("createTag", {"project_id": locks_project_id, "tag": tag})
+    os._exit(9)

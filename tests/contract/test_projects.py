@@ -1,0 +1,60 @@
+"""Projects, columns and swimlanes."""
+
+from __future__ import annotations
+
+from tests.contract.conftest import Board, Project
+
+
+def test_new_project_layout(board: Board, project: Project) -> None:
+    assert list(project.columns) == ["Backlog", "Ready", "Work in progress", "Done"]
+    lanes = board.call("getActiveSwimlanes", [project.id])
+    assert [lane["name"] for lane in lanes] == ["Default swimlane"]
+    got = board.call("getProjectById", [project.id])
+    assert got["name"] == project.name and got["is_active"] == 1
+    assert (got["priority_default"], got["priority_start"], got["priority_end"]) == (0, 0, 3)
+    assert got["identifier"] == "" and got["description"] is None
+    assert (got["start_date"], got["end_date"]) == ("", "")
+    assert set(got["url"]) == {"board", "list"}
+
+
+def test_project_lookups(board: Board) -> None:
+    ident = board.unique("P").replace("-", "").upper()
+    name = board.unique("named")
+    pid = board.call("createProject", {"name": name, "identifier": ident.lower()})
+    assert isinstance(pid, int) and pid > 0
+    assert board.call("getProjectById", [pid])["identifier"] == ident
+    assert board.call("getProjectByName", [name])["id"] == pid
+    assert board.call("getProjectByName", [name.upper()]) is False
+    assert board.call("getProjectByName", [board.unique("none")]) is False
+    assert board.call("getProjectByIdentifier", [ident.lower()])["id"] == pid
+    assert board.call("getProjectByIdentifier", [ident + "X"]) is False
+    assert board.call("createProject", {"name": "x", "identifier": ident}) is False
+    assert board.call("createProject", {"name": "x", "identifier": "bad-id"}) is False
+    assert board.call("createProject", {"name": ""}) is False
+    dup = board.call("createProject", {"name": name})  # names are not unique
+    assert isinstance(dup, int) and dup not in (0, pid)
+    assert board.call("getProjectById", [2_000_000_000]) is None
+
+
+def test_remove_project(board: Board) -> None:
+    pid = board.call("createProject", {"name": board.unique()})
+    assert board.call("removeProject", [pid]) is True
+    assert board.call("removeProject", [pid]) is False
+    assert board.call("getProjectById", [pid]) is None
+
+
+def test_add_column_and_swimlane_duplicates(board: Board, project: Project) -> None:
+    col = board.call("addColumn", [project.id, "Review"])
+    assert isinstance(col, int) and col > 0
+    assert board.call("addColumn", [project.id, "Review"]) is False
+    assert board.call("addColumn", [project.id, "Ready"]) is False
+    assert board.call("getColumn", [col])["position"] == 5
+    lane = board.call("addSwimlane", [project.id, "Express"])
+    assert isinstance(lane, int) and lane > 0
+    assert board.call("addSwimlane", [project.id, "Express"]) is False
+    assert board.call("getSwimlaneByName", [project.id, "Express"])["id"] == lane
+    assert board.call("getSwimlaneByName", [project.id, "express"]) is None
+    task = project.task(column_id=col, swimlane_id=lane)
+    got = board.call("getTask", [task])
+    assert (got["column_id"], got["swimlane_id"]) == (col, lane)
+    assert board.call("removeColumn", [col]) is False  # it holds a task
