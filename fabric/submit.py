@@ -159,7 +159,10 @@ class Submitter:
     def submit(self, spec: TaskSpec, *, assignee: str | None = None) -> Receipt:
         """Create the task for a validated, routed ``spec``; idempotent with an action id."""
         uid = new_uid()
-        reference = receipt_reference(spec.actor, spec.action_id) if spec.action_id else ""
+        # Every task gets a unique reference so an ambiguous createTask can be settled by
+        # looking it up: the action id when there is one, else the task's own uid.
+        reference = (receipt_reference(spec.actor, spec.action_id) if spec.action_id
+                     else f"uid:{uid}")
         receipt = None
         if spec.action_id:
             from fabric.layout import receipt_lock

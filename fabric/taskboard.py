@@ -8,6 +8,8 @@ are batched: each public method here costs one round trip unless it says otherwi
 from __future__ import annotations
 
 import json
+import random
+import secrets
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +19,15 @@ from pydantic import ValidationError
 
 from fabric.board.dates import format_input_date
 from fabric.errors import ConfigError, InvalidInput
-from fabric.kanboard.port import BoardRefused, Call, MaybeDone, RpcError, RpcPort
+from fabric.kanboard.port import (
+    BoardRefused,
+    BoardUnavailable,
+    Call,
+    MaybeDone,
+    Outcome,
+    RpcError,
+    RpcPort,
+)
 from fabric.layout import (
     COLUMN_OF_STATE,
     META_SPEC,
@@ -40,6 +50,20 @@ class TaskNotFound(InvalidInput):
                          hint="`agap ls --all` lists the tasks")
         self.task_id = task_id
 BOTTOM = 1_000_000  # Kanboard clamps a too-large position to the bottom of the cell
+RETRIES = 8  # re-sends of an idempotent write that failed ambiguously
+
+
+def _pause(attempt: int) -> None:
+    """Backoff between re-sends: exponential, jittered, capped at a second.
+
+    Real Kanboard on SQLite answers "database is locked" while another PHP worker
+    writes; spreading the re-sends out is what gets them through.
+    """
+    time.sleep(min(1.0, 0.05 * 2 ** attempt) * random.uniform(0.5, 1.5))
+# Writes that are safe to send again: upserts, moves, closes. Comments are not (a
+# duplicate line in the journal); files are re-sent (a duplicate beats a lost result).
+IDEMPOTENT = frozenset({"saveTaskMetadata", "moveTaskPosition", "updateTask", "closeTask",
+                        "openTask", "createTaskFile", "removeTaskMetadata"})
 
 
 @dataclass(frozen=True)
@@ -247,16 +271,78 @@ class TaskBoard:
         """Try to create lock tag ``name``: True if this caller created it.
 
         ``createTag`` is a plain INSERT under UNIQUE(project_id, name), so exactly one
-        concurrent caller wins. An ambiguous failure counts as a loss: if the tag was in
-        fact created, the epoch shows up as a gap and is resolved like one.
+        concurrent caller wins. The tag's ``color_id`` carries a nonce naming its creator
+        (Kanboard stores it verbatim), so an ambiguous failure — Kanboard can report
+        "database is locked" after inserting — is settled by reading the tag back: our
+        nonce means we won, another means we lost, none means the insert never happened
+        and may be tried again. If even that cannot be read, it counts as a loss; a lock
+        that was in fact won then shows up as a gap and is resolved like one.
+        """
+        nonce = secrets.token_hex(6)
+        params = {"project_id": self.layout.locks_project_id, "tag": name, "color_id": nonce}
+        for attempt in range(RETRIES):
+            try:
+                return bool(self.port.call("createTag", params))
+            except (MaybeDone, RpcError) as exc:
+                if isinstance(exc, RpcError) and not exc.maybe_done:
+                    return False
+            try:
+                holder = self._lock_holder(name)
+            except (BoardUnavailable, RpcError):
+                return False
+            if holder is not None:
+                return holder == nonce
+            _pause(attempt)
+        return False
+
+    def _lock_holder(self, name: str) -> str | None:
+        """The nonce of lock tag ``name``'s creator, or None if the tag does not exist.
+
+        Reads every tag of the locks project: used only to settle an ambiguous write.
+        """
+        tags = self.port.call("getTagsByProject", {"project_id": self.layout.locks_project_id})
+        for tag in tags or []:
+            if tag.get("name") == name:
+                return str(tag.get("color_id") or "")
+        return None
+
+    def _batch(self, calls: Sequence[Call]) -> list[Outcome]:
+        """Run a batch; re-send its idempotent items that failed ambiguously.
+
+        Only the failed items are sent again (a batch is not atomic: the others ran).
+        A whole batch lost in transit is re-sent without its non-idempotent items.
         """
         try:
-            result = self.port.call(
-                "createTag", {"project_id": self.layout.locks_project_id, "tag": name}
-            )
-        except (MaybeDone, RpcError):
-            return False
-        return bool(result)
+            out = self.port.batch(calls)
+        except MaybeDone:
+            kept = [c for c in calls if c.method in IDEMPOTENT or c.is_read]
+            out = self._resend(calls, kept)
+        for attempt in range(RETRIES):
+            redo = [i for i, o in enumerate(out) if o.error is not None and o.error.maybe_done
+                    and calls[i].method in IDEMPOTENT]
+            if not redo:
+                break
+            _pause(attempt)
+            try:
+                again = self.port.batch([calls[i] for i in redo])
+            except MaybeDone:
+                continue
+            for i, o in zip(redo, again, strict=True):
+                out[i] = o
+        return out
+
+    def _resend(self, calls: Sequence[Call], kept: Sequence[Call]) -> list[Outcome]:
+        for attempt in range(RETRIES):
+            _pause(attempt)
+            try:
+                again = iter(self.port.batch(kept))
+            except MaybeDone:
+                continue
+            # Items not re-sent (comments) report "unknown": treated as best effort.
+            unknown = RpcError(-32000, "not re-sent after an ambiguous failure")
+            return [next(again) if (c.method in IDEMPOTENT or c.is_read) else
+                    Outcome(c, error=unknown) for c in calls]
+        raise MaybeDone("the board kept failing ambiguously", calls=calls)
 
     # -- writing --------------------------------------------------------------------
 
@@ -291,17 +377,47 @@ class TaskBoard:
         if spec.not_before and (not spec.deadline or spec.not_before <= spec.deadline):
             params["date_started"] = format_input_date(spec.not_before)
         calls = [Call("createTask", params)]
+        nonce = secrets.token_hex(6)
         if receipt is not None:
             calls.insert(0, Call("createTag", {"project_id": self.layout.locks_project_id,
-                                              "tag": receipt}))
-        out = self.port.batch(calls)
+                                              "tag": receipt, "color_id": nonce}))
+        try:
+            out = self.port.batch(calls)
+        except MaybeDone:
+            out = [Outcome(c, error=RpcError(0, "lost in transit", method=c.method))
+                   for c in calls]
         won = True
         if receipt is not None:
-            won = bool(out[0].value) and out[0].error is None
-        task_id = out[-1].unwrap()
+            first = out[0]
+            if first.error is not None and first.error.maybe_done:
+                won = self._lock_holder(receipt) == nonce
+            else:
+                won = bool(first.value) and first.error is None
+        created = out[-1]
+        if created.error is not None and created.error.maybe_done:
+            # The reference is unique to this submit: look before creating again.
+            task_id = self._created_or_retry(params)
+        else:
+            task_id = created.unwrap()
         if not task_id:
             raise BoardRefused("createTask", task_id, f"create the task for queue {spec.queue!r}")
         return int(task_id), won
+
+    def _created_or_retry(self, params: dict[str, Any]) -> int:
+        """Settle an ambiguous ``createTask`` by its (unique) reference."""
+        for attempt in range(RETRIES):
+            row = self.find_by_reference(str(params["reference"]))
+            if row is not None:
+                return int(row["id"])
+            _pause(attempt)
+            try:
+                result = self.port.call("createTask", params)
+            except (MaybeDone, RpcError) as exc:
+                if isinstance(exc, RpcError) and not exc.maybe_done:
+                    raise
+                continue
+            return int(result or 0)
+        raise MaybeDone("createTask kept failing ambiguously", calls=[Call("createTask", params)])
 
     def write_initial(self, task_id: int, uid: str, spec: TaskSpec, record: Record) -> None:
         """Write the spec and the epoch-0 record (one round trip, with a project check)."""
@@ -311,7 +427,7 @@ class TaskBoard:
             }}),
             Call("getProjectById", {"project_id": self.layout.project_id}),
         ]
-        out = self.port.batch(calls)
+        out = self._batch(calls)
         if not out[0].unwrap():
             raise BoardRefused("saveTaskMetadata", out[0].value, f"write task #{task_id}'s records")
         self._check_project(out[1].unwrap())
@@ -371,7 +487,7 @@ class TaskBoard:
             calls.append(Call("closeTask", {"task_id": view.id}))
         if reopen:
             calls.append(Call("openTask", {"task_id": view.id}))
-        out = self.port.batch(calls)
+        out = self._batch(calls)
         saved = out[0].unwrap()
         if not saved:
             raise BoardRefused("saveTaskMetadata", saved, f"write record e{record.epoch} of task #{view.id}")
@@ -409,12 +525,13 @@ class TaskBoard:
 
     def save_meta(self, task_id: int, values: dict[str, str]) -> None:
         """Upsert metadata keys (one round trip)."""
-        if not self.port.call("saveTaskMetadata", {"task_id": task_id, "values": values}):
+        out = self._batch([Call("saveTaskMetadata", {"task_id": task_id, "values": values})])
+        if not out[0].unwrap():
             raise BoardRefused("saveTaskMetadata", False, f"save metadata on task #{task_id}")
 
     def save_meta_and_read(self, task_id: int, values: dict[str, str]) -> TaskView:
         """Upsert metadata keys, then read the task back, in one round trip."""
-        out = self.port.batch([
+        out = self._batch([
             Call("saveTaskMetadata", {"task_id": task_id, "values": values}),
             Call("getTask", {"task_id": task_id}),
             Call("getTaskMetadata", {"task_id": task_id}),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from tenacity import (
 )
 
 from fabric.kanboard.port import (
+    PROTOCOL_ERRORS,
     BoardAuthError,
     BoardUnavailable,
     Call,
@@ -90,8 +92,17 @@ class KanboardClient:
         if single:
             body = body[0]
         all_reads = all(c.is_read for c in calls)
-        reply = self._send_with_policy(body, calls, retry=all_reads)
-        return self._outcomes(reply, ids, calls)
+        for attempt in range(1, self.read_attempts + 1):
+            reply = self._send_with_policy(body, calls, retry=all_reads)
+            outcomes = self._outcomes(reply, ids, calls)
+            # A read that hit a server-side error (Kanboard's code 0 "database is locked")
+            # changed nothing: run it again. Writes are never repeated here.
+            busy = any(o.error is not None and o.error.code not in PROTOCOL_ERRORS
+                       for o in outcomes)
+            if not (all_reads and busy) or attempt == self.read_attempts:
+                return outcomes
+            time.sleep(0.05 * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # -- internals ------------------------------------------------------------------
 

@@ -16,11 +16,13 @@ from workers.loop import Worker, WorkerConfig
 
 def drill_worker(url: str, token: str, cards_dir: str, queue: str, owner: str, log_path: str,
                  lease_seconds: float, min_seconds: float, max_seconds: float,
-                 drain: bool, cache_dir: str, crash_marker: str | None = None) -> None:
+                 drain: bool, cache_dir: str, crash_marker: str | None = None,
+                 project: str = "Agent Fabric", locks_project: str = "Agent Fabric Locks") -> None:
     """Run one worker process with the drill executor until drained (or killed)."""
     os.environ["XDG_CACHE_HOME"] = cache_dir
     logging.basicConfig(level=logging.WARNING)
-    settings = Settings(board_url=url, board_token=token, cards_dir=Path(cards_dir))
+    settings = Settings(board_url=url, board_token=token, cards_dir=Path(cards_dir),
+                        project=project, locks_project=locks_project)
     cards = load_cards(Path(cards_dir), base_dir=Path(cards_dir).parent)
 
     def connect() -> Fabric:

@@ -1,41 +1,65 @@
-"""Race: 8 OS processes drain 300 tasks from one embedded board over HTTP.
+"""Race: 8 OS processes drain 300 tasks from one board over HTTP.
 
-Every task ends Done exactly once, no epoch is executed by two owners, and with nobody
-dying the number of executions equals the number of tasks.
+Runs against the embedded board always, and against a real Kanboard when
+KANBOARD_URL and KANBOARD_API_TOKEN are set. Every task ends Done exactly once, no
+epoch is executed by two owners, and with nobody dying the number of executions
+equals the number of tasks.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import secrets
 import sqlite3
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from fabric.board.server import EmbeddedBoard
 from fabric.cards import CardSet
+from fabric.config import Settings
 from fabric.kanboard.client import KanboardClient
 from fabric.layout import State
-from tests.conftest import ROOT, make_fabric
+from tests.conftest import ROOT, make_fabric, real_kanboard
 from tests.integration.procs import drill_worker
 
 TASKS = 300
 WORKERS = 8
 
 
+@pytest.fixture(params=["embedded", "real-kanboard"])
+def board_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    if request.param == "embedded":
+        with EmbeddedBoard(tmp_path / "board.sqlite3") as board:
+            yield board.url, board.token
+        return
+    real = real_kanboard()
+    if real is None:
+        pytest.skip("KANBOARD_URL is not set: set KANBOARD_URL and KANBOARD_API_TOKEN to "
+                    "race the workers against a real Kanboard too")
+    yield real
+
+
 def test_eight_processes_drain_300_tasks_exactly_once(
-        embedded_board: EmbeddedBoard, cards: CardSet, tmp_path: Path) -> None:
-    fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards)
+        board_target: tuple[str, str], cards: CardSet, tmp_path: Path) -> None:
+    url, token = board_target
+    run = secrets.token_hex(4)
+    settings = Settings(board_url=url, board_token=token, cards_dir=ROOT / "cards",
+                        project=f"race-{run}", locks_project=f"race-locks-{run}")
+    fab = make_fabric(KanboardClient(url, token), cards, settings=settings)
     task_ids = [fab.submit(f"race task {i}", target="gemma-local").task_id for i in range(TASKS)]
     log = tmp_path / "drill.sqlite3"
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=drill_worker, args=(
-        embedded_board.url, embedded_board.token, str(ROOT / "cards"), "gemma-local",
-        f"w{i}", str(log), 30.0, 0.0, 0.0, True, str(tmp_path / f"cache{i}")))
+        url, token, str(ROOT / "cards"), "gemma-local", f"w{i}", str(log), 60.0, 0.0, 0.0,
+        True, str(tmp_path / f"cache{i}"), None, settings.project, settings.locks_project))
         for i in range(WORKERS)]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(timeout=240)
+        p.join(timeout=600)
         assert p.exitcode == 0, f"worker {p.name} exited with {p.exitcode}"
 
     views = [fab.board.read(t) for t in task_ids]

@@ -120,3 +120,18 @@ def test_the_failure_channel_is_named() -> None:
         with pytest.raises(BoardRefused, match="create the task"):
             refuse_falsy("createTask", value, "create the task")
     assert refuse_falsy("createTask", 12, "create the task") == 12
+
+
+@responses.activate
+def test_a_read_hitting_a_locked_database_is_retried_a_write_is_not() -> None:
+    locked = {"jsonrpc": "2.0", "id": 1, "error": {"code": 0, "message": "database is locked"}}
+    responses.post(URL, json=locked)
+    responses.post(URL, json=_ok({"id": 5}))
+    assert KanboardClient(URL, "t").call("getTask", {"task_id": 5}) == {"id": 5}
+    responses.calls.reset()
+    responses.replace(responses.POST, URL, json=locked | {"id": 2})
+    c = KanboardClient(URL, "t")
+    next(c._ids)
+    with pytest.raises(RpcError):
+        c.call("createTag", {"project_id": 1, "tag": "x"})
+    assert len(responses.calls) == 1

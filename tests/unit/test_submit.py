@@ -21,7 +21,7 @@ def test_submit_creates_a_readable_task_with_spec_and_epoch_zero(local_fabric: F
     assert fab.port.stats.trips == 2, fab.port.stats
     view = fab.board.read(r.task_id)
     assert view.row["title"] == "Summarise the week"
-    assert view.row["priority"] == 2 and view.row["reference"] == ""
+    assert view.row["priority"] == 2 and view.row["reference"] == f"uid:{r.uid}"
     assert view.row["column_id"] == fab.board.layout.columns["Queued"]  # type: ignore[index]
     assert view.row["swimlane_id"] == fab.board.layout.swimlanes["kimi"]
     assert view.row["date_due"] == 1893578400
