@@ -60,6 +60,15 @@ META_RECORD_PREFIX = "fabric.e"  # fabric.e0, fabric.e1, … one record per epoc
 META_EFFECT_PREFIX = "fabric.fx."  # fabric.fx.<op> = side-effect intent and receipt
 META_EVIDENCE_PREFIX = "fabric.evidence.e"  # late output of a fenced owner
 
+# -- project metadata keys (work project) ---------------------------------------------
+META_PARK_PREFIX = "fabric.park."  # fabric.park.<queue> = the queue's park state (JSON)
+
+
+def park_key(queue: str) -> str:
+    """Project metadata key where a queue's worker publishes its park state."""
+    return f"{META_PARK_PREFIX}{queue}"
+
+
 _RECORD_KEY = re.compile(r"^fabric\.e(\d+)$")
 _UID = re.compile(r"^[0-9a-f]{16}$")
 

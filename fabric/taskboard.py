@@ -30,10 +30,12 @@ from fabric.kanboard.port import (
 )
 from fabric.layout import (
     COLUMN_OF_STATE,
+    META_PARK_PREFIX,
     META_SPEC,
     META_UID,
     Column,
     State,
+    park_key,
     record_epoch,
     record_key,
 )
@@ -205,6 +207,20 @@ def parse_view(task_id: int, row: dict[str, Any] | None, meta: Any, read_at: flo
         read_at=read_at,
         problems=problems,
     )
+
+
+def parse_park_states(meta: Any) -> dict[str, dict[str, Any]]:
+    """Queue -> park state from project metadata; unreadable entries are skipped."""
+    states: dict[str, dict[str, Any]] = {}
+    for key, value in (meta or {}).items() if isinstance(meta, dict) else ():
+        if str(key).startswith(META_PARK_PREFIX) and value:
+            try:
+                data = json.loads(value)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                states[str(key)[len(META_PARK_PREFIX):]] = data
+    return states
 
 
 def _short(exc: Exception) -> str:
@@ -539,6 +555,27 @@ class TaskBoard:
         if not out[0].unwrap():
             raise BoardRefused("saveTaskMetadata", out[0].value, f"save metadata on task #{task_id}")
         return parse_view(task_id, out[1].unwrap(), out[2].unwrap(), self.clock())
+
+    # -- queue park state (project metadata) -------------------------------------------
+
+    def publish_park(self, queue: str, state: dict[str, Any]) -> None:
+        """Publish a queue's park state (only on changes: it is a projection for humans)."""
+        self._batch([Call("saveProjectMetadata", {
+            "project_id": self.layout.project_id,
+            "values": {park_key(queue): json.dumps(state, sort_keys=True)}})])
+
+    def park_states(self) -> dict[str, dict[str, Any]]:
+        """Every queue's last published park state (one round trip)."""
+        meta = self.port.call("getProjectMetadata", {"project_id": self.layout.project_id})
+        return parse_park_states(meta)
+
+    def search_with_parks(self, query: str) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+        """A search and the park states together, in one round trip."""
+        out = self.port.batch([
+            Call("searchTasks", {"project_id": self.layout.project_id, "query": query}),
+            Call("getProjectMetadata", {"project_id": self.layout.project_id}),
+        ])
+        return list(out[0].unwrap() or []), parse_park_states(out[1].unwrap())
 
     def comment(self, task_id: int, text: str) -> None:
         """Append a line to the task's journal (its comments)."""

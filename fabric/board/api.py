@@ -1381,6 +1381,54 @@ def removeTaskMetadata(api: BoardApi, task_id: Any, name: Any) -> bool:
         ).rowcount > 0
 
 
+@procedure
+def getProjectMetadata(api: BoardApi, project_id: Any) -> dict[str, Any]:
+    with api.store.read() as db:
+        rows = db.execute(
+            "SELECT name, value FROM project_has_metadata WHERE project_id = ? ORDER BY name",
+            (_int(project_id),),
+        )
+        return {r["name"]: r["value"] for r in rows}
+
+
+@procedure
+def getProjectMetadataByName(api: BoardApi, project_id: Any, name: Any) -> str:
+    with api.store.read() as db:
+        row = db.execute(
+            "SELECT value FROM project_has_metadata WHERE project_id = ? AND name = ?",
+            (_int(project_id), _as_text(name)),
+        ).fetchone()
+    value = None if row is None else row["value"]
+    return "" if _empty(value) else str(value)
+
+
+@procedure
+def saveProjectMetadata(api: BoardApi, project_id: Any, values: Any) -> bool:
+    if not isinstance(values, dict | list):
+        raise Fatal("values must be an array")
+    items = values.items() if isinstance(values, dict) else enumerate(values)
+    rows = [(str(k), _metadata_value(v)) for k, v in items]
+    with api.store.write() as db:
+        if db.execute("SELECT 1 FROM projects WHERE id = ?", (_int(project_id),)).fetchone() is None:
+            return False
+        db.executemany(
+            "INSERT INTO project_has_metadata (project_id, name, changed_on, value)"
+            " VALUES (?,?,?,?) ON CONFLICT(project_id, name) DO UPDATE SET"
+            " value = excluded.value, changed_on = excluded.changed_on",
+            [(_int(project_id), k, api.now(), v) for k, v in rows],
+        )
+        return True
+
+
+@procedure
+def removeProjectMetadata(api: BoardApi, project_id: Any, name: Any) -> bool:
+    with api.store.write() as db:
+        return db.execute(
+            "DELETE FROM project_has_metadata WHERE project_id = ? AND name = ?",
+            (_int(project_id), _as_text(name)),
+        ).rowcount > 0
+
+
 # ----------------------------------------------------------------------- comments
 
 _COMMENT_USER = "u.username AS username, u.name AS name, u.email AS email, u.avatar_path"

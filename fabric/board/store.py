@@ -156,6 +156,14 @@ CREATE TABLE IF NOT EXISTS task_has_metadata (
     value TEXT DEFAULT '',
     PRIMARY KEY(task_id, name)
 );
+CREATE TABLE IF NOT EXISTS project_has_metadata (
+    project_id INTEGER NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    changed_by INTEGER NOT NULL DEFAULT 0,
+    changed_on INTEGER NOT NULL DEFAULT 0,
+    value TEXT DEFAULT '',
+    PRIMARY KEY(project_id, name)
+);
 CREATE TABLE IF NOT EXISTS tags (
     id INTEGER PRIMARY KEY,
     name TEXT NOT NULL,

@@ -58,3 +58,17 @@ def test_add_column_and_swimlane_duplicates(board: Board, project: Project) -> N
     got = board.call("getTask", [task])
     assert (got["column_id"], got["swimlane_id"]) == (col, lane)
     assert board.call("removeColumn", [col]) is False  # it holds a task
+
+
+def test_project_metadata(board: Board, project: Project) -> None:
+    # Workers publish their queue's park state here; it must behave like task metadata.
+    assert board.call("getProjectMetadata", [project.id]) == {}
+    assert board.call("saveProjectMetadata", {"project_id": project.id,
+                                              "values": {"a": "1", "b": 2, "z": None}}) is True
+    assert board.call("getProjectMetadata", [project.id]) == {"a": "1", "b": "2", "z": None}
+    assert board.call("getProjectMetadataByName", [project.id, "a"]) == "1"
+    assert board.call("getProjectMetadataByName", [project.id, "nope"]) == ""
+    assert board.call("saveProjectMetadata", {"project_id": 987654, "values": {"a": "1"}}) is False
+    assert board.call("removeProjectMetadata", [project.id, "a"]) is True
+    assert board.call("removeProjectMetadata", [project.id, "a"]) is False
+    assert board.call("getProjectMetadata", [987654]) == {}

@@ -1,0 +1,1 @@
+"""Loopback stand-ins for services the fabric talks to (model providers, Langfuse)."""
