@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fabric.bootstrap import cached_layout, forget_layout_cache
@@ -37,6 +37,7 @@ class Fabric:
     board: TaskBoard
     ledger: Ledger
     clock: Callable[[], float] = time.time
+    parks: dict[str, dict[str, Any]] = field(default_factory=dict)  # from the last listing
 
     @classmethod
     def connect(
@@ -114,7 +115,7 @@ class Fabric:
     def listing(self, *, include_closed: bool = False) -> list[dict[str, Any]]:
         """Open tasks per queue and column, with ages (one round trip)."""
         query = "" if include_closed else "status:open"
-        rows = self.board.search(query)
+        rows, self.parks = self.board.search_with_parks(query)
         by_col = {v: k for k, v in self.board.layout.columns.items()}
         now = self.clock()
         out = []

@@ -101,6 +101,9 @@ class Lease:
     lease_until: float
     attempt: int
     spec: TaskSpec
+    # Questions asked and answers given in earlier epochs, oldest first:
+    # (("question", text), ("answer", text), …). The executor shows them to the model.
+    conversation: tuple[tuple[str, str], ...] = ()
 
     def idempotency_key(self, op: str) -> str:
         """A key for side effect ``op`` in this epoch: (task uid, epoch, operation)."""
@@ -240,7 +243,8 @@ class Ledger:
                                       lease_until=lease_until, attempt=p.attempt + 1),
             comment=None,
         )
-        return Lease(view.id, uid, rec.epoch, worker, lease_until, rec.attempt, view.spec)
+        return Lease(view.id, uid, rec.epoch, worker, lease_until, rec.attempt, view.spec,
+                     conversation(view))
 
     def check(self, lease: Lease) -> TaskView:
         """Raise :class:`Fenced` unless ``lease`` still holds the highest epoch."""
@@ -264,7 +268,7 @@ class Ledger:
         if view.epoch != lease.epoch:
             raise Fenced(lease.task_id, lease.epoch, view.epoch)
         return Lease(lease.task_id, lease.uid, lease.epoch, lease.owner, until, lease.attempt,
-                     lease.spec)
+                     lease.spec, lease.conversation)
 
     def _owner_view(self, lease: Lease) -> TaskView:
         """A view good enough to transition from the lease's epoch (no extra read).
@@ -325,8 +329,10 @@ class Ledger:
         """Input required: the task waits in ``human``'s inbox with the question."""
         return self._as_owner(
             lease, "ask",
+            # Asking is not a failed attempt: give the attempt back, as release does.
             lambda n, p: self._record(n, p, State.INPUT_REQUIRED, "ask", lease.owner,
-                                      assignee=human, reason=question),
+                                      assignee=human, reason=question,
+                                      attempt=max(0, p.attempt - 1)),
             comment=f"Question for @{human}: {question}\n\n(Answer in a comment, then move "
                     f"the card back to Queued.)",
         )
@@ -507,6 +513,17 @@ class Ledger:
         self.board.save_meta(lease.task_id, {f"{META_EVIDENCE_PREFIX}{lease.epoch}": text[:8000]})
         self.board.comment(lease.task_id, f"Late output from {lease.owner} (epoch "
                            f"{lease.epoch}, fenced): kept as evidence, not as the result.")
+
+
+def conversation(view: TaskView) -> tuple[tuple[str, str], ...]:
+    """The questions asked (``ask``) and answers given (``resume``) so far, in order."""
+    lines: list[tuple[str, str]] = []
+    for _, rec in sorted(view.records.items()):
+        if rec.op == "ask" and rec.reason:
+            lines.append(("question", rec.reason))
+        elif rec.op == "resume" and rec.reason:
+            lines.append(("answer", rec.reason))
+    return tuple(lines)
 
 
 def is_terminal(record: Record | None) -> bool:

@@ -23,10 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fabric.core import Fabric
-from fabric.kanboard.port import BoardError
+from fabric.kanboard.port import BoardError, BoardUnavailable
 from fabric.ledger import Fenced, Lease, LedgerError
+from fabric.submit import render_description
+from workers.availability import Availability, ParkTracker, Verdict, reason_key
 from workers.job import Executor, Job, Outcome
 from workers.queue import QueueReader
+
+INTERACTIVE_PRIORITY = 2  # high and urgent tasks count as interactive work
 
 log = logging.getLogger("agap.worker")
 
@@ -43,6 +47,7 @@ class WorkerConfig:
     backoff_seconds: float = 5.0
     exit_when_idle: bool = False  # drain mode (tests, batch runs): stop at the first empty poll
     default_human: str | None = None
+    interactive: bool = False  # the card's work is interactive (outranks background work)
 
 
 @dataclass
@@ -69,7 +74,9 @@ class Worker:
         self.config = config
         self.stop = threading.Event()
         self.stats = WorkerStats()
-        self.is_available: Callable[[], bool] = lambda: True
+        self.availability: Availability | None = None
+        self.park = ParkTracker(config.queue)
+        self._park_lock = threading.Lock()
 
     # -- run → slots ----------------------------------------------------------------
 
@@ -89,10 +96,10 @@ class Worker:
         owner = self.config.owner if self.config.concurrency == 1 else \
             f"{self.config.owner}/{index}"
         while not self.stop.is_set():
-            if not self.is_available():
-                self.stop.wait(self.config.poll_seconds)
-                continue
-            lease = self._fetch(reader, owner)
+            min_priority = self._gate(fab)
+            if min_priority is None:
+                continue  # parked: _gate waited
+            lease = self._fetch(reader, owner, min_priority)
             if lease is None:
                 if self.config.exit_when_idle and reader.last_poll_size == 0:
                     return
@@ -102,12 +109,48 @@ class Worker:
                 continue
             self._process(fab, beat_fab, lease)
 
+    # -- a(t) -----------------------------------------------------------------------
+
+    def _gate(self, fab: Fabric) -> int | None:
+        """Check a(t): the lowest priority to claim now, or None (parked, after a wait).
+
+        When the only refusal is the budget governor's reserve, interactive work (high
+        and urgent) still runs. Park changes are published to the board, not every poll.
+        """
+        if self.availability is None:
+            return 0
+        now = fab.clock()
+        verdict = self.availability.check(now, interactive=self.config.interactive)
+        if not verdict.available and reason_key(verdict.reason) == "reserved for interactive work":
+            self._publish(fab, verdict, now)
+            return INTERACTIVE_PRIORITY
+        self._publish(fab, verdict, now)
+        if verdict.available:
+            return 0
+        wait = self.config.poll_seconds if verdict.until is None else \
+            max(0.05, min(verdict.until - now, self.config.poll_seconds * 5))
+        self.stop.wait(wait)
+        return None
+
+    def _publish(self, fab: Fabric, verdict: Verdict, now: float) -> None:
+        with self._park_lock:
+            change = self.park.update(verdict, now)
+        if change is None:
+            return
+        log.info("queue %s %s", self.config.queue,
+                 f"parked: {change.reason}" if change.parked else "available")
+        try:
+            fab.board.publish_park(self.config.queue, change.to_dict())
+        except BoardError as exc:
+            log.warning("could not publish the park state: %s", exc)
+
     # -- fetch ----------------------------------------------------------------------
 
-    def _fetch(self, reader: QueueReader, owner: str) -> Lease | None:
+    def _fetch(self, reader: QueueReader, owner: str, min_priority: int = 0) -> Lease | None:
         self.stats.bump("polls")
         try:
-            lease = reader.claim_next(owner, lease_seconds=self.config.lease_seconds)
+            lease = reader.claim_next(owner, lease_seconds=self.config.lease_seconds,
+                                      min_priority=min_priority)
         except BoardError as exc:
             # The board is the authority: when it is away we wait, we never guess.
             log.warning("queue %s: board unavailable (%s); retrying", self.config.queue, exc)
@@ -136,19 +179,44 @@ class Worker:
         if job.fenced.is_set():
             self._fenced(fab, lease, outcome)
             return
-        try:
-            self._transition(fab, lease, outcome)
-        except Fenced:
-            self._fenced(fab, lease, outcome)
-        except (LedgerError, BoardError) as exc:
-            log.warning("task #%s: could not record the outcome (%s); the lease will "
-                        "expire and the keeper requeues it", lease.task_id, exc)
+        self._record_outcome(fab, lease, outcome)
+
+    def _record_outcome(self, fab: Fabric, lease: Lease, outcome: Outcome) -> None:
+        """Make the outcome's transition, waiting out a board that is away.
+
+        The result is ready and the lock decides who wins, so recording it late is safe:
+        if the keeper requeued the task meanwhile, our transition simply loses (fenced).
+        We keep trying for a bounded time, then leave the task to lease expiry.
+        """
+        give_up = time.monotonic() + max(60.0, 5 * self.config.lease_seconds)
+        delay = 0.5
+        while True:
+            try:
+                self._transition(fab, lease, outcome)
+                return
+            except Fenced:
+                self._fenced(fab, lease, outcome)
+                return
+            except BoardUnavailable as exc:
+                if time.monotonic() > give_up:
+                    log.warning("task #%s: board away too long (%s); leaving the task to "
+                                "lease expiry", lease.task_id, exc)
+                    return
+                log.warning("task #%s: board away (%s); retrying in %.1fs", lease.task_id,
+                            exc, delay)
+                time.sleep(delay)
+                delay = min(10.0, delay * 2)
+            except (LedgerError, BoardError) as exc:
+                log.warning("task #%s: could not record the outcome (%s); the lease will "
+                            "expire and the keeper requeues it", lease.task_id, exc)
+                return
 
     def _transition(self, fab: Fabric, lease: Lease, outcome: Outcome) -> None:
         ledger = fab.ledger
         if outcome.kind == "done":
             assert outcome.result_ref is not None
-            ledger.complete(lease, outcome.result_ref)
+            ledger.complete(lease, outcome.result_ref, description=render_description(
+                lease.spec, lease.uid, result_ref=outcome.result_ref))
             self.stats.bump("completed")
         elif outcome.kind in ("failed", "poison"):
             ledger.fail(lease, outcome.reason, poison=outcome.kind == "poison",

@@ -558,6 +558,12 @@ class DemoClient:
         if len(intent_line) > 240:
             intent_line = intent_line[:239] + "…"
         persona = next((ln.strip("# ").strip() for ln in system.splitlines() if ln.strip()), "")
+        if "[ask]" in intent and "A person answered:" not in intent:
+            # Demo of the input-required path: the task goes to a human's inbox.
+            text = (f"QUESTION FOR HUMAN: {DEMO_PREFIX}I need a person to decide before I "
+                    f"can do this: {intent_line}")
+            return Completion(text=text, cost_usd=0.0, model=model or "demo",
+                              call_id="demo-ask")
         lines = [f"{DEMO_PREFIX}This is a canned answer from the offline demo model, "
                  "not a real model.",
                  f"Task: {intent_line or '(no intent given)'}"]

@@ -66,12 +66,15 @@ class QueueReader:
             spread.extend(g)
         return self.board.read_meta_many(spread)
 
-    def claim_next(self, owner: str, *, lease_seconds: float) -> Lease | None:
+    def claim_next(self, owner: str, *, lease_seconds: float,
+                   min_priority: int = 0) -> Lease | None:
         """Claim the best due task, or None when there is nothing this worker can take.
 
-        ``last_poll_size`` tells "the queue is empty" apart from "others were faster".
+        ``min_priority`` skips lower priorities (the budget governor: near the end of a
+        quota, only interactive work runs). ``last_poll_size`` tells "the queue is empty"
+        apart from "others were faster".
         """
-        rows = self.poll()
+        rows = [r for r in self.poll() if int(r.get("priority") or 0) >= min_priority]
         while rows:
             for view in self.candidates(rows):
                 lease = self._try(view, owner, lease_seconds)

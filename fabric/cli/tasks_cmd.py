@@ -157,9 +157,13 @@ def ls_cmd(include_closed: bool, as_json: bool) -> None:
     """List tasks per queue and column, with ages."""
     fab = Fabric.connect()
     rows = fab.listing(include_closed=include_closed)
+    parked = {q: p for q, p in fab.parks.items() if p.get("parked")}
     if as_json:
-        _emit({"tasks": rows}, True, "")
+        _emit({"tasks": rows, "parked": parked}, True, "")
         return
+    for q, p in sorted(parked.items()):
+        until = f" until {_ts(p.get('until'))}" if p.get("until") else ""
+        click.echo(f"PARKED {q}: {p.get('reason', '?')}{until}")
     if not rows:
         click.echo("no open tasks")
         return
@@ -167,7 +171,8 @@ def ls_cmd(include_closed: bool, as_json: bool) -> None:
     for r in rows:
         if r["queue"] != queue:
             queue = r["queue"]
-            click.echo(f"{queue}:")
+            note = " (parked)" if queue in parked else ""
+            click.echo(f"{queue}:{note}")
         who = f" @{r['assignee']}" if r["assignee"] else ""
         click.echo(f"  #{r['id']:<5} {r['column']:<14} {PRIORITY_NAMES.get(r['priority'], '?'):<7}"
                    f" age {_age(r['age_seconds']):>4}{who}  {r['title']}")

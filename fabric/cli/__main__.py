@@ -1,0 +1,5 @@
+"""``python -m fabric.cli`` runs the ``agap`` command line."""
+
+from fabric.cli import main
+
+main()

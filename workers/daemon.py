@@ -1,0 +1,152 @@
+"""Assembling one queue's worker daemon from its card and the environment.
+
+``agap worker --agent ID`` calls :func:`build_worker` then :func:`run_until_signalled`.
+The availability counters (quota window, spend, parks) are saved on exit and restored
+on start: they are a local, rebuildable cache, and losing them costs at most a 429.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType
+
+from fabric.cards import Card, CardSet
+from fabric.config import Settings
+from fabric.core import Fabric
+from fabric.errors import ConfigError
+from fabric.kanboard.client import KanboardClient
+from workers.availability import Availability
+from workers.executor import ModelExecutor, Outage
+from workers.job import Executor, Job
+from workers.loop import Worker, WorkerConfig
+from workers.models import client_for
+from workers.prompt import persona_text
+from workers.refs import RefResolver
+from workers.results import store_for
+
+log = logging.getLogger("agap.worker")
+
+# Shapes that probe the real endpoint; a demo-mode worker never touches that endpoint.
+PROBING_SHAPES = frozenset({"gpu", "on_demand"})
+
+
+def effective_mode(card: Card, env: Mapping[str, str]) -> str:
+    """The model mode this worker runs in: AGAP_MODEL_MODE overrides the card."""
+    return (env.get("AGAP_MODEL_MODE") or "").strip().lower() or card.runtime.mode
+
+
+def availability_for(card: Card, env: Mapping[str, str]) -> Availability:
+    """The card's a(t), without the endpoint probes when the demo model stands in."""
+    if effective_mode(card, env) == "demo":
+        kept = [s for s in card.availability if s.shape not in PROBING_SHAPES]
+        if len(kept) != len(card.availability):
+            log.info("%s: demo model: skipping the endpoint probes (%s)", card.id,
+                     ", ".join(sorted({s.shape for s in card.availability} & PROBING_SHAPES)))
+            card = card.model_copy(update={"availability": kept})
+    return Availability.from_card(card)
+
+
+def _state_file(settings: Settings, card: Card) -> Path:
+    return settings.state_dir / f"availability-{card.queue_name}.json"
+
+
+def restore_counters(av: Availability, path: Path) -> None:
+    """Restore saved counters; a missing or corrupted file means starting fresh."""
+    with contextlib.suppress(OSError, ValueError):
+        av.restore(json.loads(path.read_text()))
+
+
+def save_counters(av: Availability, path: Path) -> None:
+    """Save the counters for the next start (best effort)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(av.snapshot()))
+        tmp.replace(path)
+    except OSError as exc:
+        log.warning("could not save availability counters: %s", exc)
+
+
+def owner_id(card: Card) -> str:
+    """This process's worker identity."""
+    import socket
+
+    return os.environ.get("AGAP_WORKER_ID") or f"{card.id}@{socket.gethostname()}:{os.getpid()}"
+
+
+def build_worker(card_id: str, settings: Settings, cards: CardSet, *,
+                 env: Mapping[str, str] | None = None, concurrency: int | None = None,
+                 executor: Executor | None = None, drain: bool = False) -> Worker:
+    """A ready-to-run worker for ``card_id``'s queue (model cards run the model executor)."""
+    env = os.environ if env is None else env
+    card = cards.get(card_id)
+    if card.kind == "human" or card.runtime.mode in ("human", "external"):
+        raise ConfigError(f"{card_id!r} is worked outside the fabric ({card.runtime.mode}): "
+                          "it has no worker daemon", where=f"cards/{card_id}.yaml",
+                          hint="external runtimes use `agap claim`/`agap complete`")
+    url, token = settings.require_board()
+
+    def connect() -> Fabric:
+        return Fabric.connect(settings, cards=cards, port=KanboardClient(url, token))
+
+    availability = availability_for(card, env)
+    if executor is None:
+        outage = Outage()
+        availability.shapes.append(outage)
+        fab = connect()
+        humans = [c.human.username for c in cards.humans() if c.human is not None]
+
+        def human_for(job: Job) -> str | None:
+            actor = job.lease.spec.actor
+            return actor if actor in humans else (humans[0] if humans else None)
+
+        def resolve_task(task_id: int) -> str:
+            view = fab.board.read(task_id)
+            cur = view.current
+            result = f"\nResult: {cur.result_ref}" if cur and cur.result_ref else ""
+            return f"{view.row.get('title')}\n\n{view.row.get('description', '')}{result}"
+
+        executor = ModelExecutor(
+            card=card, client=client_for(card, env),
+            results=store_for(env.get("AGAP_RESULT_STORE", ""), fab.board,
+                              env.get("AGAP_RESULT_DIR")),
+            refs=RefResolver(roots=[Path(p) for p in env.get("AGAP_REF_ROOTS", str(Path.cwd()))
+                                    .split(os.pathsep) if p], resolve_task=resolve_task),
+            availability=availability, outage=outage,
+            persona=persona_text(card.persona, cards.base_dir or Path.cwd()) if card.persona else None,
+            human_for=human_for)
+    config = WorkerConfig(
+        queue=card.queue_name, owner=owner_id(card),
+        lease_seconds=float(card.runtime.lease_seconds),
+        poll_seconds=float(env.get("AGAP_POLL_SECONDS") or card.runtime.poll_seconds),
+        concurrency=concurrency or card.runtime.concurrency,
+        backoff_seconds=card.runtime.backoff_seconds, exit_when_idle=drain,
+        interactive=card.runtime.interactive)
+    worker = Worker(connect, executor, config)
+    worker.availability = availability
+    return worker
+
+
+def run_until_signalled(worker: Worker, settings: Settings, card: Card) -> None:
+    """Run; SIGTERM or SIGINT finish (or release) the current task, then return."""
+    path = _state_file(settings, card)
+    if worker.availability is not None:
+        restore_counters(worker.availability, path)
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %s: finishing the current task, then exiting", signum)
+        worker.stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        worker.run()
+    finally:
+        if worker.availability is not None:
+            save_counters(worker.availability, path)

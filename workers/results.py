@@ -1,0 +1,109 @@
+"""Where results go. A result is always addressed by a reference (a URI), never pasted.
+
+Two stores:
+
+* :class:`AttachmentStore` (the default): the result is a file attached to the Kanboard
+  task; its ref is ``kanboard://task/<id>/file/<name>``.
+* :class:`DirectoryStore`: the result is a file in a directory (a shared volume, a
+  synced folder); its ref is a ``file://`` URI.
+
+File names carry the epoch that produced them, so a fenced owner's late file can never
+be mistaken for the accepted result: only the ref in the done record counts.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+from typing import Protocol
+
+from fabric.errors import ConfigError, InvalidInput
+from fabric.kanboard.port import BoardRefused
+from fabric.ledger import Lease
+from fabric.taskboard import TaskBoard
+
+_ATTACHMENT = re.compile(r"^kanboard://task/(\d+)/file/([^/]+)$")
+
+
+def result_name(lease: Lease, suffix: str = "md") -> str:
+    """``result-e<epoch>.<suffix>``: the file name of the result made under ``lease``."""
+    return f"result-e{lease.epoch}.{suffix}"
+
+
+class ResultStore(Protocol):
+    """Stores a result and returns its ref; reads a ref back."""
+
+    def put(self, lease: Lease, text: str) -> str:
+        """Store ``text`` as the result made under ``lease``; return its ref."""
+        ...
+
+    def get(self, ref: str) -> str:
+        """The text behind a ref this store made."""
+        ...
+
+
+class AttachmentStore:
+    """Results as Kanboard task attachments (one round trip per result)."""
+
+    def __init__(self, board: TaskBoard) -> None:
+        self.board = board
+
+    def put(self, lease: Lease, text: str) -> str:
+        name = result_name(lease)
+        blob = base64.b64encode(text.encode()).decode()
+        file_id = self.board.port.call("createTaskFile", {
+            "project_id": self.board.layout.project_id, "task_id": lease.task_id,
+            "filename": name, "blob": blob})
+        if not file_id:
+            raise BoardRefused("createTaskFile", file_id, f"attach the result to task #{lease.task_id}")
+        return f"kanboard://task/{lease.task_id}/file/{name}"
+
+    def get(self, ref: str) -> str:
+        m = _ATTACHMENT.match(ref)
+        if not m:
+            raise InvalidInput(f"not an attachment ref: {ref!r}", where="result ref",
+                               hint="expected kanboard://task/<id>/file/<name>")
+        task_id, name = int(m.group(1)), m.group(2)
+        for f in self.board.files(task_id):
+            if f.get("name") == name:
+                return base64.b64decode(self.board.download(int(f["id"]))).decode()
+        raise InvalidInput(f"task #{task_id} has no file {name!r}", where=ref)
+
+
+class DirectoryStore:
+    """Results as files under a directory: ``<root>/<task uid>/result-e<epoch>.md``."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).resolve()
+
+    def put(self, lease: Lease, text: str) -> str:
+        folder = self.root / lease.uid
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / result_name(lease)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)  # a reader never sees half a result
+        return path.as_uri()
+
+    def get(self, ref: str) -> str:
+        if not ref.startswith("file://"):
+            raise InvalidInput(f"not a file ref: {ref!r}", where="result ref")
+        path = Path(ref[len("file://"):]).resolve()
+        if self.root not in path.parents:
+            raise InvalidInput(f"{ref} is outside the result directory {self.root}",
+                               where="result ref")
+        return path.read_text()
+
+
+def store_for(kind: str, board: TaskBoard, directory: str | None = None) -> ResultStore:
+    """The store named by ``AGAP_RESULT_STORE`` (``attachment`` or ``dir``)."""
+    if kind in ("", "attachment", "kanboard"):
+        return AttachmentStore(board)
+    if kind in ("dir", "directory"):
+        if not directory:
+            raise ConfigError("AGAP_RESULT_STORE=dir needs AGAP_RESULT_DIR",
+                              hint="set AGAP_RESULT_DIR to a directory for results")
+        return DirectoryStore(directory)
+    raise ConfigError(f"unknown result store {kind!r}", where="AGAP_RESULT_STORE",
+                      hint="use attachment or dir")
