@@ -8,23 +8,38 @@ This is the Python API the CLI, workers and the A2A server share::
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from fabric.bootstrap import cached_layout, forget_layout_cache
-from fabric.cards import CardSet, load_cards
+from fabric.cards import Card, CardSet, load_cards
 from fabric.config import Settings
 from fabric.errors import ConfigError, InvalidInput
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.port import RpcPort
 from fabric.layout import COLUMN_ORDER
 from fabric.ledger import Ledger
-from fabric.models import parse_priority, parse_when
+from fabric.models import TaskSpec, parse_priority, parse_when
 from fabric.router import Constraints, choose, parse_constraints
 from fabric.submit import Receipt, Submitter, build_spec
 from fabric.taskboard import TaskBoard, TaskView
+
+
+class SubmitPolicy(Protocol):
+    """Checks a validated, routed task before it is created (hygiene, trust, quotas).
+
+    Raises a :class:`~fabric.errors.FabricError` naming the rule and the limit to refuse.
+    """
+
+    def check(self, fabric: Fabric, spec: TaskSpec, card: Card,
+              parent: TaskView | None) -> None: ...
+
+
+# Called after a task is created or found: (receipt, spec). Listeners must not raise.
+SubmitListener = Callable[[Receipt, TaskSpec], None]
 
 
 @dataclass
@@ -38,6 +53,8 @@ class Fabric:
     ledger: Ledger
     clock: Callable[[], float] = time.time
     parks: dict[str, dict[str, Any]] = field(default_factory=dict)  # from the last listing
+    policies: list[SubmitPolicy] = field(default_factory=list)
+    submit_listeners: list[SubmitListener] = field(default_factory=list)
 
     @classmethod
     def connect(
@@ -97,14 +114,22 @@ class Fabric:
             actor=actor or self.settings.actor, action_id=key, parent=parent_view,
             max_attempts=card.runtime.max_attempts, now=now,
         )
+        for policy in self.policies:
+            policy.check(self, spec, card, parent_view)
         assignee = card.human.username if card.human is not None else None
         try:
-            return Submitter(self.board).submit(spec, assignee=assignee)
+            receipt = Submitter(self.board).submit(spec, assignee=assignee)
         except ConfigError:
             # The cached layout may be stale (a new card, a reset board): refresh once.
             forget_layout_cache(self.settings)
             self.board.layout = cached_layout(self.port, self.settings, refresh=True)
-            return Submitter(self.board).submit(spec, assignee=assignee)
+            receipt = Submitter(self.board).submit(spec, assignee=assignee)
+        for listener in self.submit_listeners:
+            try:
+                listener(receipt, spec)
+            except Exception:  # publishing is never on the correctness path
+                logging.getLogger("agap.submit").exception("submit listener failed")
+        return receipt
 
     # -- inspect --------------------------------------------------------------------
 

@@ -138,11 +138,14 @@ class Ledger:
         *,
         clock: Clock = time.time,
         gap_timeout: float = 30.0,
+        gap_grace: float = 2.0,
         recheck_after: float = 3600.0,
     ) -> None:
         self.board = board
         self.clock = clock
         self.gap_timeout = gap_timeout
+        self.gap_grace = gap_grace
+        self._suspects: dict[tuple[int, int], float] = {}
         # Lock tags are garbage-collected only for tasks closed longer than a retention
         # period (days). A transition whose basis read is older than this re-checks
         # for a newer record before writing (DESIGN §4 rule 7).
@@ -210,14 +213,25 @@ class Ledger:
                 time.sleep(0.05 * (attempt + 1))
 
     def _after_lost_lock(self, view: TaskView, nxt: int) -> None:
-        """We lost epoch ``nxt``: a live winner, or a winner that died before its record."""
+        """We lost epoch ``nxt``: a live winner, or a winner that died before its record.
+
+        A live winner writes its record right after its lock, so one loss proves nothing:
+        it is remembered. Only when the same epoch is still unrecorded at a later loss,
+        ``gap_grace`` seconds on, is the gap noted on the task for anyone to resolve.
+        """
         fresh = self.board.read(view.id)
         if fresh.epoch >= nxt:
             raise LostRace(view.id, nxt)
+        now = self.clock()
         note = fresh.gap
-        if note is None or note.epoch != nxt:
-            self.board.save_meta(view.id, {META_GAP: json.dumps(
-                {"epoch": nxt, "seen": self.clock()})})
+        if note is not None and note.epoch == nxt:
+            raise LostRace(view.id, nxt, gap=True)
+        first = self._suspects.setdefault((view.id, nxt), now)
+        if now - first >= self.gap_grace:
+            self.board.save_meta(view.id, {META_GAP: json.dumps({"epoch": nxt, "seen": first})})
+            self._suspects.pop((view.id, nxt), None)
+        if len(self._suspects) > 10_000:  # a bounded memory of suspicions
+            self._suspects.clear()
         raise LostRace(view.id, nxt, gap=True)
 
     def _record(self, nxt: int, prev: Record, state: State, op: str, by: str,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -17,6 +18,11 @@ class Job:
     ledger: Ledger
     fenced: threading.Event = field(default_factory=threading.Event)
     stopping: threading.Event = field(default_factory=threading.Event)
+    on_progress: Callable[[str], None] = lambda detail: None
+
+    def progress(self, detail: str) -> None:
+        """Report progress (published as a live event; never written to the board)."""
+        self.on_progress(detail)
 
     @property
     def should_stop(self) -> bool:

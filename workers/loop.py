@@ -32,6 +32,11 @@ from workers.queue import QueueReader
 
 INTERACTIVE_PRIORITY = 2  # high and urgent tasks count as interactive work
 
+# Called after each change a worker makes or sees: (event, lease, detail). Events:
+# started, progress, completed, failed, input_required, released, fenced. Listeners
+# (live event publishers) must not raise: the board stays the authority.
+Listener = Callable[[str, Lease, str], None]
+
 log = logging.getLogger("agap.worker")
 
 
@@ -77,6 +82,10 @@ class Worker:
         self.availability: Availability | None = None
         self.park = ParkTracker(config.queue)
         self._park_lock = threading.Lock()
+        self.listeners: list[Listener] = []
+        # Set by a wake-up hint (a submit event, a webhook): an idle slot polls at once.
+        # The poll interval stays as the safety net.
+        self.wake = threading.Event()
 
     # -- run → slots ----------------------------------------------------------------
 
@@ -103,11 +112,30 @@ class Worker:
             if lease is None:
                 if self.config.exit_when_idle and reader.last_poll_size == 0:
                     return
-                if self.config.exit_when_idle:
-                    continue  # others were faster: poll again at once
-                self.stop.wait(self.config.poll_seconds)
+                # Nothing claimable (others were faster, or a gap not yet due): wait a
+                # little in drain mode, a poll interval otherwise.
+                if self._idle(min(0.2, self.config.poll_seconds) if self.config.exit_when_idle
+                              else self.config.poll_seconds):
+                    reader.invalidate()  # woken by a hint: poll afresh at once
                 continue
             self._process(fab, beat_fab, lease)
+
+    def _idle(self, seconds: float) -> bool:
+        """Sleep a poll interval, cut short by a stop or a wake-up hint (returns True)."""
+        end = time.monotonic() + seconds
+        while not self.stop.is_set() and (left := end - time.monotonic()) > 0:
+            if self.wake.wait(min(left, 0.1)):
+                self.wake.clear()
+                return True
+        return False
+
+    def emit(self, event: str, lease: Lease, detail: str = "") -> None:
+        """Tell the listeners (never raises: publishing is not on the correctness path)."""
+        for listener in self.listeners:
+            try:
+                listener(event, lease, detail)
+            except Exception:
+                log.exception("event listener failed on %s for task #%s", event, lease.task_id)
 
     # -- a(t) -----------------------------------------------------------------------
 
@@ -159,12 +187,14 @@ class Worker:
         if lease is not None:
             self.stats.bump("claimed")
             log.info("claimed task #%s epoch %s", lease.task_id, lease.epoch)
+            self.emit("started", lease, f"attempt {lease.attempt}")
         return lease
 
     # -- process --------------------------------------------------------------------
 
     def _process(self, fab: Fabric, beat_fab: Fabric, lease: Lease) -> None:
-        job = Job(lease, fab.ledger, stopping=self.stop)
+        job = Job(lease, fab.ledger, stopping=self.stop,
+                  on_progress=lambda detail: self.emit("progress", job.lease, detail))
         beat = Heartbeat(beat_fab, job, self.config.lease_seconds)
         beat.start()
         try:
@@ -218,22 +248,29 @@ class Worker:
             ledger.complete(lease, outcome.result_ref, description=render_description(
                 lease.spec, lease.uid, result_ref=outcome.result_ref))
             self.stats.bump("completed")
+            self.emit("completed", lease, outcome.result_ref)
         elif outcome.kind in ("failed", "poison"):
-            ledger.fail(lease, outcome.reason, poison=outcome.kind == "poison",
-                        backoff_base=self.config.backoff_seconds)
+            rec = ledger.fail(lease, outcome.reason, poison=outcome.kind == "poison",
+                              backoff_base=self.config.backoff_seconds)
             self.stats.bump("failed")
+            self.emit("failed" if rec.state.value == "dead" else "released", lease,
+                      outcome.reason)
         elif outcome.kind == "ask":
             human = outcome.human or self.config.default_human
             if human is None:
                 ledger.fail(lease, f"asked a question but no human is configured: "
                                    f"{outcome.question}", poison=True)
+                self.emit("failed", lease, "asked a question but no human is configured")
             else:
                 ledger.ask(lease, outcome.question, human)
+                self.emit("input_required", lease, outcome.question)
         else:
             ledger.release(lease, outcome.reason)
+            self.emit("released", lease, outcome.reason)
 
     def _fenced(self, fab: Fabric, lease: Lease, outcome: Outcome) -> None:
         self.stats.bump("fenced")
+        self.emit("fenced", lease, "a newer epoch exists; output kept as evidence")
         log.warning("task #%s: fenced at epoch %s; keeping output as evidence",
                     lease.task_id, lease.epoch)
         with contextlib.suppress(BoardError):

@@ -31,16 +31,26 @@ def order_key(row: dict[str, Any]) -> tuple[int, float, int, int]:
 
 
 class QueueReader:
-    """Finds and claims due tasks in one queue."""
+    """Finds and claims due tasks in one queue.
+
+    One poll serves several claims: the sorted result is kept and worked down, and the
+    queue is polled again only when that list is used up or older than ``max_age``
+    (otherwise draining N tasks would cost N polls of N rows). Rows claimed by others in
+    the meantime cost a metadata read, never a lock attempt.
+    """
 
     def __init__(self, board: TaskBoard, ledger: Ledger, queue: str, *,
-                 clock: Callable[[], float] = time.time, rng: random.Random | None = None):
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None,
+                 max_age: float = 2.0):
         self.board = board
         self.ledger = ledger
         self.queue = queue
         self.clock = clock
         self.rng = rng or random.Random()
+        self.max_age = max_age
         self.last_poll_size = 0
+        self._rows: list[dict[str, Any]] = []
+        self._polled_at = float("-inf")
 
     def poll(self) -> list[dict[str, Any]]:
         """The queue's queued open tasks that may be due, best first (one round trip)."""
@@ -49,7 +59,12 @@ class QueueReader:
         due = [r for r in rows if int(r.get("date_started") or 0) <= now]
         due.sort(key=order_key)
         self.last_poll_size = len(due)
+        self._rows, self._polled_at = list(due), time.monotonic()
         return due
+
+    def invalidate(self) -> None:
+        """Forget the kept poll (a wake-up hint: something new may be first in line)."""
+        self._rows = []
 
     def candidates(self, rows: list[dict[str, Any]]) -> list[TaskView]:
         """Records of the best few rows (one round trip), spread among equal priorities."""
@@ -74,23 +89,38 @@ class QueueReader:
         quota, only interactive work runs). ``last_poll_size`` tells "the queue is empty"
         apart from "others were faster".
         """
-        rows = [r for r in self.poll() if int(r.get("priority") or 0) >= min_priority]
-        while rows:
-            for view in self.candidates(rows):
-                lease = self._try(view, owner, lease_seconds)
-                if lease is not None:
-                    return lease
-            rows = rows[CANDIDATES:]
-        return None
+        fresh = False
+        if not self._rows or time.monotonic() - self._polled_at > self.max_age:
+            self.poll()
+            fresh = True
+        while True:
+            rows = [r for r in self._rows if int(r.get("priority") or 0) >= min_priority]
+            while rows:
+                batch = rows[:CANDIDATES]
+                taken = {int(r["id"]) for r in batch}
+                # Whatever happens to these (ours, someone else's, not claimable now),
+                # they leave the kept list; the next poll brings back what is still queued.
+                self._rows = [r for r in self._rows if int(r["id"]) not in taken]
+                for view in self.candidates(batch):
+                    lease = self._try(view, owner, lease_seconds)
+                    if lease is not None:
+                        return lease
+                rows = rows[CANDIDATES:]
+            if fresh:
+                return None
+            self.poll()
+            fresh = True
 
     def _try(self, view: TaskView, owner: str, lease_seconds: float) -> Lease | None:
         cur = view.current
         if cur is None:
             return None  # submit in flight (or a repair for the keeper)
-        if self.ledger.gap_due(view):
-            with contextlib.suppress(LostRace, IllegalTransition):
-                self.ledger.resolve_gap(view, by=owner)
-            return None  # claim it on a later poll, from fresh records
+        note = view.gap
+        if note is not None and note.epoch == view.epoch + 1:
+            if self.ledger.gap_due(view):
+                with contextlib.suppress(LostRace, IllegalTransition):
+                    self.ledger.resolve_gap(view, by=owner)
+            return None  # a young gap is its winner's; an old one is claimed next poll
         if cur.state != State.QUEUED or (cur.not_before and cur.not_before > self.clock()):
             return None
         try:

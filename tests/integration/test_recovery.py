@@ -63,9 +63,12 @@ def test_a_winner_dying_between_tag_and_record_leaves_a_gap_that_is_resolved(
     p.start()
     p.join(30)
     assert p.exitcode == 9
-    reader = QueueReader(fab.board, fab.ledger, "gemma-local")
+    fab.ledger.gap_grace = 0.2
+    reader = QueueReader(fab.board, fab.ledger, "gemma-local", max_age=0)
     assert reader.claim_next("w1", lease_seconds=30) is None, "epoch 1 is held by the dead"
-    assert fab.board.read(tid).gap is not None, "the loser must note the suspected gap"
+    time.sleep(0.25)
+    assert reader.claim_next("w1", lease_seconds=30) is None
+    assert fab.board.read(tid).gap is not None, "a loser must note the persisting gap"
     time.sleep(0.6)
     report = sweep_leases_and_gaps(fab)
     assert report.gaps_resolved == [tid]

@@ -1,0 +1,100 @@
+"""The results as a compact Markdown table: rows are metrics, columns are boards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _ratio(x: float, base: float) -> str:
+    return f"{x / base:.2f}x" if base else "n/a"
+
+
+def _errors(d: dict[str, int]) -> int:
+    return sum(d.values())
+
+
+def _n(x: Any) -> str:
+    if x is None or (isinstance(x, float) and x != x):
+        return "n/a"
+    return f"{x:g}" if isinstance(x, int | float) else str(x)
+
+
+def rows_for(res: dict[str, Any]) -> dict[str, str]:
+    """metric -> cell, for one target."""
+    t = res["trips"]
+    cli = t["cli"]
+    rows: dict[str, str] = {
+        "Round trips: `Fabric.submit`": _n(t["submit"]["mean"]),
+        "Round trips: submit with a new idempotency key": _n(t["submit_key_new"]["mean"]),
+        "Round trips: submit repeating a key (returns the original)":
+            _n(t["submit_key_repeat"]["mean"]),
+        "Round trips: `agap submit` CLI, warm layout cache (proxy-counted)":
+            _n(cli["warm_posts"]["mean"]),
+        "Round trips: `agap submit` CLI, cold layout cache (proxy-counted)":
+            _n((cli["cold"] or {}).get("proxy_posts")),
+        "Round trips: claim (poll + claim)": _n(t["claim"]["mean"]),
+        "Round trips: complete": _n(t["complete"]["mean"]),
+        "Round trips: lifecycle submit → claim → complete": _n(t["lifecycle"]["mean"]),
+        "Round trips: idle poll (empty queue)": _n(t["idle_poll"]),
+        "Round trips: lease renewal": _n(t.get("renew")),
+        "Round trips: one side effect (intent + receipt)": _n(t.get("side_effect")),
+        "Lifecycle latency, sequential (x one `getTask`)":
+            _n(t.get("lifecycle_x_getTask")) + "x",
+    }
+    if t.get("spoiled_samples"):
+        rows["Round-trip samples spoiled by board errors (excluded)"] = _n(
+            sum(t["spoiled_samples"].values()))
+    thr = res["throughput"]
+    best, totals = thr["best"], thr["totals"]
+    for key in sorted(best["raw"], key=int):
+        p = int(key)
+        raw, fab, nai, tot = best["raw"][key], best["fabric"][key], best["naive"][key], totals[key]
+        base = raw["per_second"]
+        rows[f"{p} proc: board ceiling, raw `createTask`/s"] = (
+            f"{base:g}/s" + (f" ({tot['raw_errors']} errors)" if tot["raw_errors"] else ""))
+        rows[f"{p} proc: fabric tasks done/s (x ceiling)"] = (
+            f"{_ratio(fab['per_second'], base)} ({fab['per_second']:g}/s)")
+        rows[f"{p} proc: naive tasks done/s (x ceiling)"] = (
+            f"{_ratio(nai['per_second'], base)} ({nai['per_second']:g}/s)")
+        rows[f"{p} proc: tasks run more than once, fabric / naive"] = (
+            f"**{tot['fabric_double_executions']}** / **{tot['naive_double_executions']}** "
+            f"of {tot['tasks']}")
+        rows[f"{p} proc: tasks done, fabric / naive"] = (
+            f"{tot['fabric_done']} / {tot['naive_done']} of {tot['tasks']}")
+        fab_trips_per_s = fab["trips"] / fab["seconds"] if fab["seconds"] else 0.0
+        rows[f"{p} proc: fabric round trips per done task"] = (
+            f"{fab['trips_per_task']:g} ({_ratio(fab_trips_per_s, base)} ceiling in trips/s)")
+        rows[f"{p} proc: board errors (all runs), fabric / naive"] = (
+            f"{tot['fabric_errors']} / {tot['naive_errors']}")
+    return rows
+
+
+def table(results: dict[str, Any]) -> str:
+    targets = results["targets"]
+    labels = [targets[k]["label"] for k in targets]
+    per = [rows_for(targets[k]) for k in targets]
+    metrics: list[str] = []
+    for r in per:
+        for m in r:
+            if m not in metrics:
+                metrics.append(m)
+    lines = ["| metric | " + " | ".join(labels) + " |",
+             "|---|" + "---|" * len(labels)]
+    for m in metrics:
+        lines.append(f"| {m} | " + " | ".join(r.get(m, "-") for r in per) + " |")
+    return "\n".join(lines)
+
+
+def readme_block(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    reps = results["config"]["repeats"]
+    sizes = ", ".join(f"{t['label']}: {t['tasks']} tasks per point" for t in results["targets"].values())
+    return (
+        f"Measured with `{results['command']}` on {m['date']} ({m['nproc']} CPUs, "
+        f"Python {m['python']}, load average {m['loadavg_at_start'][0]} at start; {sizes}; "
+        f"best of {reps} runs per point; drill executor, no sleep). Throughput is a ratio of "
+        "the board's own `createTask` rate measured in the same run with the same number of "
+        "processes (one `createTask` is one round trip). \"Run more than once\" and "
+        "\"done\" are summed over all runs.\n\n"
+        + table(results) + "\n"
+    )
