@@ -97,4 +97,14 @@ def readme_block(results: dict[str, Any]) -> str:
         "processes (one `createTask` is one round trip). \"Run more than once\" and "
         "\"done\" are summed over all runs.\n\n"
         + table(results) + "\n"
+        + "".join(section_table(sec) for sec in results.get("sections", {}).values())
     )
+
+
+def section_table(section: dict[str, Any]) -> str:
+    """One benchmark section as its own table (rows of [metric, value])."""
+    rows = section.get("rows") or [[k, _n(v)] for k, v in section.items()
+                                   if k not in ("title", "data")]
+    lines = [f"\n**{section.get('title', 'more')}**\n", "| metric | value |", "|---|---|"]
+    lines += [f"| {m} | {v} |" for m, v in rows]
+    return "\n".join(lines) + "\n"

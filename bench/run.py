@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         pool.close()
         shutil.rmtree(tmp, ignore_errors=True)
+    results["sections"] = run_sections(args.quick)
     results["seconds"] = round(time.monotonic() - started, 1)
     results["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     write(results, out)
@@ -92,6 +94,22 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results))
     print(f"\n(total {results['seconds']} s; results in {out})")
     return 0
+
+
+# Benchmarks of other parts of the fabric: each module has run(quick) -> {"title", "rows"}.
+SECTIONS = ("bench.workers", "bench.keeper_sweep", "bench.events", "bench.a2a")
+
+
+def run_sections(quick: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in SECTIONS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError:
+            continue
+        print(f"[{name}] …", flush=True)
+        out[name] = module.run(quick)
+    return out
 
 
 def write(results: dict[str, Any], out: Path) -> None:
