@@ -59,6 +59,7 @@ META_SPEC = "fabric.spec"
 META_RECORD_PREFIX = "fabric.e"  # fabric.e0, fabric.e1, … one record per epoch
 META_EFFECT_PREFIX = "fabric.fx."  # fabric.fx.<op> = side-effect intent and receipt
 META_EVIDENCE_PREFIX = "fabric.evidence.e"  # late output of a fenced owner
+META_COST = "fabric.cost_usd"  # model spend on the task so far (the digest sums it)
 
 # -- project metadata keys (work project) ---------------------------------------------
 META_PARK_PREFIX = "fabric.park."  # fabric.park.<queue> = the queue's park state (JSON)

@@ -307,7 +307,8 @@ class Ledger:
             raise Fenced(lease.task_id, lease.epoch, current) from None
 
     def complete(self, lease: Lease, result_ref: str, *, note: str | None = None,
-                 files: Iterable[tuple[str, str]] = (), description: str | None = None) -> Record:
+                 files: Iterable[tuple[str, str]] = (), description: str | None = None,
+                 extra_meta: dict[str, str] | None = None) -> Record:
         """Done, unverified: the owner reports its result by reference."""
         text = f"Done by {lease.owner} (epoch {lease.epoch + 1}). Result: {result_ref}"
         return self._as_owner(
@@ -315,6 +316,7 @@ class Ledger:
             lambda n, p: self._record(n, p, State.DONE, "complete", lease.owner,
                                       result_ref=result_ref, reason=note),
             comment=text + (f"\n\n{note}" if note else ""), files=files, description=description,
+            extra_meta=extra_meta,
         )
 
     def fail(self, lease: Lease, reason: str, *, poison: bool = False,

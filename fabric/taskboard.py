@@ -380,7 +380,8 @@ class TaskBoard:
         params: dict[str, Any] = {
             "title": spec.title(),
             "project_id": self.layout.project_id,
-            "column_id": self.layout.columns[Column.QUEUED],
+            # A task for a person waits in their inbox from the start.
+            "column_id": self.layout.columns[Column.WAITING if owner_id else Column.QUEUED],
             "swimlane_id": self.layout.swimlane(spec.queue),
             "description": description,
             "priority": spec.priority,

@@ -1,24 +1,29 @@
-"""The keeper's sweeps, as plain functions (the daemon schedules them).
+"""The keeper's lease and gap sweeps, as plain functions (the daemon schedules them).
 
 Each sweep reads only *active* tasks (open, in the columns where work happens), so its
-cost grows with active work, never with history.
+cost grows with active work, never with history. A task whose metadata cannot be read
+is reported in :attr:`SweepReport.problems` and skipped; it never stops the sweep.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fabric.core import Fabric
-from fabric.kanboard.port import BoardError
-from fabric.layout import Column, State
-from fabric.ledger import IllegalTransition, LostRace
+from fabric.kanboard.port import BoardError, BoardUnavailable
+from fabric.layout import State
+from fabric.ledger import IllegalTransition, LedgerError, LostRace
 from fabric.submit import repair_unrecorded
 from fabric.taskboard import TaskView
+from keeper import snapshot
+from keeper.snapshot import ACTIVE_COLUMNS, Snapshot
 
 log = logging.getLogger("agap.keeper")
 
-ACTIVE_COLUMNS = (Column.QUEUED, Column.WORKING, Column.WAITING)
+__all__ = ["ACTIVE_COLUMNS", "SweepReport", "active_views", "sweep_gaps", "sweep_leases",
+           "sweep_leases_and_gaps"]
 
 
 @dataclass
@@ -31,44 +36,89 @@ class SweepReport:
     gaps_resolved: list[int] = field(default_factory=list)
     repaired: list[int] = field(default_factory=list)
     problems: dict[int, list[str]] = field(default_factory=dict)
+    trips: int = 0
+
+    def problem(self, task_id: int, text: str) -> None:
+        self.problems.setdefault(task_id, []).append(text)
 
 
 def active_views(fab: Fabric) -> list[TaskView]:
     """Open tasks in the active columns with their records (two round trips)."""
-    rows = fab.board.open_in(ACTIVE_COLUMNS)
-    return fab.board.read_meta_many(rows)
+    return snapshot.take(fab).views
 
 
-def sweep_leases_and_gaps(fab: Fabric, *, by: str = "keeper",
-                          repair_after: float = 60.0) -> SweepReport:
+def usable(view: TaskView, report: SweepReport) -> bool:
+    """True when the task's metadata is readable; otherwise report it and skip it."""
+    if view.problems:
+        report.problems.setdefault(view.id, []).extend(view.problems)
+        log.warning("task #%s: corrupted metadata, skipped: %s", view.id, "; ".join(view.problems))
+        return False
+    return True
+
+
+def guarded(view: TaskView, report: SweepReport, action: Callable[[], None]) -> None:
+    """Run one task's action; a lost race or a refusal is logged, anything else reported.
+
+    The board being unreachable is re-raised: the job backs off instead of hammering it.
+    """
+    try:
+        action()
+    except (LostRace, IllegalTransition) as exc:
+        log.info("task #%s: %s", view.id, exc)
+    except BoardUnavailable:
+        raise
+    except (BoardError, LedgerError) as exc:
+        log.warning("task #%s: %s", view.id, exc)
+        report.problem(view.id, str(exc))
+    except Exception as exc:  # a bad task must never stop the sweep
+        log.exception("task #%s: unexpected error", view.id)
+        report.problem(view.id, f"{type(exc).__name__}: {exc}")
+
+
+def sweep_leases(fab: Fabric, snap: Snapshot, report: SweepReport, *, by: str = "keeper",
+                 grace: float = 0.0, repair_after: float = 60.0) -> None:
+    """Requeue expired leases (dead letter on the last attempt); repair half-submits."""
+    now = fab.clock()
+    for view in snap.views:
+        report.scanned += 1
+        cur = view.current
+        if cur is None and not view.problems:
+            created = int(view.row.get("date_creation") or now)
+            if now - created >= repair_after:
+                def repair(v: TaskView = view) -> None:
+                    if repair_unrecorded(fab.board, v) is not None:
+                        report.repaired.append(v.id)
+                guarded(view, report, repair)
+            continue
+        if not usable(view, report) or cur is None or view.spec is None:
+            continue
+        if fab.ledger.gap_due(view):
+            continue  # the gap sweep steps over it
+        if cur.state == State.WORKING and cur.lease_until is not None and cur.lease_until + grace < now:
+            def requeue(v: TaskView = view) -> None:
+                rec = fab.ledger.requeue_expired(v, by=by)
+                (report.dead_lettered if rec.state == State.DEAD else report.requeued).append(v.id)
+            guarded(view, report, requeue)
+
+
+def sweep_gaps(fab: Fabric, snap: Snapshot, report: SweepReport, *, by: str = "keeper") -> None:
+    """Resolve epoch gaps (a lock without its record) older than the ledger's timeout."""
+    for view in snap.views:
+        if view.current is None or view.problems or not fab.ledger.gap_due(view):
+            continue
+
+        def resolve(v: TaskView = view) -> None:
+            fab.ledger.resolve_gap(v, by=by)
+            report.gaps_resolved.append(v.id)
+        guarded(view, report, resolve)
+
+
+def sweep_leases_and_gaps(fab: Fabric, *, by: str = "keeper", repair_after: float = 60.0,
+                          grace: float = 0.0) -> SweepReport:
     """Requeue expired leases, resolve old gaps, repair half-submitted tasks."""
     report = SweepReport()
-    now = fab.clock()
-    for view in active_views(fab):
-        report.scanned += 1
-        if view.problems:
-            report.problems[view.id] = view.problems
-        try:
-            _sweep_one(fab, view, now, by, repair_after, report)
-        except (LostRace, IllegalTransition) as exc:
-            log.info("task #%s: %s", view.id, exc)
-        except BoardError as exc:
-            log.warning("task #%s: board error during sweep: %s", view.id, exc)
+    snap = snapshot.take(fab)
+    report.trips = snap.trips
+    sweep_gaps(fab, snap, report, by=by)
+    sweep_leases(fab, snap, report, by=by, grace=grace, repair_after=repair_after)
     return report
-
-
-def _sweep_one(fab: Fabric, view: TaskView, now: float, by: str, repair_after: float,
-               report: SweepReport) -> None:
-    cur = view.current
-    if cur is None:
-        created = int(view.row.get("date_creation") or now)
-        if now - created >= repair_after and repair_unrecorded(fab.board, view) is not None:
-            report.repaired.append(view.id)
-        return
-    if fab.ledger.gap_due(view):
-        fab.ledger.resolve_gap(view, by=by)
-        report.gaps_resolved.append(view.id)
-        return
-    if cur.state == State.WORKING and cur.lease_until is not None and cur.lease_until < now:
-        rec = fab.ledger.requeue_expired(view, by=by)
-        (report.dead_lettered if rec.state == State.DEAD else report.requeued).append(view.id)

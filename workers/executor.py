@@ -144,7 +144,7 @@ class ModelExecutor:
         except FabricError as exc:
             return Outcome.failed(f"could not store the result: {exc.line()}")
         log.info("task #%s done: %s (cost $%.4f)", job.lease.task_id, ref, answer.cost_usd)
-        return Outcome.done(ref, evidence=answer.text[:4000])
+        return Outcome.done(ref, evidence=answer.text[:4000], cost_usd=answer.cost_usd)
 
     @staticmethod
     def _intent(job: Job) -> str:

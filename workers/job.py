@@ -48,10 +48,12 @@ class Outcome:
     question: str = ""
     human: str | None = None
     evidence: str = ""  # what to keep if the owner turns out fenced
+    cost_usd: float = 0.0  # model spend of this execution
 
     @classmethod
-    def done(cls, result_ref: str, evidence: str = "") -> Outcome:
-        return cls("done", result_ref=result_ref, evidence=evidence or result_ref)
+    def done(cls, result_ref: str, evidence: str = "", cost_usd: float = 0.0) -> Outcome:
+        return cls("done", result_ref=result_ref, evidence=evidence or result_ref,
+                   cost_usd=cost_usd)
 
     @classmethod
     def failed(cls, reason: str, *, poison: bool = False) -> Outcome:

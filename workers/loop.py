@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from fabric.core import Fabric
 from fabric.kanboard.port import BoardError, BoardUnavailable
+from fabric.layout import META_COST
 from fabric.ledger import Fenced, Lease, LedgerError
 from fabric.submit import render_description
 from workers.availability import Availability, ParkTracker, Verdict, reason_key
@@ -246,7 +247,8 @@ class Worker:
         if outcome.kind == "done":
             assert outcome.result_ref is not None
             ledger.complete(lease, outcome.result_ref, description=render_description(
-                lease.spec, lease.uid, result_ref=outcome.result_ref))
+                lease.spec, lease.uid, result_ref=outcome.result_ref),
+                extra_meta={META_COST: f"{outcome.cost_usd:.6f}"} if outcome.cost_usd else None)
             self.stats.bump("completed")
             self.emit("completed", lease, outcome.result_ref)
         elif outcome.kind in ("failed", "poison"):

@@ -1,0 +1,243 @@
+"""The keeper daemon: each duty is an APScheduler job with its own interval.
+
+Jobs run one at a time on one thread (a :class:`~fabric.core.Fabric` is used from one
+thread), never overlap themselves and coalesce missed runs: the keeper does not catch up
+on what it missed while stopped (a missed run is Zabbix's business, not the keeper's).
+
+A job that cannot reach the board logs, counts ``keeper_board_errors_total``, marks the
+board down and backs off (exponentially, capped) before trying again; it never crashes the
+daemon. The first successful run marks the board up again.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC
+from typing import Any
+
+from apscheduler.executors.pool import ThreadPoolExecutor  # type: ignore[import-untyped]
+from apscheduler.schedulers.background import BackgroundScheduler  # type: ignore[import-untyped]
+from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
+from apscheduler.triggers.interval import IntervalTrigger  # type: ignore[import-untyped]
+
+from fabric.core import Fabric
+from fabric.errors import ConfigError
+from fabric.kanboard.port import BoardError
+from keeper import duties, gc, gestures, snapshot, sweeps
+from keeper.config import JOBS, KeeperConfig
+from keeper.metrics import Metrics
+from keeper.notify import Notifier
+
+log = logging.getLogger("agap.keeper")
+
+
+@dataclass
+class _Backoff:
+    failures: int = 0
+    until: float = 0.0
+
+
+@dataclass
+class Keeper:
+    """The keeper's duties over one fabric connection, made lazily (the board may be down)."""
+
+    config: KeeperConfig
+    connect: Callable[[], Fabric]
+    metrics: Metrics = field(default_factory=Metrics)
+    notifier: Notifier | None = None
+    monotonic: Callable[[], float] = time.monotonic
+    _fab: Fabric | None = None
+    _backoff: dict[str, _Backoff] = field(default_factory=dict)
+    last: dict[str, Any] = field(default_factory=dict)  # job -> its last report
+
+    @classmethod
+    def for_fabric(cls, fab: Fabric, config: KeeperConfig | None = None, **kw: Any) -> Keeper:
+        return cls(config or KeeperConfig(), lambda: fab, **kw)
+
+    def fab(self) -> Fabric:
+        if self._fab is None:
+            self._fab = self.connect()
+            if self.notifier is None:
+                self.notifier = Notifier(self._fab.cards, allow=self.config.notify_allow)
+            self.metrics.clock = self._fab.clock
+        return self._fab
+
+    def _notifier(self) -> Notifier:
+        self.fab()
+        assert self.notifier is not None
+        return self.notifier
+
+    # -- the jobs ------------------------------------------------------------------------------
+
+    def job_leases(self) -> sweeps.SweepReport:
+        fab = self.fab()
+        start = time.perf_counter()
+        trips0 = fab.port.stats.trips
+        snap = snapshot.take(fab)
+        report = sweeps.SweepReport(trips=snap.trips)
+        sweeps.sweep_leases(fab, snap, report, grace=self.config.lease_grace,
+                            repair_after=self.config.repair_after)
+        m = self.metrics
+        m.observe(fab.cards.queues(), snap.views, snap.dead_rows, snap.parks,
+                  lambda r: fab.board.layout.queue_of(int(r.get("swimlane_id") or 0)), fab.clock())
+        with m.lock:
+            m.lease_expiries_total += len(report.requeued) + len(report.dead_lettered)
+            m.dead_lettered_total += len(report.dead_lettered)
+            m.repairs_total += len(report.repaired)
+            m.corrupted_tasks = len(report.problems)
+            m.sweep_trips = fab.port.stats.trips - trips0
+            m.sweep_seconds = time.perf_counter() - start
+        return report
+
+    def job_gaps(self) -> sweeps.SweepReport:
+        fab = self.fab()
+        snap = snapshot.take(fab)
+        report = sweeps.SweepReport(trips=snap.trips)
+        sweeps.sweep_gaps(fab, snap, report)
+        with self.metrics.lock:
+            self.metrics.gaps_resolved_total += len(report.gaps_resolved)
+        return report
+
+    def job_gestures(self) -> gestures.GestureReport:
+        fab = self.fab()
+        snap = snapshot.take(fab, with_done=True)
+        report = gestures.sweep_gestures(fab, snap, tolerance=self.config.move_tolerance)
+        snapshot.save_watch(fab, snap)
+        with self.metrics.lock:
+            self.metrics.gestures_total += len(report.acted)
+            self.metrics.repairs_total += len(report.repaired) + len(report.explained)
+        return report
+
+    def job_inbox(self) -> duties.DutyReport:
+        fab = self.fab()
+        n = self._notifier()
+        sent, failed = n.sent, n.failed
+        report = duties.sweep_inbox(fab, snapshot.take(fab, with_done=True), self.config, n)
+        self._count_notes(sent, failed)
+        return report
+
+    def job_deadlines(self) -> duties.DutyReport:
+        fab = self.fab()
+        n = self._notifier()
+        sent, failed = n.sent, n.failed
+        report = duties.sweep_deadlines(fab, snapshot.take(fab), self.config, n)
+        with self.metrics.lock:
+            self.metrics.escalations_total += len(report.escalated)
+        self._count_notes(sent, failed)
+        return report
+
+    def job_reminders(self) -> duties.DutyReport:
+        fab = self.fab()
+        n = self._notifier()
+        sent, failed = n.sent, n.failed
+        report = duties.sweep_reminders(fab, snapshot.take(fab), self.config, n)
+        with self.metrics.lock:
+            self.metrics.reminders_total += len(report.reminded)
+        self._count_notes(sent, failed)
+        return report
+
+    def job_digest(self) -> list[Any]:
+        return duties.write_digests(self.fab(), self.config)
+
+    def job_gc(self) -> gc.GcReport:
+        report = gc.collect(self.fab(), retention=self.config.retention)
+        with self.metrics.lock:
+            self.metrics.gc_removed_total += len(report.removed)
+        return report
+
+    def _count_notes(self, sent: int, failed: int) -> None:
+        n = self._notifier()
+        with self.metrics.lock:
+            self.metrics.notifications_total += n.sent - sent
+            self.metrics.notification_failures_total += n.failed - failed
+
+    # -- running them ---------------------------------------------------------------------------
+
+    def run_job(self, name: str, *, ignore_backoff: bool = False) -> bool:
+        """Run one job; never raises. False when it failed or was skipped (backing off)."""
+        stats = self.metrics.job(name)
+        back = self._backoff.setdefault(name, _Backoff())
+        if not ignore_backoff and self.monotonic() < back.until:
+            stats.skipped_total += 1
+            log.debug("%s: backing off the board for %.0f s more", name, back.until - self.monotonic())
+            return False
+        fn: Callable[[], Any] = getattr(self, f"job_{name}")
+        start = time.perf_counter()
+        stats.runs_total += 1
+        stats.last_run = time.time()
+        try:
+            self.last[name] = fn()
+        except (BoardError, ConfigError) as exc:
+            back.failures += 1
+            delay = min(self.config.backoff_cap, self.config.backoff_base * 2 ** (back.failures - 1))
+            back.until = self.monotonic() + delay
+            with self.metrics.lock:
+                self.metrics.board_errors_total += 1
+                self.metrics.board_up = 0
+            stats.errors_total += 1
+            stats.last_error = str(exc)[:300]
+            log.warning("%s: the board failed (%s); backing off %.0f s", name, exc, delay)
+            if isinstance(exc, ConfigError):
+                self._fab = None  # reconnect: the layout may have changed
+            return False
+        except Exception as exc:
+            stats.errors_total += 1
+            stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
+            log.exception("%s: failed", name)
+            return False
+        finally:
+            stats.last_duration = time.perf_counter() - start
+        back.failures, back.until = 0, 0.0
+        stats.last_success = self.fab().clock()
+        with self.metrics.lock:
+            self.metrics.board_up = 1
+        return True
+
+    def run_once(self) -> dict[str, bool]:
+        """Every job once, in a sensible order (what ``agap keeper --once`` does)."""
+        order = ("gaps", "leases", "gestures", "inbox", "deadlines", "reminders", "digest", "gc")
+        return {name: self.run_job(name, ignore_backoff=True) for name in order}
+
+    def scheduler(self) -> Any:
+        """A BackgroundScheduler with every job (not started)."""
+        sched = BackgroundScheduler(executors={"default": ThreadPoolExecutor(1)},
+                                    job_defaults={"max_instances": 1, "coalesce": True,
+                                                  "misfire_grace_time": 30})
+        for name in JOBS:
+            if name == "digest":
+                trigger = CronTrigger(hour=self.config.digest_at.hour,
+                                      minute=self.config.digest_at.minute,
+                                      timezone=self.config.digest_tz)
+            else:
+                trigger = IntervalTrigger(seconds=self.config.interval(name))
+            sched.add_job(self.run_job, trigger, args=[name], id=name, name=name)
+        return sched
+
+    def serve(self, stop: threading.Event | None = None) -> None:
+        """Run until SIGTERM/SIGINT (or ``stop`` is set); shuts the scheduler down cleanly."""
+        stop = stop or threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: stop.set())
+        sched = self.scheduler()
+        sched.start()
+        for name in ("gaps", "leases"):  # first look at once, not one interval later
+            sched.modify_job(name, next_run_time=_now_dt())
+        log.info("keeper running: %s", ", ".join(
+            f"{j}/{self.config.interval(j):.0f}s" for j in JOBS if j != "digest"))
+        try:
+            stop.wait()
+        finally:
+            log.info("keeper stopping")
+            sched.shutdown(wait=True)
+
+
+def _now_dt() -> Any:
+    from datetime import datetime
+
+    return datetime.now(UTC)

@@ -1,0 +1,342 @@
+"""The keeper's human-facing duties: deadlines, gate reminders, urgent notices, digests.
+
+None of them changes a task's state: an overdue task gets a decision task in the
+responsible human's inbox, an ignored gate gets a reminder, never a default approval.
+What the keeper did is remembered in the task's metadata so it happens once per task
+(``fabric.escalated``), once per interval (``fabric.reminded``) or once per epoch
+(``fabric.notified``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from functools import partial
+from zoneinfo import ZoneInfo
+
+from fabric.cards import Card
+from fabric.core import Fabric
+from fabric.kanboard.port import Call
+from fabric.layout import Column, State
+from fabric.submit import Receipt
+from fabric.taskboard import TaskView
+from keeper.config import KeeperConfig
+from keeper.notify import Notifier, find_human
+from keeper.snapshot import Snapshot
+from keeper.sweeps import SweepReport, guarded, usable
+
+log = logging.getLogger("agap.keeper.duties")
+
+META_ESCALATED = "fabric.escalated"
+META_REMINDED = "fabric.reminded"
+META_NOTIFIED = "fabric.notified"
+from fabric.layout import META_COST  # noqa: E402  (the cost the worker records)
+
+KEEPER = "keeper"
+URGENT = 3
+DAY = 86400.0
+WAITING_STATES = (State.QUEUED, State.WORKING, State.INPUT_REQUIRED)
+
+
+@dataclass
+class DutyReport(SweepReport):
+    escalated: dict[int, int] = field(default_factory=dict)  # task -> decision task
+    reminded: list[int] = field(default_factory=list)
+    notified: list[int] = field(default_factory=list)
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def is_keepers_own(view: TaskView) -> bool:
+    """Digests and decision tasks the keeper itself wrote."""
+    return view.spec is not None and view.spec.actor == KEEPER
+
+
+def responsible(fab: Fabric, cfg: KeeperConfig, view: TaskView) -> Card | None:
+    """The human a task is escalated to and reported to.
+
+    The task's target if it is a human; else a human named in its constraints
+    (``escalate_to`` or ``human``); else its submitter if that is a human; else
+    ``AGAP_KEEPER_ESCALATE_TO``; else the first human card.
+    """
+    spec = view.spec
+    names: list[str] = []
+    if spec is not None:
+        names.append(spec.target)
+        for key in ("escalate_to", "human"):
+            value = spec.constraints.get(key)
+            if isinstance(value, str):
+                names.append(value)
+        names.append(spec.actor)
+    if cfg.escalate_to:
+        names.append(cfg.escalate_to)
+    for name in names:
+        card = find_human(fab.cards, name)
+        if card is not None:
+            return card
+    humans = fab.cards.humans()
+    return humans[0] if humans else None
+
+
+def waiting_on(fab: Fabric, view: TaskView) -> Card | None:
+    """The human a task waits on right now (a gate for them, or a question), else None."""
+    cur, spec = view.current, view.spec
+    if cur is None or spec is None:
+        return None
+    if cur.state == State.INPUT_REQUIRED and cur.assignee:
+        return find_human(fab.cards, cur.assignee)
+    if cur.state == State.QUEUED:
+        return find_human(fab.cards, spec.target)
+    return None
+
+
+# -- deadlines --------------------------------------------------------------------------
+
+
+def sweep_deadlines(fab: Fabric, snap: Snapshot, cfg: KeeperConfig,
+                    notifier: Notifier) -> DutyReport:
+    """Escalate overdue tasks once: a decision task for the responsible human."""
+    report = DutyReport()
+    now = fab.clock()
+    for view in snap.views:
+        report.scanned += 1
+        if not usable(view, report) or view.current is None or view.spec is None:
+            continue
+        spec = view.spec
+        if (spec.deadline is None or spec.deadline > now or view.current.state not in WAITING_STATES
+                or view.meta.get(META_ESCALATED) or is_keepers_own(view)):
+            continue
+        guarded(view, report, partial(_escalate, fab, cfg, notifier, view, report))
+    return report
+
+
+def _escalate(fab: Fabric, cfg: KeeperConfig, notifier: Notifier, view: TaskView,
+              report: DutyReport) -> None:
+    assert view.spec is not None and view.current is not None and view.uid is not None
+    human = responsible(fab, cfg, view)
+    if human is None:
+        report.problem(view.id, "overdue, but there is no human card to escalate to")
+        return
+    spec, cur = view.spec, view.current
+    title = spec.title()
+    intent = (f"Decide: task #{view.id} \"{title}\" missed its deadline\n\n"
+              f"Task #{view.id} (queue {spec.queue}) was due {_when(spec.deadline or 0)} and is "
+              f"still {cur.state.value} (attempt {cur.attempt}/{spec.max_attempts}). Nothing was "
+              f"changed on it. Decide: let it run, cancel it (close its card), or resubmit it "
+              f"with a new deadline. Close this card when decided.")
+    receipt = fab.submit(intent, target=human.id, key=f"escalate:{view.uid}", actor=KEEPER,
+                         priority="urgent", refs=(f"task:{view.id}",))
+    note = json.dumps({"at": fab.clock(), "to": human.id, "task": receipt.task_id})
+    fab.port.batch([
+        Call("saveTaskMetadata", {"task_id": view.id, "values": {META_ESCALATED: note}}),
+        Call("createComment", {"task_id": view.id, "user_id": 0, "content":
+             f"Deadline ({_when(spec.deadline or 0)}) passed while {cur.state.value}: escalated "
+             f"to @{_username(human)} as decision task #{receipt.task_id}. The keeper changes "
+             f"nothing else."}),
+    ])
+    notifier.notify(human.id, f"Overdue: #{view.id} {title}",
+                    f"Task #{view.id} missed its deadline; decision task #{receipt.task_id} "
+                    f"waits in your inbox.", urgent=True, ref=f"task:{receipt.task_id}")
+    report.escalated[view.id] = receipt.task_id
+
+
+def _username(card: Card) -> str:
+    return card.human.username if card.human else card.id
+
+
+# -- gate reminders ---------------------------------------------------------------------
+
+
+def sweep_reminders(fab: Fabric, snap: Snapshot, cfg: KeeperConfig,
+                    notifier: Notifier) -> DutyReport:
+    """Re-remind a human of a gate or question ignored for an interval. Never approves."""
+    report = DutyReport()
+    now = fab.clock()
+    for view in snap.views:
+        report.scanned += 1
+        if not usable(view, report) or view.current is None or is_keepers_own(view):
+            continue
+        human = waiting_on(fab, view)
+        if human is None:
+            continue
+        since = view.current.at
+        last = _float(view.meta.get(META_REMINDED))
+        if now - max(since, last) < cfg.reminder_interval:
+            continue
+        guarded(view, report, partial(_remind, fab, notifier, view, human, since, report))
+    return report
+
+
+def _remind(fab: Fabric, notifier: Notifier, view: TaskView, human: Card, since: float,
+            report: DutyReport) -> None:
+    hours = (fab.clock() - since) / 3600
+    text = (f"Reminder: this has been waiting on @{_username(human)} for {hours:.1f} h. "
+            f"Nothing happens until you act (it is never approved by default).")
+    fab.port.batch([
+        Call("saveTaskMetadata", {"task_id": view.id,
+                                  "values": {META_REMINDED: str(round(fab.clock(), 3))}}),
+        Call("createComment", {"task_id": view.id, "user_id": 0, "content": text}),
+    ])
+    title = view.spec.title() if view.spec else f"task #{view.id}"
+    notifier.notify(human.id, f"Still waiting on you: #{view.id} {title}", text,
+                    urgent=bool(view.spec and view.spec.priority >= URGENT), ref=f"task:{view.id}")
+    report.reminded.append(view.id)
+
+
+def _float(text: str | None) -> float:
+    try:
+        return float(text or 0)
+    except ValueError:
+        return 0.0
+
+
+# -- immediate notices --------------------------------------------------------------------
+
+
+def sweep_inbox(fab: Fabric, snap: Snapshot, cfg: KeeperConfig, notifier: Notifier) -> DutyReport:
+    """Notify at once: a new gate or question for a human, an urgent task finished.
+
+    Everything else waits for the daily digest. Each task is notified once per epoch.
+    """
+    report = DutyReport()
+    for view in snap.views:
+        report.scanned += 1
+        if not usable(view, report) or view.current is None or is_keepers_own(view):
+            continue
+        if view.meta.get(META_NOTIFIED) == str(view.epoch):
+            continue
+        cur, spec = view.current, view.spec
+        assert spec is not None
+        human = waiting_on(fab, view)
+        subject = ""
+        if human is not None:
+            subject = (f"Question for you: #{view.id} {spec.title()}"
+                       if cur.state == State.INPUT_REQUIRED else f"Waiting on you: #{view.id} {spec.title()}")
+            body = cur.reason or spec.intent
+        elif cur.state == State.DONE and spec.priority >= URGENT:
+            human = responsible(fab, cfg, view)
+            subject = f"Urgent task finished: #{view.id} {spec.title()}"
+            body = f"Result: {cur.result_ref}. Verify it by closing the card."
+        if human is None or not subject:
+            continue
+        urgent = spec.priority >= URGENT or cur.state == State.INPUT_REQUIRED
+        guarded(view, report, partial(_notice, fab, notifier, view, human, subject, body, urgent,
+                                      report))
+    return report
+
+
+def _notice(fab: Fabric, notifier: Notifier, view: TaskView, human: Card, subject: str,
+            body: str, urgent: bool, report: DutyReport) -> None:
+    fab.board.save_meta(view.id, {META_NOTIFIED: str(view.epoch)})
+    notifier.notify(human.id, subject, body[:2000], urgent=urgent, ref=f"task:{view.id}")
+    report.notified.append(view.id)
+
+
+# -- the daily digest ----------------------------------------------------------------------
+
+
+@dataclass
+class DigestLine:
+    task_id: int
+    title: str
+    detail: str
+
+
+@dataclass
+class Digest:
+    human: Card
+    finished: list[DigestLine] = field(default_factory=list)
+    waiting: list[DigestLine] = field(default_factory=list)
+    failed: list[DigestLine] = field(default_factory=list)
+    spend: dict[str, list[float]] = field(default_factory=lambda: defaultdict(lambda: [0.0, 0.0]))
+
+    def render(self, day: date, limit: int = 3800) -> str:
+        user = _username(self.human)
+        out = [f"Daily digest for {user}, {day.isoformat()}", ""]
+
+        def section(name: str, lines: list[DigestLine]) -> None:
+            out.append(f"{name} ({len(lines)})")
+            out.extend(f"- #{ln.task_id} {ln.title}: {ln.detail}" for ln in lines[:40])
+            if len(lines) > 40:
+                out.append(f"- … and {len(lines) - 40} more")
+            out.append("")
+        section("Waiting on you", self.waiting)
+        section("Finished in the last day", self.finished)
+        section("Failed (dead letters)", self.failed)
+        out.append("Work per agent in the last day (tasks, recorded cost USD)")
+        for agent, (n, usd) in sorted(self.spend.items()):
+            out.append(f"- {agent}: {int(n)} tasks, ${usd:.2f}")
+        if not self.spend:
+            out.append("- none")
+        text = "\n".join(out).strip()
+        return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def digest_day(fab: Fabric, cfg: KeeperConfig) -> date:
+    return datetime.fromtimestamp(fab.clock(), ZoneInfo(cfg.digest_tz)).date()
+
+
+def gather_digests(fab: Fabric, cfg: KeeperConfig) -> dict[str, Digest]:
+    """Each human's digest for the last day (by human card id)."""
+    now = fab.clock()
+    since = now - DAY
+    digests = {c.id: Digest(c) for c in fab.cards.humans()}
+    from keeper import snapshot
+
+    snap = snapshot.take(fab, with_done=True)
+    # Recently finished closed tasks and recent dead letters: rows first, metadata for the
+    # recent ones only (bounded by a day's work, not by history).
+    closed_rows = fab.board.search("status:closed")
+    recent = [r for r in closed_rows if float(r.get("date_completed") or 0) >= since]
+    recent += [r for r in snap.dead_rows if float(r.get("date_moved") or 0) >= since]
+    views = fab.board.read_meta_many(recent) if recent else []
+    done_id = fab.board.layout.columns[Column.DONE]
+    for view in snap.views:
+        if view.current is None or view.spec is None or view.problems:
+            continue
+        h = waiting_on(fab, view)
+        if h is not None and h.id in digests and not is_keepers_own(view):
+            digests[h.id].waiting.append(DigestLine(view.id, view.spec.title(),
+                                                    f"since {_when(view.current.at)}"))
+        if (int(view.row.get("column_id") or 0) == done_id and view.current.state == State.DONE
+                and view.current.at >= since):
+            views.append(view)
+    for view in views:
+        if view.current is None or view.spec is None or view.problems or is_keepers_own(view):
+            continue
+        owner = responsible(fab, cfg, view)
+        if owner is None or owner.id not in digests:
+            continue
+        d, cur, spec = digests[owner.id], view.current, view.spec
+        if cur.state == State.DEAD:
+            d.failed.append(DigestLine(view.id, spec.title(), cur.reason or "dead letter"))
+        elif cur.state in (State.DONE, State.CLOSED):
+            verified = "verified" if cur.state == State.CLOSED else "awaiting verification"
+            d.finished.append(DigestLine(view.id, spec.title(), verified))
+        else:
+            continue
+        cell = d.spend[spec.target]
+        cell[0] += 1
+        cell[1] += _float(view.meta.get(META_COST))
+    return digests
+
+
+def write_digests(fab: Fabric, cfg: KeeperConfig) -> list[Receipt]:
+    """One digest task per human per day (a second firing returns the same tasks)."""
+    day = digest_day(fab, cfg)
+    out = []
+    for card_id, digest in gather_digests(fab, cfg).items():
+        user = _username(digest.human)
+        receipt = fab.submit(digest.render(day), target=card_id, key=f"digest:{user}:{day.isoformat()}",
+                             actor=KEEPER, priority="low")
+        out.append(receipt)
+    return out
+
+
+__all__ = ["META_ESCALATED", "META_NOTIFIED", "META_REMINDED", "DutyReport", "gather_digests",
+           "responsible", "sweep_deadlines", "sweep_inbox", "sweep_reminders", "write_digests"]

@@ -1,0 +1,333 @@
+"""The keeper's metrics, served over HTTP for Zabbix (JSON) and Prometheus (text).
+
+Values come from the keeper's last sweeps: a scrape never calls the board. The endpoint
+binds to 127.0.0.1 by default and refuses to start without a bearer token
+(``AGAP_KEEPER_METRICS_TOKEN``) unless an explicit allow-list of client addresses is set
+(``AGAP_KEEPER_METRICS_ALLOW``). There is no unauthenticated listener.
+
+* ``GET /metrics`` — Prometheus text format 0.0.4;
+* ``GET /metrics.json`` — one JSON document for Zabbix's HTTP agent item (queues as a
+  list, for low-level discovery).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from fabric.errors import ConfigError
+from fabric.layout import State
+
+log = logging.getLogger("agap.keeper.metrics")
+
+
+@dataclass
+class JobStats:
+    runs_total: int = 0
+    errors_total: int = 0
+    skipped_total: int = 0
+    last_run: float = 0.0
+    last_success: float = 0.0
+    last_error: str = ""
+    last_duration: float = 0.0
+
+
+@dataclass
+class QueueStats:
+    queue: str
+    depth: int = 0  # queued tasks (waiting for a worker)
+    oldest_age: float = 0.0  # seconds since the oldest queued task was submitted
+    working: int = 0
+    waiting: int = 0  # waiting on a human (gates and questions)
+    dead_letters: int = 0
+    parked: int = 0
+    park_reason: str = ""
+    park_until: float = 0.0
+    park_since: float = 0.0
+    park_overdue: float = 0.0  # seconds a parked queue is past its expected reset
+
+
+@dataclass
+class Metrics:
+    """Everything the endpoint serves; updated by the daemon, read by scrapes."""
+
+    clock: Callable[[], float] = time.time
+    board_up: int = 1
+    board_errors_total: int = 0
+    lease_expiries_total: int = 0
+    dead_lettered_total: int = 0
+    gaps_resolved_total: int = 0
+    gestures_total: int = 0
+    repairs_total: int = 0
+    escalations_total: int = 0
+    reminders_total: int = 0
+    notifications_total: int = 0
+    notification_failures_total: int = 0
+    gc_removed_total: int = 0
+    corrupted_tasks: int = 0
+    sweep_trips: int = 0
+    sweep_seconds: float = 0.0
+    active_tasks: int = 0
+    jobs: dict[str, JobStats] = field(default_factory=dict)
+    queues: dict[str, QueueStats] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def job(self, name: str) -> JobStats:
+        return self.jobs.setdefault(name, JobStats())
+
+    def observe(self, queues: Iterable[str], views: Iterable[Any], dead_rows: Iterable[dict[str, Any]],
+                parks: dict[str, dict[str, Any]], queue_of: Callable[[dict[str, Any]], str | None],
+                now: float) -> None:
+        """Rebuild the per-queue figures from a snapshot's views and rows."""
+        stats = {q: QueueStats(q) for q in queues}
+
+        def cell(q: str | None) -> QueueStats | None:
+            if not q:
+                return None
+            return stats.setdefault(q, QueueStats(q))
+        active = 0
+        for v in views:
+            cur = v.current
+            q = cell(v.spec.queue if v.spec is not None else queue_of(v.row))
+            if q is None or cur is None:
+                continue
+            active += 1
+            if cur.state == State.QUEUED and cur.assignee:
+                q.waiting += 1
+            elif cur.state == State.QUEUED:
+                q.depth += 1
+                created = float(v.row.get("date_creation") or now)
+                q.oldest_age = max(q.oldest_age, now - created)
+            elif cur.state == State.WORKING:
+                q.working += 1
+            elif cur.state == State.INPUT_REQUIRED:
+                q.waiting += 1
+        for r in dead_rows:
+            d = cell(queue_of(r))
+            if d is not None:
+                d.dead_letters += 1
+        for name, st in parks.items():
+            p = cell(name)
+            if p is None or not st.get("parked"):
+                continue
+            p.parked = 1
+            p.park_reason = str(st.get("reason") or "")
+            p.park_until = _num(st.get("until"))
+            p.park_since = _num(st.get("since"))
+            p.park_overdue = max(0.0, now - p.park_until) if p.park_until else 0.0
+        with self.lock:
+            self.queues = stats
+            self.active_tasks = active
+
+    # -- rendering -------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        with self.lock:
+            queues = [asdict(q) for q in sorted(self.queues.values(), key=lambda q: q.queue)]
+            jobs = {k: asdict(v) for k, v in sorted(self.jobs.items())}
+            scalars = {k: getattr(self, k) for k in _SCALARS}
+        last = max((j["last_success"] for j in jobs.values()), default=0.0)
+        return {
+            "up": 1,
+            "generated_at": self.clock(),
+            "last_success": last,
+            **scalars,
+            "queued": sum(q["depth"] for q in queues),
+            "working": sum(q["working"] for q in queues),
+            "waiting_on_humans": sum(q["waiting"] for q in queues),
+            "dead_letters": sum(q["dead_letters"] for q in queues),
+            "parked_queues": sum(q["parked"] for q in queues),
+            "jobs": jobs,
+            "job_list": [{"job": k, **v} for k, v in jobs.items()],
+            "queues": queues,
+        }
+
+    def to_prometheus(self) -> str:
+        data = self.to_json()
+        lines: list[str] = []
+
+        def metric(name: str, kind: str, help_: str,
+                   samples: Iterable[tuple[dict[str, str], float]]) -> None:
+            lines.append(f"# HELP {name} {help_}")
+            lines.append(f"# TYPE {name} {kind}")
+            for labels, value in samples:
+                lab = ",".join(f'{k}="{_esc(v)}"' for k, v in labels.items())
+                lines.append(f"{name}{{{lab}}} {_fmt(value)}" if lab else f"{name} {_fmt(value)}")
+        metric("keeper_up", "gauge", "1 while the keeper process runs.", [({}, 1)])
+        metric("keeper_board_up", "gauge", "0 after a job failed to reach the board.",
+               [({}, data["board_up"])])
+        for name, kind, help_ in _PROM_SCALARS:
+            metric(f"keeper_{name}", kind, help_, [({}, data[name])])
+        jobs = data["jobs"]
+        for key, kind, help_ in (
+                ("last_success", "gauge", "Unix time of the job's last successful run."),
+                ("runs_total", "counter", "Job runs."),
+                ("errors_total", "counter", "Job runs that failed."),
+                ("last_duration", "gauge", "Seconds the job's last run took.")):
+            name = "keeper_last_success_timestamp" if key == "last_success" else f"keeper_job_{key}"
+            if key == "last_duration":
+                name = "keeper_job_last_duration_seconds"
+            metric(name, kind, help_, [({"job": j}, s[key]) for j, s in jobs.items()])
+        queues = data["queues"]
+        for key, name, help_ in (
+                ("depth", "keeper_queue_depth", "Queued tasks waiting for a worker."),
+                ("oldest_age", "keeper_queue_oldest_age_seconds", "Age of the oldest queued task."),
+                ("working", "keeper_queue_working", "Tasks being worked on."),
+                ("waiting", "keeper_queue_waiting_on_humans", "Tasks waiting on a human."),
+                ("dead_letters", "keeper_queue_dead_letters", "Open dead letters."),
+                ("park_overdue", "keeper_queue_park_overdue_seconds",
+                 "Seconds a parked queue is past its expected reset.")):
+            metric(name, "gauge", help_, [({"queue": q["queue"]}, q[key]) for q in queues])
+        metric("keeper_queue_parked", "gauge", "1 while the queue is parked (a(t)=0).",
+               [({"queue": q["queue"], "reason": q["park_reason"]}, q["parked"]) for q in queues])
+        metric("keeper_queue_park_until_timestamp", "gauge", "When a parked queue expects to reset.",
+               [({"queue": q["queue"]}, q["park_until"]) for q in queues if q["parked"]])
+        return "\n".join(lines) + "\n"
+
+
+_SCALARS = ("board_up", "board_errors_total", "lease_expiries_total", "dead_lettered_total",
+            "gaps_resolved_total", "gestures_total", "repairs_total", "escalations_total",
+            "reminders_total", "notifications_total", "notification_failures_total",
+            "gc_removed_total", "corrupted_tasks", "sweep_trips", "sweep_seconds", "active_tasks")
+_PROM_SCALARS = (
+    ("board_errors_total", "counter", "Job runs that could not reach the board."),
+    ("lease_expiries_total", "counter", "Expired leases requeued or dead-lettered."),
+    ("dead_lettered_total", "counter", "Tasks the keeper moved to dead letter."),
+    ("gaps_resolved_total", "counter", "Epoch gaps resolved."),
+    ("gestures_total", "counter", "Human card moves acted on through the ledger."),
+    ("repairs_total", "counter", "Lagging projections put back."),
+    ("escalations_total", "counter", "Overdue tasks escalated to a human."),
+    ("reminders_total", "counter", "Gate reminders sent."),
+    ("notifications_total", "counter", "Notifications delivered."),
+    ("notification_failures_total", "counter", "Notifications that could not be delivered."),
+    ("gc_removed_total", "counter", "Lock tags garbage-collected."),
+    ("corrupted_tasks", "gauge", "Tasks skipped in the last sweep for unreadable metadata."),
+    ("sweep_trips", "gauge", "Board round trips of the last lease sweep."),
+    ("sweep_seconds", "gauge", "Seconds the last lease sweep took."),
+    ("active_tasks", "gauge", "Active tasks (queued, working, waiting) in the last sweep."),
+)
+
+
+def _num(v: Any) -> float:
+    try:
+        return float(v or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _fmt(v: float) -> str:
+    f = float(v)
+    return str(int(f)) if f.is_integer() else repr(f)
+
+
+def _esc(v: str) -> str:
+    return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+# -- the endpoint ------------------------------------------------------------------------------
+
+
+class MetricsServer:
+    """A small threaded HTTP server for :class:`Metrics` with bearer or allow-list auth."""
+
+    def __init__(self, metrics: Metrics, *, host: str = "127.0.0.1", port: int = 0,
+                 token: str = "", allow: Iterable[str] = ()) -> None:
+        allow = tuple(allow)
+        if not token and not allow:
+            raise ConfigError("the metrics endpoint needs a token", where="AGAP_KEEPER_METRICS_TOKEN",
+                              hint="set AGAP_KEEPER_METRICS_TOKEN, or AGAP_KEEPER_METRICS_ALLOW "
+                                   "to a list of client addresses")
+        try:
+            nets = [ipaddress.ip_network(a, strict=False) for a in allow]
+        except ValueError as exc:
+            raise ConfigError(str(exc), where="AGAP_KEEPER_METRICS_ALLOW") from None
+        self.metrics = metrics
+        handler = _handler(metrics, token, nets)
+        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd.daemon_threads = True
+        self.thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = str(self.httpd.server_address[0])
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> MetricsServer:
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="keeper-metrics",
+                                       daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self.thread is not None:
+            self.thread.join(5)
+
+    def __enter__(self) -> MetricsServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _handler(metrics: Metrics, token: str,
+             nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> type[BaseHTTPRequestHandler]:
+    expected = f"Bearer {token}".encode() if token else b""
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "agap-keeper"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("metrics %s: " + format, self.client_address[0], *args)
+
+        def _allowed(self) -> bool:
+            got = (self.headers.get("Authorization") or "").encode()
+            if expected and hmac.compare_digest(got, expected):
+                return True
+            try:
+                ip = ipaddress.ip_address(self.client_address[0])
+            except ValueError:
+                return False
+            return any(ip in n for n in nets if n.version == ip.version)
+
+        def do_GET(self) -> None:
+            if not self._allowed():
+                self._send(401, b'{"error": "unauthorized"}\n', "application/json",
+                           {"WWW-Authenticate": 'Bearer realm="agap-keeper"'})
+                return
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, metrics.to_prometheus().encode(), "text/plain; version=0.0.4")
+            elif path == "/metrics.json":
+                self._send(200, json.dumps(metrics.to_json(), sort_keys=True).encode(),
+                           "application/json")
+            else:
+                self._send(404, b'{"error": "not found"}\n', "application/json")
+
+        def _send(self, code: int, body: bytes, ctype: str,
+                  extra: dict[str, str] | None = None) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            for k, v in (extra or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Handler
+
+
+__all__ = ["JobStats", "Metrics", "MetricsServer", "QueueStats"]

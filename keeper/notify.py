@@ -1,0 +1,168 @@
+"""Notification channels: how the keeper reaches a human at once.
+
+A :class:`Channel` sends one message. :class:`WebhookChannel` POSTs JSON to a URL with a
+bearer token from the environment variable the human's card names. Matrix comes later:
+a card's Matrix channel is skipped with a log line until then.
+
+Webhook targets on loopback, private or link-local addresses are refused unless they are
+inside a configured allow-list (``AGAP_KEEPER_NOTIFY_ALLOW``, CIDRs): a card must not be
+able to make the keeper probe the LAN.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import random
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+from urllib.parse import urlsplit
+
+import requests
+
+from fabric.cards import Card, CardSet
+from fabric.cards import WebhookChannel as WebhookSpec
+from fabric.errors import ConfigError
+
+log = logging.getLogger("agap.keeper.notify")
+
+
+class NotifyError(Exception):
+    """A notification could not be delivered."""
+
+
+class Channel(Protocol):
+    """Somewhere a human reads urgent messages."""
+
+    def send(self, subject: str, body: str, *, urgent: bool, ref: str | None) -> None: ...
+
+
+def _networks(allow: Iterable[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    nets = []
+    for text in allow:
+        try:
+            nets.append(ipaddress.ip_network(text, strict=False))
+        except ValueError:
+            raise ConfigError(f"not an address or CIDR: {text!r}",
+                              where="AGAP_KEEPER_NOTIFY_ALLOW") from None
+    return nets
+
+
+def check_target(url: str, allow: Iterable[str],
+                 resolve: Callable[[str], list[str]] | None = None) -> None:
+    """Refuse a URL whose host resolves to a non-public address outside ``allow``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise NotifyError(f"not an http(s) URL: {url!r}")
+    host = parts.hostname
+    addrs = (resolve or _resolve)(host)
+    nets = _networks(allow)
+    for a in addrs:
+        ip = ipaddress.ip_address(a)
+        if ip.is_global:
+            continue
+        if not any(ip in n for n in nets if n.version == ip.version):
+            raise NotifyError(f"webhook target {host} ({ip}) is a private address; "
+                              f"allow it with AGAP_KEEPER_NOTIFY_ALLOW")
+
+
+def _resolve(host: str) -> list[str]:
+    try:
+        return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None)})
+    except OSError as exc:
+        raise NotifyError(f"cannot resolve {host}: {exc}") from exc
+
+
+@dataclass
+class WebhookChannel:
+    """POST ``{subject, body, urgent, ref, sent_at}`` as JSON, retried with bounded backoff."""
+
+    url: str
+    token: str = field(default="", repr=False)
+    allow: tuple[str, ...] = ()
+    attempts: int = 4
+    timeout: float = 5.0
+    backoff: float = 0.2
+    clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+
+    def send(self, subject: str, body: str, *, urgent: bool, ref: str | None) -> None:
+        check_target(self.url, self.allow)
+        payload = {"subject": subject, "body": body, "urgent": urgent, "ref": ref,
+                   "sent_at": self.clock()}
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        last = ""
+        for attempt in range(self.attempts):
+            try:
+                resp = requests.post(self.url, data=json.dumps(payload), headers=headers,
+                                     timeout=self.timeout, allow_redirects=False)
+                if 200 <= resp.status_code < 300:
+                    return
+                last = f"HTTP {resp.status_code}"
+                if 400 <= resp.status_code < 500 and resp.status_code not in (408, 429):
+                    break  # the receiver refuses: retrying will not help
+            except requests.RequestException as exc:
+                last = type(exc).__name__
+            if attempt + 1 < self.attempts:
+                self.sleep(min(5.0, self.backoff * 2 ** attempt) * random.uniform(0.8, 1.2))
+        raise NotifyError(f"webhook {urlsplit(self.url).hostname} failed: {last}")
+
+
+@dataclass
+class Notifier:
+    """Sends to every channel on a human's card; failures are counted, never raised."""
+
+    cards: CardSet
+    allow: tuple[str, ...] = ()
+    env: dict[str, str] | None = None
+    sent: int = 0
+    failed: int = 0
+    outbox: list[tuple[str, str, bool, str | None]] = field(default_factory=list)
+
+    def channels(self, card: Card) -> list[Channel]:
+        env = os.environ if self.env is None else self.env
+        out: list[Channel] = []
+        for spec in card.human.channels if card.human else []:
+            if isinstance(spec, WebhookSpec):
+                token = env.get(spec.token_env, "") if spec.token_env else ""
+                out.append(WebhookChannel(str(spec.url), token, allow=self.allow))
+            else:
+                log.debug("%s: %s channels are not implemented yet; skipped", card.id, spec.type)
+        return out
+
+    def notify(self, human: str, subject: str, body: str, *, urgent: bool,
+               ref: str | None = None) -> bool:
+        """Send to ``human`` (a card id or username); True if any channel took it."""
+        card = find_human(self.cards, human)
+        if card is None:
+            log.warning("no human card for %r: notification %r dropped", human, subject)
+            self.failed += 1
+            return False
+        self.outbox.append((card.id, subject, urgent, ref))
+        ok = False
+        for ch in self.channels(card):
+            try:
+                ch.send(subject, body, urgent=urgent, ref=ref)
+                ok = True
+            except NotifyError as exc:
+                log.warning("notify %s: %s", card.id, exc)
+        if ok:
+            self.sent += 1
+        else:
+            self.failed += 1
+        return ok
+
+
+def find_human(cards: CardSet, name: str) -> Card | None:
+    """A human card by id or Kanboard username."""
+    for card in cards.humans():
+        if card.id == name or (card.human is not None and card.human.username == name):
+            return card
+    return None
