@@ -129,7 +129,20 @@ def run(quick: bool) -> dict[str, Any]:
         "without_history": before,
         "with_history": after,
         "trips_unchanged": all(before[j]["round_trips"] == after[j]["round_trips"] for j in jobs),
+        "title": f"Keeper sweeps ({ACTIVE} active tasks)",
+        "rows": keeper_rows(before, after, closed_n),
     }
+
+
+def keeper_rows(before: dict[str, Any], after: dict[str, Any], closed: int) -> list[list[str]]:
+    """Table rows: each job's round trips and median time, without vs with history."""
+    rows = []
+    for job in before:
+        b, a = before[job], after[job]
+        rows.append([f"`{job}` sweep: round trips / median time, 0 vs {closed:,} closed tasks",
+                     f"{b['round_trips']} / {b['median_ms']} ms vs {a['round_trips']} / "
+                     f"{a['median_ms']} ms ({a['median_ms'] / b['median_ms']:.2f}x time)"])
+    return rows
 
 
 if __name__ == "__main__":

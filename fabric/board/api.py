@@ -1324,23 +1324,26 @@ def searchTasks(api: BoardApi, project_id: Any, query: Any) -> list[dict[str, An
 # ----------------------------------------------------------------------- metadata
 
 
-@procedure
-def getTaskMetadata(api: BoardApi, task_id: Any) -> dict[str, Any]:
+# Task and project metadata behave alike in Kanboard; one implementation serves both.
+_META_TABLES = {
+    "task": ("task_has_metadata", "task_id", "tasks"),
+    "project": ("project_has_metadata", "project_id", "projects"),
+}
+
+
+def _meta_all(api: BoardApi, kind: str, owner: Any) -> dict[str, Any]:
+    table, col, _ = _META_TABLES[kind]
     with api.store.read() as db:
-        rows = db.execute(
-            "SELECT name, value FROM task_has_metadata WHERE task_id = ? ORDER BY name",
-            (_int(task_id),),
-        )
+        rows = db.execute(f"SELECT name, value FROM {table} WHERE {col} = ? ORDER BY name",
+                          (_int(owner),))
         return {r["name"]: r["value"] for r in rows}
 
 
-@procedure
-def getTaskMetadataByName(api: BoardApi, task_id: Any, name: Any) -> str:
+def _meta_one(api: BoardApi, kind: str, owner: Any, name: Any) -> str:
+    table, col, _ = _META_TABLES[kind]
     with api.store.read() as db:
-        row = db.execute(
-            "SELECT value FROM task_has_metadata WHERE task_id = ? AND name = ?",
-            (_int(task_id), _as_text(name)),
-        ).fetchone()
+        row = db.execute(f"SELECT value FROM {table} WHERE {col} = ? AND name = ?",
+                         (_int(owner), _as_text(name))).fetchone()
     # Kanboard answers `$value ?: ''`: "" for a missing key, and for "0", "" and null.
     value = None if row is None else row["value"]
     return "" if _empty(value) else str(value)
@@ -1350,83 +1353,71 @@ def _metadata_value(v: Any) -> str | None:
     return None if v is None else _as_text(v)
 
 
-@procedure
-def saveTaskMetadata(api: BoardApi, task_id: Any, values: Any) -> bool:
+def _meta_save(api: BoardApi, kind: str, owner: Any, values: Any) -> bool:
     if not isinstance(values, dict | list):
         raise Fatal("values must be an array")  # a PHP TypeError: HTTP 500
+    table, col, owners = _META_TABLES[kind]
     items = values.items() if isinstance(values, dict) else enumerate(values)
     rows = [(str(k), _metadata_value(v)) for k, v in items]
     if not rows:
-        return True
+        return True  # Kanboard: saving nothing succeeds without looking
     with api.store.write() as db:
-        task = api._task_row(db, task_id)
-        if task is None:
+        if db.execute(f"SELECT 1 FROM {owners} WHERE id = ?", (_int(owner),)).fetchone() is None:
             return False
-        now = api.now()
         db.executemany(
-            "INSERT INTO task_has_metadata (task_id, name, changed_on, value) VALUES (?,?,?,?)"
-            " ON CONFLICT(task_id, name) DO UPDATE SET value = excluded.value,"
+            f"INSERT INTO {table} ({col}, name, changed_on, value) VALUES (?,?,?,?)"
+            f" ON CONFLICT({col}, name) DO UPDATE SET value = excluded.value,"
             " changed_on = excluded.changed_on",
-            [(task["id"], k, now, v) for k, v in rows],
+            [(_int(owner), k, api.now(), v) for k, v in rows],
         )
         return True
+
+
+def _meta_remove(api: BoardApi, kind: str, owner: Any, name: Any) -> bool:
+    table, col, _ = _META_TABLES[kind]
+    with api.store.write() as db:
+        return db.execute(f"DELETE FROM {table} WHERE {col} = ? AND name = ?",
+                          (_int(owner), _as_text(name))).rowcount > 0
+
+
+@procedure
+def getTaskMetadata(api: BoardApi, task_id: Any) -> dict[str, Any]:
+    return _meta_all(api, "task", task_id)
+
+
+@procedure
+def getTaskMetadataByName(api: BoardApi, task_id: Any, name: Any) -> str:
+    return _meta_one(api, "task", task_id, name)
+
+
+@procedure
+def saveTaskMetadata(api: BoardApi, task_id: Any, values: Any) -> bool:
+    return _meta_save(api, "task", task_id, values)
 
 
 @procedure
 def removeTaskMetadata(api: BoardApi, task_id: Any, name: Any) -> bool:
-    with api.store.write() as db:
-        return db.execute(
-            "DELETE FROM task_has_metadata WHERE task_id = ? AND name = ?",
-            (_int(task_id), _as_text(name)),
-        ).rowcount > 0
+    return _meta_remove(api, "task", task_id, name)
 
 
 @procedure
 def getProjectMetadata(api: BoardApi, project_id: Any) -> dict[str, Any]:
-    with api.store.read() as db:
-        rows = db.execute(
-            "SELECT name, value FROM project_has_metadata WHERE project_id = ? ORDER BY name",
-            (_int(project_id),),
-        )
-        return {r["name"]: r["value"] for r in rows}
+    return _meta_all(api, "project", project_id)
 
 
 @procedure
 def getProjectMetadataByName(api: BoardApi, project_id: Any, name: Any) -> str:
-    with api.store.read() as db:
-        row = db.execute(
-            "SELECT value FROM project_has_metadata WHERE project_id = ? AND name = ?",
-            (_int(project_id), _as_text(name)),
-        ).fetchone()
-    value = None if row is None else row["value"]
-    return "" if _empty(value) else str(value)
+    return _meta_one(api, "project", project_id, name)
 
 
 @procedure
 def saveProjectMetadata(api: BoardApi, project_id: Any, values: Any) -> bool:
-    if not isinstance(values, dict | list):
-        raise Fatal("values must be an array")
-    items = values.items() if isinstance(values, dict) else enumerate(values)
-    rows = [(str(k), _metadata_value(v)) for k, v in items]
-    with api.store.write() as db:
-        if db.execute("SELECT 1 FROM projects WHERE id = ?", (_int(project_id),)).fetchone() is None:
-            return False
-        db.executemany(
-            "INSERT INTO project_has_metadata (project_id, name, changed_on, value)"
-            " VALUES (?,?,?,?) ON CONFLICT(project_id, name) DO UPDATE SET"
-            " value = excluded.value, changed_on = excluded.changed_on",
-            [(_int(project_id), k, api.now(), v) for k, v in rows],
-        )
-        return True
+    return _meta_save(api, "project", project_id, values)
 
 
 @procedure
 def removeProjectMetadata(api: BoardApi, project_id: Any, name: Any) -> bool:
-    with api.store.write() as db:
-        return db.execute(
-            "DELETE FROM project_has_metadata WHERE project_id = ? AND name = ?",
-            (_int(project_id), _as_text(name)),
-        ).rowcount > 0
+    return _meta_remove(api, "project", project_id, name)
 
 
 # ----------------------------------------------------------------------- comments
