@@ -104,6 +104,8 @@ class Lease:
     # Questions asked and answers given in earlier epochs, oldest first:
     # (("question", text), ("answer", text), …). The executor shows them to the model.
     conversation: tuple[tuple[str, str], ...] = ()
+    # Where to resume: the latest checkpoint carried to this epoch (None = from scratch).
+    checkpoint: str | None = None
 
     def idempotency_key(self, op: str) -> str:
         """A key for side effect ``op`` in this epoch: (task uid, epoch, operation)."""
@@ -236,7 +238,7 @@ class Ledger:
 
     def _record(self, nxt: int, prev: Record, state: State, op: str, by: str,
                 **fields: Any) -> Record:
-        base: dict[str, Any] = {"attempt": prev.attempt}
+        base: dict[str, Any] = {"attempt": prev.attempt, "checkpoint": prev.checkpoint}
         base.update(fields)
         return Record(epoch=nxt, state=state, op=op, by=by, at=self.clock(), **base)
 
@@ -258,7 +260,7 @@ class Ledger:
             comment=None,
         )
         return Lease(view.id, uid, rec.epoch, worker, lease_until, rec.attempt, view.spec,
-                     conversation(view))
+                     conversation(view), rec.checkpoint)
 
     def check(self, lease: Lease) -> TaskView:
         """Raise :class:`Fenced` unless ``lease`` still holds the highest epoch."""
@@ -273,16 +275,29 @@ class Ledger:
         The rewrite and the check share one round trip: rewriting one's own epoch record
         can never change the current state, so writing it when already fenced is harmless.
         """
-        now = self.clock()
-        until = now + lease_seconds
+        until = self.clock() + lease_seconds
+        return self._rewrite_own(lease, until, lease.checkpoint)
+
+    def checkpoint(self, lease: Lease, ref: str) -> Lease:
+        """Record where the work has got to (a ref), under the owner's epoch.
+
+        It is written into the owner's own record, like a renewal. Transitions carry the
+        checkpoint they read into the next record, so a new owner after a requeue resumes
+        from it, and one written after the epoch ended (a fenced owner's) is never carried:
+        this call raises :class:`Fenced` then, and the write is inert.
+        """
+        return self._rewrite_own(lease, lease.lease_until, ref)
+
+    def _rewrite_own(self, lease: Lease, until: float, checkpoint: str | None) -> Lease:
         record = Record(epoch=lease.epoch, state=State.WORKING, op="claim", by=lease.owner,
-                        at=now, owner=lease.owner, lease_until=until, attempt=lease.attempt)
+                        at=self.clock(), owner=lease.owner, lease_until=until,
+                        attempt=lease.attempt, checkpoint=checkpoint)
         view = self.board.save_meta_and_read(lease.task_id, {
             f"fabric.e{lease.epoch}": record.to_meta()})
         if view.epoch != lease.epoch:
             raise Fenced(lease.task_id, lease.epoch, view.epoch)
         return Lease(lease.task_id, lease.uid, lease.epoch, lease.owner, until, lease.attempt,
-                     lease.spec, lease.conversation)
+                     lease.spec, lease.conversation, checkpoint)
 
     def _owner_view(self, lease: Lease) -> TaskView:
         """A view good enough to transition from the lease's epoch (no extra read).
@@ -292,7 +307,7 @@ class Ledger:
         """
         record = Record(epoch=lease.epoch, state=State.WORKING, op="claim", by=lease.owner,
                         at=self.clock(), owner=lease.owner, lease_until=lease.lease_until,
-                        attempt=lease.attempt)
+                        attempt=lease.attempt, checkpoint=lease.checkpoint)
         return TaskView(id=lease.task_id, row={}, uid=lease.uid, spec=lease.spec,
                         records={lease.epoch: record}, meta={}, read_at=self.clock())
 
@@ -486,6 +501,7 @@ class Ledger:
             epoch=nxt, state=state, op="resolve_gap", by=by, at=self.clock(), owner=owner,
             lease_until=lease, attempt=attempt, not_before=current.not_before,
             assignee=current.assignee, result_ref=current.result_ref,
+            checkpoint=current.checkpoint,
             reason=f"epoch {note.epoch} was locked but never recorded",
         )
         self._write(view, record,

@@ -94,6 +94,9 @@ class Record(BaseModel):
     assignee: str | None = None  # Kanboard username of the human it waits on
     result_ref: str | None = None
     reason: str | None = None
+    # The latest checkpoint (a ref) of the work so far. Each transition carries forward
+    # the one it read, so a checkpoint written after its epoch ended is never picked up.
+    checkpoint: str | None = None
 
     def to_meta(self) -> str:
         return self.model_dump_json(exclude_none=True)

@@ -127,7 +127,8 @@ def build_worker(card_id: str, settings: Settings, cards: CardSet, *,
         poll_seconds=float(env.get("AGAP_POLL_SECONDS") or card.runtime.poll_seconds),
         concurrency=concurrency or card.runtime.concurrency,
         backoff_seconds=card.runtime.backoff_seconds, exit_when_idle=drain,
-        interactive=card.runtime.interactive)
+        interactive=card.runtime.interactive,
+        outage_grace=float(env["AGAP_OUTAGE_GRACE"]) if env.get("AGAP_OUTAGE_GRACE") else None)
     worker = Worker(connect, executor, config)
     worker.availability = availability
     return worker

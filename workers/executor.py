@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from fabric.cards import Card
 from fabric.errors import FabricError
+from fabric.kanboard.port import BoardError
 from fabric.ledger import Fenced
 from workers.availability import Availability, Verdict
 from workers.job import Job, Outcome
@@ -100,10 +101,15 @@ class ModelExecutor:
             return Outcome.failed(exc.line())
         messages = build_messages(self._intent(job), context, self.persona)
         messages[0]["content"] += ASK_RULE
+        if job.should_stop:
+            return Outcome.released("stopping before the model call")
         try:
+            # The ownership check: no paid, externally visible call without a current lease.
             effect = job.effect("model-call")
         except Fenced:
             return Outcome.failed("fenced before the model call")
+        except BoardError as exc:
+            return Outcome.released(f"board unreachable before the model call ({exc.what})")
         if effect.done and effect.receipt:
             # An earlier owner made this call and stored its result: do not pay twice.
             return Outcome.done(effect.receipt, evidence=f"reused {effect.receipt}")
@@ -136,15 +142,37 @@ class ModelExecutor:
         if text.startswith(QUESTION_PREFIX):
             question = text[len(QUESTION_PREFIX):].strip() or "(the model asked for help)"
             return Outcome.ask(question, self.human_for(job))
+        ref = self._store(job, answer.text)
+        if isinstance(ref, Outcome):
+            return ref
         try:
-            ref = self.results.put(job.lease, answer.text)
             job.effect_done(effect, ref)
         except Fenced:
-            return Outcome.failed("fenced after the model call", )
-        except FabricError as exc:
-            return Outcome.failed(f"could not store the result: {exc.line()}")
+            return Outcome.failed("fenced after the model call")
+        except BoardError as exc:
+            # The receipt only saves a later owner a call; the completion still records it.
+            log.warning("task #%s: receipt not recorded (%s)", job.lease.task_id, exc)
         log.info("task #%s done: %s (cost $%.4f)", job.lease.task_id, ref, answer.cost_usd)
         return Outcome.done(ref, evidence=answer.text[:4000], cost_usd=answer.cost_usd)
+
+    def _store(self, job: Job, text: str) -> str | Outcome:
+        """Store the result; while the board is away, hold it and keep trying.
+
+        Past the outage grace (``job.outage``) or once fenced, give the task back: the
+        next owner repeats the call under the same idempotency key.
+        """
+        delay = 0.25
+        while True:
+            try:
+                return self.results.put(job.lease, text)
+            except BoardError as exc:
+                if job.outage.is_set() or job.fenced.is_set():
+                    return Outcome(kind="released", reason=f"board unreachable, result not "
+                                   f"stored ({exc.what})", evidence=text[:4000])
+                time.sleep(delay)
+                delay = min(5.0, delay * 2)
+            except FabricError as exc:
+                return Outcome.failed(f"could not store the result: {exc.line()}")
 
     @staticmethod
     def _intent(job: Job) -> str:

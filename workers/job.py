@@ -18,7 +18,13 @@ class Job:
     ledger: Ledger
     fenced: threading.Event = field(default_factory=threading.Event)
     stopping: threading.Event = field(default_factory=threading.Event)
+    # The board has been unreachable past the outage grace: finish only what is running
+    # and reversible, start no side effect (it could not be checked against the lease).
+    outage: threading.Event = field(default_factory=threading.Event)
     on_progress: Callable[[str], None] = lambda detail: None
+    # Renewals (heartbeat thread) and checkpoints (executor) both rewrite the owner's
+    # record: one at a time, always from the latest lease, so neither erases the other.
+    lease_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def progress(self, detail: str) -> None:
         """Report progress (published as a live event; never written to the board)."""
@@ -27,7 +33,26 @@ class Job:
     @property
     def should_stop(self) -> bool:
         """True when the executor should wind down (fenced, or the worker is stopping)."""
-        return self.fenced.is_set() or self.stopping.is_set()
+        return self.fenced.is_set() or self.stopping.is_set() or self.outage.is_set()
+
+    def checkpoint(self, ref: str) -> None:
+        """Record how far the work got (a ref); a new owner after a requeue resumes there.
+
+        Raises :class:`~fabric.ledger.Fenced` (and sets ``fenced``) when the task has moved on.
+        """
+        from fabric.ledger import Fenced
+
+        try:
+            with self.lease_lock:
+                self.lease = self.ledger.checkpoint(self.lease, ref)
+        except Fenced:
+            self.fenced.set()
+            raise
+
+    @property
+    def resume_from(self) -> str | None:
+        """The checkpoint this epoch starts from (None: from scratch)."""
+        return self.lease.checkpoint
 
     def effect(self, op: str) -> Effect:
         """Check ownership and record the intent of side effect ``op``; get its stable key."""

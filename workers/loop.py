@@ -54,6 +54,8 @@ class WorkerConfig:
     exit_when_idle: bool = False  # drain mode (tests, batch runs): stop at the first empty poll
     default_human: str | None = None
     interactive: bool = False  # the card's work is interactive (outranks background work)
+    # How long running work may go on while the board is unreachable (None = one lease).
+    outage_grace: float | None = None
 
 
 @dataclass
@@ -196,7 +198,7 @@ class Worker:
     def _process(self, fab: Fabric, beat_fab: Fabric, lease: Lease) -> None:
         job = Job(lease, fab.ledger, stopping=self.stop,
                   on_progress=lambda detail: self.emit("progress", job.lease, detail))
-        beat = Heartbeat(beat_fab, job, self.config.lease_seconds)
+        beat = Heartbeat(beat_fab, job, self.config.lease_seconds, self.config.outage_grace)
         beat.start()
         try:
             try:
@@ -206,7 +208,7 @@ class Worker:
                 outcome = Outcome.failed(f"executor error: {type(exc).__name__}: {exc}")
         finally:
             beat.stop()
-        lease = beat.lease
+        lease = job.lease
         if job.fenced.is_set():
             self._fenced(fab, lease, outcome)
             return
@@ -280,12 +282,18 @@ class Worker:
 
 
 class Heartbeat:
-    """Renews a job's lease every third of its length; flags the job when fenced."""
+    """Renews a job's lease every third of its length; flags the job when fenced.
 
-    def __init__(self, fab: Fabric, job: Job, lease_seconds: float) -> None:
+    While the board is unreachable it keeps trying. Past the outage grace it asks the
+    job to wind down (``stopping``): work may finish, but nothing new and nothing
+    externally visible starts without a current lease (bounded outage rules).
+    """
+
+    def __init__(self, fab: Fabric, job: Job, lease_seconds: float,
+                 outage_grace: float | None = None) -> None:
         self.job = job
-        self.lease = job.lease
         self.lease_seconds = lease_seconds
+        self.outage_grace = lease_seconds if outage_grace is None else outage_grace
         self._fab = fab
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
@@ -299,16 +307,19 @@ class Heartbeat:
 
     def _run(self) -> None:
         interval = self.lease_seconds / 3
+        last_contact = time.monotonic()
         while not self._done.wait(interval):
             try:
-                self.lease = self._fab.ledger.renew(self.lease, lease_seconds=self.lease_seconds)
-                self.job.lease = self.lease
+                with self.job.lease_lock:
+                    self.job.lease = self._fab.ledger.renew(self.job.lease,
+                                                            lease_seconds=self.lease_seconds)
+                last_contact = time.monotonic()
             except Fenced:
                 self.job.fenced.set()
                 return
             except BoardError as exc:
-                # Keep trying until the lease runs out; the owner stops being one then.
-                log.warning("heartbeat for task #%s failed: %s", self.lease.task_id, exc)
-                if time.time() > self.lease.lease_until:
-                    self.job.fenced.set()
-                    return
+                log.warning("heartbeat for task #%s failed: %s", self.job.lease.task_id, exc)
+                if time.monotonic() - last_contact > self.outage_grace:
+                    log.warning("task #%s: board away past the outage grace (%.0fs): winding "
+                                "down", self.job.lease.task_id, self.outage_grace)
+                    self.job.outage.set()

@@ -7,8 +7,10 @@ convention); there is no anonymous endpoint. Binds to 127.0.0.1 unless told othe
 from __future__ import annotations
 
 import json
+import contextlib
 import logging
 import secrets
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -136,6 +138,31 @@ class _Server(ThreadingHTTPServer):
     api: BoardApi
     view: Any = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def drop_connections(self) -> None:
+        """Cut every open (kept-alive) connection, as a dying board process would."""
+        with self._open_lock:
+            conns, self._open = list(self._open), set()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                conn.close()
+
 
 class EmbeddedBoard:
     """A running embedded board: ``start()`` serves in a thread, ``stop()`` shuts it down."""
@@ -177,9 +204,10 @@ class EmbeddedBoard:
         self._server.serve_forever()
 
     def stop(self) -> None:
-        """Stop serving and close the database."""
+        """Stop serving, drop open connections and close the database."""
         self._server.shutdown()
         self._server.server_close()
+        self._server.drop_connections()
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.store.close()

@@ -33,7 +33,7 @@ def main() -> None:
     """agap: a Kanboard-backed task fabric for AI agents."""
 
 
-COMMAND_MODULES = ("board_cmd", "cards_cmd", "tasks_cmd", "worker_cmd", "keeper_cmd", "up_cmd")
+COMMAND_MODULES = ("board_cmd", "cards_cmd", "tasks_cmd", "worker_cmd", "keeper_cmd", "up_cmd", "a2a_cmd")
 
 
 def _register() -> None:

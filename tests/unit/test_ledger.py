@@ -375,3 +375,48 @@ def test_view_of_missing_records_refuses_transitions(local_fabric: Fabric) -> No
     view = TaskView(id=999, row={}, uid=None, spec=None, records={}, meta={}, read_at=0)
     with pytest.raises(Exception, match="no fabric records"):
         local_fabric.ledger.cancel(999, "alvis", view=view)
+
+
+# -- checkpoints ---------------------------------------------------------------------
+
+
+def test_a_new_owner_resumes_from_the_last_checkpoint(local_fabric: Fabric,
+                                                      clock: FakeClock) -> None:
+    fab = local_fabric
+    tid = submit(fab)
+    first = claim(fab, tid, "w1")
+    assert first.checkpoint is None
+    first = fab.ledger.checkpoint(first, "file:///work/step-1")
+    first = fab.ledger.checkpoint(first, "file:///work/step-2")
+    clock.advance(10)
+    first = fab.ledger.renew(first, lease_seconds=LEASE)  # a renewal keeps the checkpoint
+    assert fab.board.read(tid).current.checkpoint == "file:///work/step-2"  # type: ignore[union-attr]
+    clock.advance(LEASE + 1)
+    fab.ledger.requeue_expired(fab.board.read(tid))
+    second = claim(fab, tid, "w2")
+    assert second.checkpoint == "file:///work/step-2"
+
+
+def test_a_fenced_owners_late_checkpoint_is_ignored(local_fabric: Fabric,
+                                                    clock: FakeClock) -> None:
+    fab = local_fabric
+    tid = submit(fab)
+    old = fab.ledger.checkpoint(claim(fab, tid, "w1"), "file:///work/step-1")
+    clock.advance(LEASE + 1)
+    fab.ledger.requeue_expired(fab.board.read(tid))
+    # The frozen owner wakes up and checkpoints after it was fenced.
+    with pytest.raises(Fenced):
+        fab.ledger.checkpoint(old, "file:///work/step-9-late")
+    new = claim(fab, tid, "w2")
+    assert new.checkpoint == "file:///work/step-1", "the late checkpoint must not be carried"
+    assert fab.board.read(tid).records[old.epoch].checkpoint == "file:///work/step-9-late"
+
+
+def test_a_resolved_gap_carries_the_checkpoint(local_fabric: Fabric, clock: FakeClock) -> None:
+    fab = local_fabric
+    tid = submit(fab)
+    lease = fab.ledger.checkpoint(claim(fab, tid, "w1"), "file:///work/step-3")
+    assert fab.board.lock(epoch_lock(lease.uid, 2))  # the owner dies mid-transition
+    fab.board.save_meta(tid, {"fabric.gap": json.dumps({"epoch": 2, "seen": clock() - 999})})
+    rec = fab.ledger.resolve_gap(fab.board.read(tid))
+    assert rec.state == State.QUEUED and rec.checkpoint == "file:///work/step-3"

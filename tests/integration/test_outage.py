@@ -1,0 +1,126 @@
+"""Bounded outage rules: the board is cut while a worker holds a task.
+
+While the board is unreachable a worker finishes only what is already running, starts
+nothing new, makes no externally visible call without a lease it can check, and
+reconciles (is it still the owner?) when the board returns.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fabric.board.server import EmbeddedBoard
+from fabric.config import Settings
+from fabric.core import Fabric
+from fabric.layout import State
+from tests.fakes.openai_stub import OpenAIStub
+from tests.integration.test_worker import (
+    Running,
+    fab,  # noqa: F401  (fixture)
+    gateway_env,
+    settings,  # noqa: F401  (fixture)
+    state_of,
+    stub,  # noqa: F401  (fixture)
+    wait_until,
+    wcards,  # noqa: F401  (fixture)
+)
+from workers.daemon import build_worker
+
+
+class SlowDoc:
+    """A loopback document server whose answer waits for a gate (a slow context ref)."""
+
+    def __init__(self) -> None:
+        self.asked = threading.Event()
+        self.gate = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                outer.asked.set()
+                outer.gate.wait(30)
+                body = b"the document"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/doc"
+
+    def close(self) -> None:
+        self.gate.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def doc() -> Iterator[SlowDoc]:
+    d = SlowDoc()
+    yield d
+    d.close()
+
+
+def _cut(board: EmbeddedBoard) -> tuple[str, int, str]:
+    db, port, token = board.store.path, board.port, board.token
+    board.stop()
+    return db, port, token
+
+
+def test_no_model_call_starts_while_the_board_is_cut(
+        embedded_board: EmbeddedBoard, fab: Fabric, settings: Settings,  # noqa: F811
+        wcards: Any, stub: OpenAIStub, doc: SlowDoc) -> None:  # noqa: F811
+    tid = fab.submit("read and answer", target="tester", refs=[doc.url]).task_id
+    with Running(build_worker("tester", settings, wcards, env=gateway_env(stub))):
+        assert doc.asked.wait(20), "the worker never resolved the ref"
+        db, port, token = _cut(embedded_board)  # the board goes away mid-task
+        doc.gate.set()  # the executor moves on to its ownership check: unreachable
+        time.sleep(1.0)
+        assert stub.chat_requests() == [], "no externally visible call without a lease check"
+        revived = EmbeddedBoard(db, port=port, token=token).start()
+        wait_until(lambda: state_of(fab, tid) == State.DONE, timeout=30, what="done after reconnect")
+    ops = [r.op for _, r in sorted(fab.board.read(tid).records.items())]
+    revived.stop()
+    assert ops == ["submit", "claim", "release", "claim", "complete"], ops
+    assert len(stub.chat_requests()) == 1
+
+
+def test_an_outage_past_the_grace_redoes_the_call_with_the_same_key(
+        embedded_board: EmbeddedBoard, fab: Fabric, settings: Settings,  # noqa: F811
+        wcards: Any, stub: OpenAIStub) -> None:  # noqa: F811
+    started = threading.Event()
+
+    def slow(body: dict[str, Any]) -> str:
+        started.set()
+        time.sleep(2.5)
+        return "answer"
+
+    stub.reply = slow
+    tid = fab.submit("a long call", target="tester").task_id
+    env = gateway_env(stub, AGAP_OUTAGE_GRACE="0.5")
+    with Running(build_worker("tester", settings, wcards, env=env)):
+        assert started.wait(20)
+        db, port, token = _cut(embedded_board)
+        time.sleep(3.0)  # past the grace, and the call has returned: result cannot be stored
+        stub.reply = None
+        revived = EmbeddedBoard(db, port=port, token=token).start()
+        wait_until(lambda: state_of(fab, tid) == State.DONE, timeout=40, what="done after reconnect")
+    ops = [r.op for _, r in sorted(fab.board.read(tid).records.items())]
+    revived.stop()
+    keys = [r.headers["idempotency-key"] for r in stub.chat_requests()]
+    assert len(keys) == 2 and keys[0] == keys[1], "the redo reuses the first call's key"
+    assert ops == ["submit", "claim", "release", "claim", "complete"], ops
