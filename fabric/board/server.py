@@ -6,8 +6,8 @@ convention); there is no anonymous endpoint. Binds to 127.0.0.1 unless told othe
 
 from __future__ import annotations
 
-import json
 import contextlib
+import json
 import logging
 import secrets
 import socket
