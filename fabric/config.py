@@ -1,17 +1,199 @@
-"""Settings, read from the environment.
+"""Settings: one resolution order for every setting, and the fabric's known variables.
 
-Secrets (the board's token) only ever come from the environment, never from the repo.
+Resolution order (first wins):
+
+1. the process environment;
+2. an env file named by ``AGAP_ENV_FILE`` — a missing or malformed file is an error
+   (fail closed), never a silent fallback;
+3. a project file, ``.agap.env``, found by walking up from the working directory.
+
+Files hold ``KEY=VALUE`` lines (``#`` comments, optional ``export``, optional quotes).
+The CLI applies them to its own environment at start (:func:`apply_config_files`), so
+every part of the fabric, and every process it starts, sees the same settings.
+Secrets come only from the environment or these files, never from the repository.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
+import sys
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from fabric.errors import ConfigError
 
 DEFAULT_STATE_DIR = "var"
+ENV_FILE_VAR = "AGAP_ENV_FILE"
+PROJECT_FILE = ".agap.env"
+
+_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
+_SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+
+
+@dataclass(frozen=True)
+class Known:
+    """A setting the fabric reads."""
+
+    name: str
+    meaning: str
+    default: str = ""
+    secret: bool = False
+
+
+KNOWN: tuple[Known, ...] = (
+    Known("KANBOARD_URL", "the board's JSON-RPC endpoint (…/jsonrpc.php)"),
+    Known("KANBOARD_API_TOKEN", "the board's application token", secret=True),
+    Known("AGAP_CARDS_DIR", "agent cards", "cards"),
+    Known("AGAP_STATE_DIR", "local state: embedded board, counters", DEFAULT_STATE_DIR),
+    Known("AGAP_PROJECT", "the work project's name", "Agent Fabric"),
+    Known("AGAP_LOCKS_PROJECT", "the locks project's name", "Agent Fabric Locks"),
+    Known("AGAP_ACTOR", "who the CLI acts as", "cli"),
+    Known("AGAP_MODEL_MODE", "gateway, sdk or demo for every card (overrides cards)"),
+    Known("AGAP_LITELLM_URL", "the LiteLLM proxy", "http://127.0.0.1:4000"),
+    Known("LITELLM_MASTER_KEY", "the LiteLLM proxy's key", secret=True),
+    Known("AGAP_LITELLM_KEY", "a LiteLLM virtual key for the fabric", secret=True),
+    Known("AGAP_RESULT_STORE", "attachment or dir", "attachment"),
+    Known("AGAP_RESULT_DIR", "where dir results go"),
+    Known("AGAP_REF_ROOTS", "directories file:// refs may read (:-separated)", "."),
+    Known("AGAP_POLL_SECONDS", "worker poll interval (default: the card's)"),
+    Known("AGAP_OUTAGE_GRACE", "how long running work goes on while the board is away"),
+    Known("AGAP_BOARD_PORT", "the embedded board's port under agap up", "8765"),
+    Known("AGAP_BOARD_TOKEN", "the embedded board's token (default: generated)", secret=True),
+    Known("AGAP_EVENTS_URL", "live events broker (mqtt://, mqtts://, nats://, tls://)"),
+    Known("AGAP_EVENTS_SECRET", "the fabric secret events are signed with", secret=True),
+    Known("AGAP_KEEPER_METRICS_PORT", "keeper metrics port (0 = off)", "0"),
+    Known("AGAP_KEEPER_METRICS_TOKEN", "bearer token for keeper metrics", secret=True),
+    Known("AGAP_A2A_TOKENS", "A2A clients: caller:token,…", secret=True),
+    Known("AGAP_A2A_TOKENS_FILE", "file with A2A clients' tokens"),
+    Known(ENV_FILE_VAR, "an env file with more settings (must exist if named)"),
+)
+
+
+def is_secret(name: str) -> bool:
+    """True for a setting whose value must never be printed."""
+    known = next((k for k in KNOWN if k.name == name), None)
+    return (known is not None and known.secret) or any(w in name.upper() for w in _SECRET_WORDS)
+
+
+def mask(name: str, value: str) -> str:
+    """The value as it may be shown: secrets as ``****`` plus their length."""
+    if not value or not is_secret(name):
+        return value
+    return f"**** ({len(value)} chars)"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` pairs of an env file; a malformed line is an error naming it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the env file: {exc.strerror}", where=str(path),
+                          hint=f"fix the path in {ENV_FILE_VAR} or unset it") from None
+    values: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if not m:
+            raise ConfigError("not a KEY=VALUE line", where=f"{path}:{number}",
+                              hint="write NAME=value (quotes optional)")
+        value = m.group(2)
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        values[m.group(1)] = value
+    return values
+
+
+def find_project_file(start: Path) -> Path | None:
+    """The nearest ``.agap.env`` in ``start`` or a parent directory."""
+    for folder in (start, *start.parents):
+        candidate = folder / PROJECT_FILE
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@dataclass
+class Resolved:
+    """Effective settings and where each came from (``environment`` or a file path)."""
+
+    values: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def resolve(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Resolved:
+    """Merge the environment, the named env file and the project file, in that order."""
+    env = dict(os.environ if environ is None else environ)
+    out = Resolved(dict(env), {k: "environment" for k in env})
+    layers: list[tuple[str, dict[str, str]]] = []
+    named = env.get(ENV_FILE_VAR)
+    if named:
+        path = Path(named).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"{ENV_FILE_VAR} names a file that does not exist", where=str(path),
+                              hint="create it, fix the path, or unset the variable")
+        layers.append((str(path), read_env_file(path)))
+    project = find_project_file((cwd or Path.cwd()).resolve())
+    if project is not None:
+        layers.append((str(project), read_env_file(project)))
+    for source, values in layers:
+        for key, value in values.items():
+            if key not in out.values:
+                out.values[key] = value
+                out.sources[key] = source
+    return out
+
+
+def apply_config_files(environ: MutableMapping[str, str] | None = None,
+                       cwd: Path | None = None) -> Resolved:
+    """Add settings from the env files to ``environ`` (never overriding it)."""
+    global _applied
+    target = os.environ if environ is None else environ
+    resolved = resolve(target, cwd)
+    for key, value in resolved.values.items():
+        target.setdefault(key, value)
+    if environ is None:
+        _applied = resolved
+    return resolved
+
+
+_applied: Resolved | None = None
+
+
+def effective() -> Resolved:
+    """The settings with their sources: as applied at start, else resolved now."""
+    return _applied if _applied is not None else resolve()
+
+
+_warned: set[str] = set()
+
+
+def warn_if_plaintext(url: str, what: str) -> bool:
+    """Warn (once) when ``url`` reaches a non-loopback host without TLS."""
+    if not url:
+        return False
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    plain = parts.scheme in ("http", "mqtt", "nats", "ws")
+    if not plain or _is_loopback(host) or url in _warned:
+        return False
+    _warned.add(url)
+    sys.stderr.write(f"agap: warning: {what} at {host} is reached without TLS ({parts.scheme}://);"
+                     " tokens and tasks cross the network in clear text\n")
+    return True
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -27,9 +209,9 @@ class Settings:
     actor: str = "cli"
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        """Read ``KANBOARD_URL``, ``KANBOARD_API_TOKEN`` and the ``AGAP_*`` variables."""
-        e = dict(os.environ if env is None else env)
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read the settings through the resolution order (environment, env file, project file)."""
+        e = resolve(env).values
         return cls(
             board_url=e.get("KANBOARD_URL", ""),
             board_token=e.get("KANBOARD_API_TOKEN", ""),
@@ -52,4 +234,5 @@ class Settings:
                 "KANBOARD_API_TOKEN is not set",
                 hint="use the token `agap board serve` printed, or Kanboard's API token",
             )
+        warn_if_plaintext(self.board_url, "the board")
         return self.board_url, self.board_token

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from fabric.config import apply_config_files
 from fabric.errors import FabricError
 
 
@@ -31,9 +32,15 @@ class _FabricGroup(click.Group):
 @click.version_option(package_name="agap-fabric")
 def main() -> None:
     """agap: a Kanboard-backed task fabric for AI agents."""
+    # Settings from AGAP_ENV_FILE and .agap.env join the environment (which wins), so
+    # every command and every process it starts sees one resolution order.
+    apply_config_files()
 
 
-COMMAND_MODULES = ("board_cmd", "cards_cmd", "tasks_cmd", "worker_cmd", "keeper_cmd", "up_cmd", "a2a_cmd")
+COMMAND_MODULES = (
+    "board_cmd", "cards_cmd", "tasks_cmd", "worker_cmd", "keeper_cmd", "up_cmd", "a2a_cmd",
+    "config_cmd",
+)
 
 
 def _register() -> None:
