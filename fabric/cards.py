@@ -53,6 +53,8 @@ __all__ = [
     "GoldenCase",
     "GoldenExpect",
     "GoldenSet",
+    "GpuDevice",
+    "GpuRegistry",
     "GpuResidency",
     "GpuSpec",
     "HoursSpec",
@@ -644,17 +646,21 @@ def _duplicates(field: str, values: Sequence[str]) -> list[tuple[str, str]]:
 
 class GoldenExpect(_Strict):
     """How an answer is judged: it ``contains`` all these strings (case-insensitive), is
-    ``exact``ly this text (whitespace-trimmed), or matches the ``regex``."""
+    ``exact``ly this text (whitespace-trimmed), matches the ``regex``, or a ``judge`` model
+    given this rubric answers PASS (``agap eval``; see fabric/deploy/evalgate.py)."""
 
     contains: Annotated[list[Text] | None, BeforeValidator(_one_or_many)] = None
     exact: str | None = None
     regex: str | None = None
+    judge: Text | None = None
 
     @model_validator(mode="after")
     def _one(self) -> GoldenExpect:
-        given = [k for k in ("contains", "exact", "regex") if getattr(self, k) is not None]
+        given = [k for k in ("contains", "exact", "regex", "judge") if getattr(self, k) is not None]
         if len(given) != 1:
-            _raise([("", "give exactly one of contains, exact or regex")])
+            kinds = "contains, exact, regex or judge" if self.judge is not None else \
+                "contains, exact or regex"
+            _raise([("", f"give exactly one of {kinds}")])
         if self.regex is not None:
             try:
                 re.compile(self.regex)
@@ -663,6 +669,9 @@ class GoldenExpect(_Strict):
         return self
 
     def matches(self, answer: str) -> bool:
+        """Whether ``answer`` passes; a ``judge`` rubric needs a model (``agap eval``)."""
+        if self.judge is not None:
+            raise ValueError("a judge rubric is scored by a model: use agap eval")
         if self.contains is not None:
             return all(s.lower() in answer.lower() for s in self.contains)
         if self.exact is not None:
@@ -1076,6 +1085,8 @@ def load_cards(directory: str | Path = "cards", *, base_dir: Path | None = None)
         broken.discard(path.stem)
 
     problems.extend(_cross_card_problems(loaded, base, broken))
+    if not broken:
+        problems.extend(_gpu_problems(loaded, directory, base))
     if problems:
         raise CardErrors(problems, where=shown_dir, hint="fix them and run `agap cards validate`")
     return CardSet((c for _, c in loaded), base_dir=base, directory=directory)
@@ -1155,6 +1166,114 @@ def _cross_card_problems(
             )
         if card.golden is not None:
             problems.extend(_golden_problems(shown, card, base))
+    return problems
+
+
+# ---------------------------------------------------------------------------------------
+# GPU residency across cards: cards/_gpu.yaml names the GPUs and their VRAM
+
+GPU_REGISTRY = "_gpu.yaml"
+
+
+class GpuDevice(_Strict):
+    """One GPU local models run on: its VRAM, and what the driver and display keep."""
+
+    name: Slug
+    vram_mb: int = Field(gt=0)
+    reserved_mb: int = Field(default=0, ge=0)
+
+    @property
+    def usable_mb(self) -> int:
+        return self.vram_mb - self.reserved_mb
+
+
+class GpuRegistry(_Strict):
+    """``cards/_gpu.yaml``: the GPUs of the house."""
+
+    gpus: list[GpuDevice] = Field(min_length=1)
+
+
+def _gpu_problems(loaded: list[tuple[str, Card]], directory: Path, base: Path) -> list[CardProblem]:
+    """The residency policy must be satisfiable on the GPUs in ``cards/_gpu.yaml``:
+
+    * a model card with a ``gpu`` availability shape declares its ``gpu`` residency (VRAM);
+    * every model fits the largest GPU (its usable VRAM: ``vram_mb - reserved_mb``);
+    * the never-evict set fits, and fits alongside the largest other model (else that model
+      could never be loaded without evicting an interactive-critical one);
+    * the never-evict set plus each co-residency group fit together;
+    * a model in another co-residency group than a never-evict model could never load (the
+      pre-load check refuses to evict a never-evict model of another group).
+
+    One GPU is what the pre-load check handles (workers/availability.py): with several, the
+    largest is the placement target.
+    """
+    residents = [(shown, c) for shown, c in loaded if c.gpu is not None]
+    problems: list[CardProblem] = []
+    for shown, card in loaded:
+        if card.kind == "model" and "gpu" in card.shapes and card.gpu is None:
+            problems.append(CardProblem(shown, "gpu", "a local GPU model must declare its "
+                                        "residency: gpu: {vram_mb: …, never_evict: …}"))
+    if not residents:
+        return problems
+    path = directory / GPU_REGISTRY
+    shown_reg = _shown(path, base)
+    if not path.is_file():
+        return [*problems, CardProblem(shown_reg, "", "missing: cards declare GPU residency, so "
+                                       "name the GPUs here (gpus: [{name, vram_mb, reserved_mb}])")]
+    data, found = _read_yaml(path, shown_reg)
+    if found:
+        return problems + found
+    try:
+        registry = GpuRegistry.model_validate(data if isinstance(data, dict) else {})
+    except ValidationError as exc:
+        return problems + _problems(shown_reg, exc)
+    gpu = max(registry.gpus, key=lambda g: g.usable_mb)
+    room = gpu.usable_mb
+    where = f"GPU {gpu.name!r} ({room} MiB usable)"
+
+    def need(cards: Iterable[Card]) -> int:
+        return sum(c.gpu.vram_mb for c in cards if c.gpu is not None)
+
+    pinned = [c for _, c in residents if c.gpu is not None and c.gpu.never_evict]
+    pinned_mb = need(pinned)
+    pinned_names = ", ".join(c.id for c in pinned)
+    for shown, card in residents:
+        assert card.gpu is not None
+        if card.gpu.vram_mb > room:
+            problems.append(CardProblem(shown, "gpu.vram_mb",
+                                        f"{card.gpu.vram_mb} MiB does not fit {where}"))
+    if pinned and pinned_mb > room:
+        problems.append(CardProblem(shown_reg, "", f"the never-evict set ({pinned_names}: "
+                                    f"{pinned_mb} MiB) does not fit {where}"))
+        return problems
+    pinned_groups = {c.gpu.co_residency_group for c in pinned
+                     if c.gpu is not None and c.gpu.co_residency_group}
+    for shown, card in residents:
+        assert card.gpu is not None
+        if card.gpu.never_evict:
+            continue
+        group = card.gpu.co_residency_group
+        other = sorted(g for g in pinned_groups if group is not None and g != group)
+        if other:
+            problems.append(CardProblem(shown, "gpu.co_residency_group",
+                                        f"{group!r} can never load: the never-evict model(s) of "
+                                        f"group {', '.join(other)} may not share the GPU with it"))
+        elif pinned and card.gpu.vram_mb + pinned_mb > room:
+            problems.append(CardProblem(shown, "gpu.vram_mb",
+                                        f"{card.gpu.vram_mb} MiB does not fit alongside the "
+                                        f"never-evict set ({pinned_names}: {pinned_mb} MiB) on "
+                                        f"{where}"))
+    groups: dict[str, list[tuple[str, Card]]] = {}
+    for shown, card in residents:
+        if card.gpu is not None and card.gpu.co_residency_group and not card.gpu.never_evict:
+            groups.setdefault(card.gpu.co_residency_group, []).append((shown, card))
+    for name, members in sorted(groups.items()):
+        total = need(c for _, c in members) + pinned_mb
+        if len(members) > 1 and total > room:
+            ids = ", ".join(c.id for _, c in members)
+            problems.append(CardProblem(members[0][0], "gpu.co_residency_group",
+                                        f"group {name!r} ({ids}) with the never-evict set needs "
+                                        f"{total} MiB, more than {where}"))
     return problems
 
 
