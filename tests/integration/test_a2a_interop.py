@@ -507,3 +507,28 @@ def test_sync_calls_cut_short_by_a_crash_are_failed_and_journaled_at_start(
         assert view.current is not None and view.current.state == State.DEAD
     finally:
         server.stop()
+
+
+def test_with_the_board_down_sync_calls_still_answer_and_are_journaled_later(
+        a2a: Env, embedded_board: EmbeddedBoard) -> None:
+    db, port, token = embedded_board.store.path, embedded_board.port, embedded_board.token
+    embedded_board.stop()  # Kanboard is down (connections dropped, port closed)
+    mid = uuid.uuid4().hex
+
+    async def go() -> Any:
+        async with await a2a.client() as c:
+            return await c.send(text_message("Answer while the board is away", message_id=mid))
+    task = run(go())
+    assert task.status.state == S.TASK_STATE_COMPLETED, "the sync path never waits on the board"
+    assert task_text(task).startswith("stub reply to: Answer while the board is away")
+    time.sleep(1.0)
+    row = a2a.server.service.store.get(task.id)
+    assert row is not None and row.journal == st.J_PENDING, "nothing can be journaled yet"
+    revived = EmbeddedBoard(db, port=port, token=token).start()
+    try:
+        row = wait_until(lambda: journaled(a2a, task.id), timeout=30, what="journaled later")
+        view = a2a.fab.board.read(row.board_task_id)
+        assert view.current is not None and view.current.state == State.DONE
+        assert view.spec is not None and view.spec.action_id == mid
+    finally:
+        revived.stop()
