@@ -17,13 +17,14 @@ from typing import Any, Protocol
 from fabric.bootstrap import cached_layout, forget_layout_cache
 from fabric.cards import Card, CardSet, load_cards
 from fabric.config import Settings
-from fabric.errors import ConfigError, InvalidInput
+from fabric.errors import ConfigError
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.port import RpcPort
 from fabric.layout import COLUMN_ORDER
 from fabric.ledger import Ledger
 from fabric.models import TaskSpec, parse_priority, parse_when
-from fabric.router import Constraints, choose, parse_constraints
+from fabric.policy import default_policies
+from fabric.router import Constraints, note_route, route
 from fabric.submit import Receipt, Submitter, build_spec
 from fabric.taskboard import TaskBoard, TaskView
 
@@ -53,7 +54,7 @@ class Fabric:
     ledger: Ledger
     clock: Callable[[], float] = time.time
     parks: dict[str, dict[str, Any]] = field(default_factory=dict)  # from the last listing
-    policies: list[SubmitPolicy] = field(default_factory=list)
+    policies: list[SubmitPolicy] = field(default_factory=default_policies)
     submit_listeners: list[SubmitListener] = field(default_factory=list)
 
     @classmethod
@@ -94,17 +95,10 @@ class Fabric:
     ) -> Receipt:
         """Validate, route and create a task; returns at once with its receipt."""
         now = self.clock()
-        if (target is None) == (constraints is None):
-            raise InvalidInput("give exactly one of a target agent or constraints",
-                               where="--target/--constraints")
-        if target is not None:
-            card = self.cards.get(target)
-            cons: dict[str, object] = {}
-        else:
-            c = constraints if isinstance(constraints, Constraints) else parse_constraints(
-                str(constraints))
-            card = choose(self.cards, c).card
-            cons = c.as_dict()
+        # direct, constraint set or auto; explained (fabric/router.py)
+        choice = route(self, intent=intent, target=target, constraints=constraints, refs=refs,
+                       priority=priority)
+        card, cons = choice.card, choice.recorded()
         parent_view = self.board.read(parent) if parent is not None else None
         spec = build_spec(
             intent=intent, target=card.id, queue=card.queue_name, refs=tuple(refs),
@@ -124,6 +118,7 @@ class Fabric:
             forget_layout_cache(self.settings)
             self.board.layout = cached_layout(self.port, self.settings, refresh=True)
             receipt = Submitter(self.board).submit(spec, assignee=assignee)
+        note_route(self, receipt, choice)
         for listener in self.submit_listeners:
             try:
                 listener(receipt, spec)

@@ -25,6 +25,7 @@ JOB_INTERVALS: dict[str, tuple[str, float]] = {
     "deadlines": ("AGAP_KEEPER_DEADLINES_EVERY", 60.0),
     "reminders": ("AGAP_KEEPER_REMINDERS_EVERY", 300.0),
     "gc": ("AGAP_KEEPER_GC_EVERY", 86400.0),
+    "policy": ("AGAP_KEEPER_POLICY_EVERY", 60.0),
 }
 JOBS = (*JOB_INTERVALS, "digest")
 

@@ -54,6 +54,9 @@ class Keeper:
     _fab: Fabric | None = None
     _backoff: dict[str, _Backoff] = field(default_factory=dict)
     last: dict[str, Any] = field(default_factory=dict)  # job -> its last report
+    # Dead letters already escalated, (task, epoch): a cache; after a restart each is
+    # tried once more and the submit's receipt makes that a no-op.
+    _escalated: set[tuple[int, int]] = field(default_factory=set)
 
     @classmethod
     def for_fabric(cls, fab: Fabric, config: KeeperConfig | None = None, **kw: Any) -> Keeper:
@@ -111,6 +114,33 @@ class Keeper:
         with self.metrics.lock:
             self.metrics.gestures_total += len(report.acted)
             self.metrics.repairs_total += len(report.repaired) + len(report.explained)
+        return report
+
+    def job_policy(self) -> duties.DutyReport:
+        """Escalate dead letters to a human (once each); re-route tasks stuck on parked queues.
+
+        Escalation is always-ask: a task that died on its tier becomes a decision task in
+        a person's inbox, never a silent retry on a bigger model.
+        """
+        from fabric.policy import escalate_dead_letter
+        from fabric.router import is_routed, reroute_parked
+
+        fab = self.fab()
+        snap = snapshot.take(fab)
+        report = duties.DutyReport()
+        for view in fab.board.read_meta_many(snap.dead_rows):
+            mark = (view.id, view.epoch)
+            if mark in self._escalated:
+                continue
+            receipt = escalate_dead_letter(fab, view)
+            self._escalated.add(mark)
+            if receipt is not None:
+                report.escalated[view.id] = receipt.task_id
+        for view in snap.views:
+            if view.spec is not None and is_routed(view.spec.constraints):
+                receipt = reroute_parked(fab, view, parks=snap.parks)
+                if receipt is not None:
+                    report.requeued.append(view.id)
         return report
 
     def job_inbox(self) -> duties.DutyReport:
@@ -200,7 +230,8 @@ class Keeper:
 
     def run_once(self) -> dict[str, bool]:
         """Every job once, in a sensible order (what ``agap keeper --once`` does)."""
-        order = ("gaps", "leases", "gestures", "inbox", "deadlines", "reminders", "digest", "gc")
+        first = ("gaps", "leases", "gestures", "inbox", "deadlines", "reminders", "policy")
+        order = [*first, *(j for j in JOBS if j not in first)]  # no job can be left out
         return {name: self.run_job(name, ignore_backoff=True) for name in order}
 
     def scheduler(self) -> Any:

@@ -27,7 +27,7 @@ import requests
 
 from fabric.cards import Card, CardSet
 from fabric.cards import WebhookChannel as WebhookSpec
-from fabric.errors import ConfigError
+from fabric.errors import ConfigError, FabricError
 
 log = logging.getLogger("agap.keeper.notify")
 
@@ -134,7 +134,12 @@ class Notifier:
                 token = env.get(spec.token_env, "") if spec.token_env else ""
                 out.append(WebhookChannel(str(spec.url), token, allow=self.allow))
             else:
-                log.debug("%s: %s channels are not implemented yet; skipped", card.id, spec.type)
+                from fabric.notify_matrix import MatrixChannel
+
+                try:
+                    out.append(MatrixChannel.from_spec(spec, env))
+                except ConfigError as exc:
+                    log.warning("%s: matrix channel skipped: %s", card.id, exc.line())
         return out
 
     def notify(self, human: str, subject: str, body: str, *, urgent: bool,
@@ -151,7 +156,7 @@ class Notifier:
             try:
                 ch.send(subject, body, urgent=urgent, ref=ref)
                 ok = True
-            except NotifyError as exc:
+            except (NotifyError, FabricError) as exc:
                 log.warning("notify %s: %s", card.id, exc)
         if ok:
             self.sent += 1

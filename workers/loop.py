@@ -27,6 +27,7 @@ from fabric.kanboard.port import BoardError, BoardUnavailable
 from fabric.layout import META_COST
 from fabric.ledger import Fenced, Lease, LedgerError
 from fabric.submit import render_description
+from fabric.taskboard import TaskView
 from workers.availability import Availability, ParkTracker, Verdict, reason_key
 from workers.job import Executor, Job, Outcome
 from workers.queue import QueueReader
@@ -86,6 +87,9 @@ class Worker:
         self.park = ParkTracker(config.queue)
         self._park_lock = threading.Lock()
         self.listeners: list[Listener] = []
+        # Policy re-checked at claim (a task may have been submitted before a card
+        # changed): raises to refuse; the task is then dead-lettered with the reason.
+        self.claim_check: Callable[[Fabric, TaskView], None] | None = None
         # Set by a wake-up hint (a submit event, a webhook): an idle slot polls at once.
         # The poll interval stays as the safety net.
         self.wake = threading.Event()
@@ -104,7 +108,9 @@ class Worker:
     def _slot(self, index: int) -> None:
         fab = self.connect()
         beat_fab = self.connect()  # the heartbeat thread's own connection
-        reader = QueueReader(fab.board, fab.ledger, self.config.queue, clock=fab.clock)
+        check = self.claim_check
+        reader = QueueReader(fab.board, fab.ledger, self.config.queue, clock=fab.clock,
+                             claim_check=(lambda view: check(fab, view)) if check else None)
         owner = self.config.owner if self.config.concurrency == 1 else \
             f"{self.config.owner}/{index}"
         while not self.stop.is_set():

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fabric.errors import FabricError
 from fabric.layout import Column, State
 from fabric.ledger import IllegalTransition, Lease, Ledger, LostRace
 from fabric.taskboard import TaskBoard, TaskView
@@ -41,8 +42,11 @@ class QueueReader:
 
     def __init__(self, board: TaskBoard, ledger: Ledger, queue: str, *,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None,
-                 max_age: float = 2.0):
+                 max_age: float = 2.0,
+                 claim_check: Callable[[TaskView], None] | None = None):
         self.board = board
+        # Policy at claim time (privacy domains, trust, taint): raises PolicyRefused.
+        self.claim_check = claim_check
         self.ledger = ledger
         self.queue = queue
         self.clock = clock
@@ -123,6 +127,16 @@ class QueueReader:
             return None  # a young gap is its winner's; an old one is claimed next poll
         if cur.state != State.QUEUED or (cur.not_before and cur.not_before > self.clock()):
             return None
+        if self.claim_check is not None:
+            try:
+                self.claim_check(view)
+            except FabricError as exc:
+                # Refused by policy: retrying cannot help. Dead letter, with the reason;
+                # the keeper turns it into a decision for a person.
+                with contextlib.suppress(LostRace, IllegalTransition):
+                    self.ledger.dead_letter(view.id, owner, f"refused at claim: {exc.line()}",
+                                            view=view)
+                return None
         try:
             return self.ledger.claim(view, owner, lease_seconds=lease_seconds)
         except (LostRace, IllegalTransition):

@@ -72,6 +72,7 @@ from fabric.errors import FabricError, InvalidInput
 from fabric.kanboard.port import BoardError
 from fabric.layout import State
 from fabric.ledger import IllegalTransition, LedgerError
+from fabric.policy import PolicyRefused
 from fabric.submit import ActionIdCollision
 from fabric.taskboard import TaskNotFound, TaskView
 
@@ -421,7 +422,8 @@ class A2AService:
         except ActionIdCollision:
             raise InvalidParamsError(
                 message="this messageId was already used for a different message") from None
-        except InvalidInput as exc:
+        except (InvalidInput, PolicyRefused) as exc:
+            # A refusal names the rule and the limit (quota, depth, cycle, privacy, taint).
             raise InvalidParamsError(message=exc.line()) from None
         except (BoardError, LedgerError) as exc:
             raise _board_error(exc) from None

@@ -1,0 +1,99 @@
+"""Two cron processes firing the same schedule make one task (real processes, real HTTP)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import fabric.cli.cron_cmd  # noqa: F401 - registers `agap cron` until the CLI lists it
+from fabric.board.server import EmbeddedBoard
+from fabric.cli import main
+from fabric.kanboard.client import KanboardClient
+from tests.conftest import ROOT
+
+AGAP = [sys.executable, "-c",
+        "import sys, fabric.cli.cron_cmd; from fabric.cli import main; sys.argv[0] = 'agap'; main()"]
+
+SCHEDULES = """
+timezone: UTC
+schedules:
+  - name: daily
+    cron: "0 6 * * *"
+    target: gemma-local
+    intent: "Daily check for {planned:%Y-%m-%d}"
+  - name: fast
+    every: 2s
+    target: gemma-local
+    intent: "tick"
+    key: "fast/{ts}"
+"""
+
+
+@pytest.fixture
+def env(embedded_board: EmbeddedBoard, tmp_path: Path) -> dict[str, str]:
+    e = dict(os.environ)
+    e.update({"KANBOARD_URL": embedded_board.url, "KANBOARD_API_TOKEN": embedded_board.token,
+              "AGAP_CARDS_DIR": str(ROOT / "cards"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+              "AGAP_STATE_DIR": str(tmp_path / "state"), "AGAP_SCHEDULES": str(tmp_path / "s.yaml"),
+              "PYTHONPATH": str(ROOT)})
+    (tmp_path / "s.yaml").write_text(SCHEDULES)
+    res = CliRunner().invoke(main, ["init"], env=e, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return e
+
+
+def keyed_tasks(board: EmbeddedBoard) -> Counter[str]:
+    client = KanboardClient(board.url, board.token)
+    project = client.call("getProjectByName", {"name": "Agent Fabric"})
+    rows = client.call("searchTasks", {"project_id": int(project["id"]), "query": "ref:cron:*"})
+    return Counter(str(r["reference"]) for r in rows or [])
+
+
+def test_two_processes_firing_at_once_make_one_task(env: dict[str, str],
+                                                    embedded_board: EmbeddedBoard) -> None:
+    for _ in range(3):
+        procs = [subprocess.Popen([*AGAP, "cron", "--once", "daily", "--json"], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+        outs = [p.communicate(timeout=60) for p in procs]
+        assert all(p.returncode == 0 for p in procs), outs
+        results = [json.loads(o) for o, _ in outs]
+        assert results[0]["task_id"] == results[1]["task_id"]
+        assert results[0]["key"] == results[1]["key"]
+    counts = keyed_tasks(embedded_board)
+    assert len(counts) == 1 and set(counts.values()) == {1}, counts
+    state = json.loads(Path(env["AGAP_STATE_DIR"], "cron-state.json").read_text())["schedules"]
+    assert state["daily"]["fired"] == 1 and state["daily"]["deduplicated"] == 5
+    assert state["daily"]["last_planned_iso"].endswith("T06:00:00+00:00")
+
+
+def test_two_cron_daemons_make_one_task_per_planned_time(env: dict[str, str],
+                                                         embedded_board: EmbeddedBoard,
+                                                         tmp_path: Path) -> None:
+    procs = []
+    for i in range(2):
+        e = dict(env, AGAP_STATE_DIR=str(tmp_path / f"state{i}"))  # separate state: the race is real
+        procs.append(subprocess.Popen([*AGAP, "cron"], env=e, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    try:
+        time.sleep(7)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.communicate(timeout=30)
+    counts = keyed_tasks(embedded_board)
+    fast = {k: n for k, n in counts.items() if k.startswith("cron:fast/")}
+    assert len(fast) >= 2, counts
+    assert set(fast.values()) == {1}, f"a planned time made more than one task: {fast}"
+    for i in range(2):
+        e = json.loads((tmp_path / f"state{i}" / "cron-state.json").read_text())["schedules"]
+        assert e["fast"]["last_planned"] and e["fast"]["last_actual"] >= e["fast"]["last_planned"]

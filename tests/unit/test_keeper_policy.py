@@ -1,0 +1,86 @@
+"""The keeper's policy job: always-ask escalation of dead letters, re-routing off parked queues."""
+
+from __future__ import annotations
+
+from fabric.core import Fabric
+from fabric.layout import State
+from keeper.config import KeeperConfig
+from keeper.daemon import Keeper
+from tests.conftest import FakeClock
+
+
+def _dead(fab: Fabric, intent: str = "summarise the contract") -> int:
+    tid = fab.submit(intent, target="kimi").task_id
+    lease = fab.ledger.claim(fab.board.read(tid), "w1", lease_seconds=60)
+    fab.ledger.fail(lease, "the model keeps timing out", poison=True)
+    return tid
+
+
+def test_a_dead_letter_becomes_one_decision_task_for_a_human(local_fabric: Fabric) -> None:
+    fab = local_fabric
+    tid = _dead(fab)
+    keeper = Keeper.for_fabric(fab, KeeperConfig())
+    assert keeper.run_job("policy")
+    report = keeper.last["policy"]
+    (decision,) = report.escalated.values()
+    view = fab.board.read(decision)
+    assert view.spec is not None and view.spec.target in {"alvis", "elizaveta"}
+    assert view.spec.refs == (f"task:{tid}",) and view.spec.priority == 2
+    assert view.row["column_id"] == fab.board.layout.columns["Waiting on me"]  # type: ignore[index]
+    assert "not retry it on a bigger model" in view.spec.intent
+    # Never a silent retry: the dead task itself is untouched.
+    assert fab.board.read(tid).current.state == State.DEAD  # type: ignore[union-attr]
+    # Later sweeps (and a restarted keeper) do not escalate it again.
+    assert keeper.run_job("policy") and keeper.last["policy"].escalated == {}
+    fresh = Keeper.for_fabric(fab, KeeperConfig())
+    assert fresh.run_job("policy")
+    assert list(fresh.last["policy"].escalated.values()) in ([], [decision])
+    decisions = [t for t in fab.listing() if t["queue"] in ("alvis", "elizaveta")]
+    assert len(decisions) == 1
+
+
+def test_a_routed_task_on_a_parked_queue_is_rerouted(local_fabric: Fabric,
+                                                     clock: FakeClock) -> None:
+    fab = local_fabric
+    # tier>=medium: qwen-remote is picked (cheapest), kimi also qualifies.
+    receipt = fab.submit("think it through", constraints="tier>=medium")
+    assert receipt.queue == "qwen-remote"
+    fab.board.publish_park("qwen-remote", {"queue": "qwen-remote", "parked": True,
+                                           "reason": "asleep: health probe failed",
+                                           "until": clock() + 3600, "since": clock()})
+    keeper = Keeper.for_fabric(fab, KeeperConfig())
+    assert keeper.run_job("policy")
+    assert keeper.last["policy"].requeued == [receipt.task_id]
+    assert fab.board.read(receipt.task_id).current.state == State.CANCELED  # type: ignore[union-attr]
+    moved = [t for t in fab.listing() if t["title"] == "think it through"]
+    assert [t["queue"] for t in moved] == ["kimi"]
+
+
+def test_a_direct_target_is_never_rerouted(local_fabric: Fabric, clock: FakeClock) -> None:
+    fab = local_fabric
+    receipt = fab.submit("only qwen will do", target="qwen-remote")
+    fab.board.publish_park("qwen-remote", {"queue": "qwen-remote", "parked": True,
+                                           "reason": "asleep", "until": clock() + 3600,
+                                           "since": clock()})
+    keeper = Keeper.for_fabric(fab, KeeperConfig())
+    assert keeper.run_job("policy") and keeper.last["policy"].requeued == []
+    assert fab.board.read(receipt.task_id).current.state == State.QUEUED  # type: ignore[union-attr]
+
+
+def test_a_task_refused_at_claim_is_dead_lettered_with_the_reason(local_fabric: Fabric) -> None:
+    from fabric.policy import check_claim_on_board
+    from workers.queue import QueueReader
+
+    fab = local_fabric
+    # Submitted before the rules applied (e.g. the card changed since): the submit-time
+    # policy is off here, so only the claim-time check stands between the task and torgash.
+    fab.policies = []
+    tid = fab.submit("compare with alvis's notes", target="torgash",
+                     refs=["file:///srv/notes/n.md#domain=private:alvis"]).task_id
+    card = fab.cards.get("torgash")
+    reader = QueueReader(fab.board, fab.ledger, "torgash",
+                         claim_check=lambda v: check_claim_on_board(fab, card, v.spec))  # type: ignore[arg-type]
+    assert reader.claim_next("torgash@w", lease_seconds=60) is None
+    cur = fab.board.read(tid).current
+    assert cur is not None and cur.state == State.DEAD
+    assert (cur.reason or "").startswith("refused at claim:") and "private:alvis" in (cur.reason or "")
