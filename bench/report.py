@@ -102,7 +102,9 @@ def readme_block(results: dict[str, Any]) -> str:
 
 
 def section_table(section: dict[str, Any]) -> str:
-    """One benchmark section as its own table (rows of [metric, value])."""
+    """One benchmark section as its own table (rows of [metric, value], or its own Markdown)."""
+    if "markdown" in section:
+        return f"\n**{section.get('title', 'Live events')}**\n\n{section['markdown']}\n"
     rows = section.get("rows") or [[k, _n(v)] for k, v in section.items()
                                    if k not in ("title", "data")]
     lines = [f"\n**{section.get('title', 'more')}**\n", "| metric | value |", "|---|---|"]

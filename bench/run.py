@@ -108,7 +108,10 @@ def run_sections(quick: bool) -> dict[str, Any]:
         except ModuleNotFoundError:
             continue
         print(f"[{name}] …", flush=True)
-        out[name] = module.run(quick)
+        result = module.run(quick)
+        if "rows" not in result and hasattr(module, "table"):
+            result["markdown"] = module.table(result)  # a module that renders itself
+        out[name] = result
     return out
 
 

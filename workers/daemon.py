@@ -20,7 +20,10 @@ from fabric.cards import Card, CardSet
 from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.errors import ConfigError
+from fabric.events.wiring import attach_worker
 from fabric.kanboard.client import KanboardClient
+from fabric.policy import check_claim_on_board
+from fabric.taskboard import TaskView
 from workers.availability import Availability
 from workers.executor import ModelExecutor, Outage
 from workers.job import Executor, Job
@@ -131,6 +134,15 @@ def build_worker(card_id: str, settings: Settings, cards: CardSet, *,
         outage_grace=float(env["AGAP_OUTAGE_GRACE"]) if env.get("AGAP_OUTAGE_GRACE") else None)
     worker = Worker(connect, executor, config)
     worker.availability = availability
+
+    def claim_check(fab: Fabric, view: TaskView) -> None:
+        if view.spec is not None:
+            check_claim_on_board(fab, card, view.spec)
+
+    worker.claim_check = claim_check
+    # Live events (signed, over MQTT or NATS) when AGAP_EVENTS_URL is set: published
+    # after each transition, and submit events wake this worker before its next poll.
+    attach_worker(worker, env=env)
     return worker
 
 

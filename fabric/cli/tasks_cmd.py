@@ -22,9 +22,10 @@ from fabric.cli import main
 from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.errors import InvalidInput
+from fabric.events.wiring import attach_submitter
 from fabric.kanboard.client import KanboardClient
 from fabric.layout import PRIORITY_NAMES, State
-from fabric.ledger import Lease
+from fabric.ledger import Lease, conversation
 from fabric.taskboard import TaskView
 
 
@@ -87,6 +88,7 @@ def submit_cmd(target: str | None, constraints: str | None, intent: str, refs: t
     if not intent.strip():
         raise InvalidInput("the intent is empty", where="--intent")
     fab = Fabric.connect()
+    attach_submitter(fab)  # publishes "submitted" (and wakes the queue) when events are on
     receipt = fab.submit(intent, target=target, constraints=constraints, refs=refs,
                          priority=priority, deadline=deadline, not_before=not_before,
                          key=key, actor=actor, parent=parent)
@@ -194,7 +196,10 @@ def _lease(fab: Fabric, task_id: int, epoch: int, owner: str) -> Lease:
         raise InvalidInput(f"{owner!r} holds no working lease on epoch {epoch}",
                            where=f"task #{task_id}",
                            hint="use the epoch and owner that `agap claim` printed")
-    return Lease(task_id, view.uid, epoch, owner, rec.lease_until or 0.0, rec.attempt, view.spec)
+    # Carry the checkpoint and the conversation: a renewal or completion rewrites the
+    # owner's record, and must not drop where the work had got to.
+    return Lease(task_id, view.uid, epoch, owner, rec.lease_until or 0.0, rec.attempt, view.spec,
+                 conversation(view), rec.checkpoint)
 
 
 def _record_out(rec: Any, as_json: bool, task_id: int) -> None:
@@ -309,6 +314,7 @@ def resume_cmd(task_id: int, answer: str | None, as_json: bool) -> None:
 def cancel_cmd(task_id: int, reason: str, as_json: bool) -> None:
     """Cancel a task (a working owner is fenced)."""
     fab = Fabric.connect()
+    attach_submitter(fab)  # publishes "canceled" after the cancel is recorded
     _record_out(fab.ledger.cancel(task_id, _by(), reason), as_json, task_id)
 
 

@@ -1,0 +1,12 @@
+"""Live task events (DESIGN §11): signed, ordered, advisory; the board stays the authority.
+
+Modules: :mod:`.schema` (the v1 event and its seq), :mod:`.signing` (HMAC-SHA256 with
+per-task keys), :mod:`.config` (the ``AGAP_EVENTS_*`` environment), :mod:`.transport`
+with :mod:`.mqtt` and :mod:`.nats`, :mod:`.publisher`, :mod:`.subscriber` (the filter,
+``watch`` and wake-ups) and :mod:`.wiring` (hooks for workers and submitters).
+"""
+
+from fabric.events.config import EventsConfig
+from fabric.events.schema import SCHEMA_VERSION, TERMINAL_EVENTS, Event, EventType
+
+__all__ = ["SCHEMA_VERSION", "TERMINAL_EVENTS", "Event", "EventType", "EventsConfig"]

@@ -1,0 +1,268 @@
+"""Receiving events: the per-task filter, ``watch`` with its board fallback, and wake-ups.
+
+:class:`TaskStream` decides what a watcher believes. It drops payloads that are unsigned,
+badly signed, of another schema version, for another task, from an epoch older than
+the board's, or not newer (by seq) than the last one accepted; after a terminal event
+nothing changes any more.
+
+:func:`watch` runs one task's watch to an exit code. It subscribes first, then asks the
+board (so nothing that finished in between is missed), asks again whenever the broker
+comes back or goes away, and polls the board while the broker is away. It gives up with
+:data:`EXIT_UNAVAILABLE` only when the broker is away *and* the board does not answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabric.events.schema import Event, EventType
+from fabric.events.signing import Dropped, open_sealed
+from fabric.events.transport import Signal, Subscription, Transport, queue_topic, task_topic
+from fabric.kanboard.port import BoardError
+from fabric.layout import State
+
+log = logging.getLogger("agap.events.watch")
+
+EXIT_COMPLETED = 0
+EXIT_FAILED = 1  # failed or canceled
+EXIT_TIMEOUT = 2
+EXIT_UNAVAILABLE = 3  # broker away and the board did not answer either
+
+EXIT_OF_EVENT = {EventType.COMPLETED: EXIT_COMPLETED, EventType.FAILED: EXIT_FAILED,
+                 EventType.CANCELED: EXIT_FAILED}
+EVENT_OF_STATE = {State.DONE: EventType.COMPLETED, State.CLOSED: EventType.COMPLETED,
+                  State.DEAD: EventType.FAILED, State.CANCELED: EventType.CANCELED}
+
+
+class TaskStream:
+    """What a watcher of one task accepts, in order."""
+
+    def __init__(self, task_id: int, secret: bytes) -> None:
+        self.task_id = task_id
+        self.secret = secret
+        self.floor = 0  # events from epochs below this are stale (the board is past them)
+        self.last_seq = -1
+        self.terminal: Event | None = None
+        self.dropped: Counter[str] = Counter()
+
+    def raise_floor(self, epoch: int) -> None:
+        self.floor = max(self.floor, epoch)
+
+    def offer(self, raw: bytes) -> Event | None:
+        """The event if it changes what the watcher knows; None (counted, logged) if not."""
+        try:
+            event = open_sealed(raw, self.secret, expected_task=self.task_id)
+        except Dropped as exc:
+            return self._drop(exc.reason)
+        if self.terminal is not None:
+            return self._drop("after terminal")
+        if event.epoch < self.floor:
+            return self._drop("stale epoch")
+        if event.seq <= self.last_seq:
+            return self._drop("duplicate or out of order")
+        self.last_seq = event.seq
+        if event.terminal:
+            self.terminal = event
+        return event
+
+    def _drop(self, reason: str) -> Event | None:
+        self.dropped[reason] += 1
+        log.debug("task #%s: dropped an event (%s)", self.task_id, reason)
+        return None
+
+
+@dataclass(frozen=True)
+class BoardStatus:
+    """What the board says about the task (the authority)."""
+
+    state: State
+    epoch: int
+    result_ref: str | None = None
+    reason: str | None = None
+
+    @property
+    def final_event(self) -> EventType | None:
+        return EVENT_OF_STATE.get(self.state)
+
+    def line(self, task_id: int) -> dict[str, Any]:
+        return {"source": "board", "task_id": task_id, "state": self.state.value,
+                "epoch": self.epoch, "event": self.final_event.value if self.final_event else None,
+                "result_ref": self.result_ref, "reason": self.reason}
+
+
+BoardCheck = Callable[[], BoardStatus]  # raises BoardError when the board is away
+
+
+@dataclass
+class WatchOptions:
+    timeout: float = 3600.0  # wall clock
+    idle_timeout: float = 600.0  # no accepted event (nor board change) for this long
+    board_poll: float = 2.0  # board poll interval while the broker is away
+    recheck: float = 30.0  # a safety board check while the broker is up (0: never)
+    connect_grace: float = 3.0  # how long "connecting" may last before it counts as away
+
+
+@dataclass
+class WatchResult:
+    code: int
+    reason: str
+    events: int = 0
+    board_checks: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+
+
+def watch(task_id: int, *, board: BoardCheck, emit: Callable[[dict[str, Any]], None],
+          transport: Transport | None, secret: bytes | None,
+          options: WatchOptions | None = None,
+          clock: Callable[[], float] = time.monotonic,
+          on_live: Callable[[], None] | None = None) -> WatchResult:
+    """Watch one task until it ends, a timeout passes, or neither broker nor board answers.
+
+    ``on_live`` is called each time the subscription is up and the board was checked
+    after it (from then on nothing the task does is missed).
+    """
+    opts = options or WatchOptions()
+    stream = TaskStream(task_id, secret or b"")
+    signals: queue.Queue[Signal] = queue.Queue()
+    sub: Subscription | None = None
+    if transport is not None and secret:
+        sub = transport.subscribe(task_topic(task_id), signals.put)
+    start = clock()
+    broker = "connecting" if sub is not None else "off"
+    result = WatchResult(EXIT_TIMEOUT, "")
+    last_activity = start
+    next_board = start
+    board_epoch: int | None = None
+
+    def check_board(now: float) -> int | None:
+        nonlocal next_board, board_epoch, last_activity
+        result.board_checks += 1
+        try:
+            status = board()
+        except BoardError as exc:
+            if broker in ("down", "off"):
+                log.error("task #%s: the event broker is away and the board does not answer "
+                          "(%s)", task_id, exc)
+                result.reason = "broker and board unavailable"
+                return EXIT_UNAVAILABLE
+            log.warning("task #%s: the board does not answer (%s); following the broker",
+                        task_id, exc)
+            next_board = now + (0.5 if broker == "connecting" else opts.board_poll)
+            return None
+        if status.final_event is not None:
+            emit(status.line(task_id))
+            result.reason = f"board: {status.state.value}"
+            return EXIT_OF_EVENT[status.final_event]
+        if board_epoch is not None and status.epoch > board_epoch:
+            last_activity = now  # the task moved: that is activity too
+        board_epoch = status.epoch
+        stream.raise_floor(status.epoch)
+        if broker == "up":
+            next_board = now + opts.recheck if opts.recheck > 0 else float("inf")
+        else:
+            next_board = now + opts.board_poll
+        return None
+
+    try:
+        while True:
+            now = clock()
+            if now >= next_board and (code := check_board(now)) is not None:
+                result.code = code
+                return result
+            if now >= start + opts.timeout:
+                result.reason = f"wall-clock timeout ({opts.timeout:g}s)"
+                return result
+            if now >= last_activity + opts.idle_timeout:
+                result.reason = f"idle timeout ({opts.idle_timeout:g}s)"
+                return result
+            wait = min(start + opts.timeout, last_activity + opts.idle_timeout, next_board) - now
+            try:
+                sig = signals.get(timeout=max(0.0, min(wait, 0.25)))
+            except queue.Empty:
+                if broker == "connecting" and clock() - start >= opts.connect_grace:
+                    broker = "down"
+                    log.warning("task #%s: the event broker does not answer; following the "
+                                "board", task_id)
+                    next_board = clock()
+                continue
+            if sig.kind == "up":
+                if broker != "up":
+                    log.info("task #%s: subscribed to live events", task_id)
+                    broker = "up"
+                    # anything missed while away is on the board
+                    if (code := check_board(clock())) is not None:
+                        result.code = code
+                        return result
+                    if on_live is not None:
+                        on_live()
+            elif sig.kind == "down":
+                if broker != "down":
+                    log.warning("task #%s: event broker away (%s); following the board",
+                                task_id, sig.detail or "disconnected")
+                    broker = "down"
+                    next_board = clock()
+            else:
+                event = stream.offer(sig.payload)
+                if event is None:
+                    continue
+                result.events += 1
+                last_activity = clock()
+                emit({"source": "broker", **event.body()})
+                if event.terminal:
+                    result.code = EXIT_OF_EVENT[event.type]
+                    result.reason = f"event: {event.type.value}"
+                    return result
+    finally:
+        result.dropped = dict(stream.dropped)
+        if sub is not None:
+            sub.close()
+
+
+class QueueWaker:
+    """Calls ``hint`` when a signed submit event for ``queue`` arrives (and after a reconnect).
+
+    A hint only makes an idle worker poll now; the poll decides. Forged or malformed
+    payloads are ignored, though a forged hint could cost no more than one poll.
+    """
+
+    def __init__(self, transport: Transport, queue_name: str, secret: bytes,
+                 hint: Callable[[], None]) -> None:
+        self.queue = queue_name
+        self.secret = secret
+        self.hint = hint
+        self.hints = 0
+        self._was_up = False
+        self.sub = transport.subscribe(queue_topic(queue_name), self._on)
+
+    def _on(self, sig: Signal) -> None:
+        if sig.kind == "up":
+            if self._was_up:  # submits may have been missed while away
+                self._fire()
+            self._was_up = True
+            return
+        if sig.kind != "msg":
+            return
+        try:
+            event = open_sealed(sig.payload, self.secret)
+        except Dropped as exc:
+            log.debug("queue %s: ignored a wake-up payload (%s)", self.queue, exc.reason)
+            return
+        if event.type == EventType.SUBMITTED and event.data.get("queue") in (None, self.queue):
+            self._fire()
+
+    def _fire(self) -> None:
+        self.hints += 1
+        self.hint()
+
+    def close(self) -> None:
+        self.sub.close()
+
+
+__all__ = ["EXIT_COMPLETED", "EXIT_FAILED", "EXIT_TIMEOUT", "EXIT_UNAVAILABLE", "BoardCheck",
+           "BoardStatus", "QueueWaker", "TaskStream", "WatchOptions", "WatchResult", "watch"]

@@ -1,0 +1,319 @@
+"""Shared pieces of the live-event tests (no tests here).
+
+The shared brokers (Mosquitto on 127.0.0.1:1883, NATS with JetStream on 127.0.0.1:4222)
+serve the tests that need a healthy broker; every test uses its own topic prefix, and
+NATS streams are deleted afterwards. Tests that kill a broker start their own broker
+process on a free port and kill that one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fabric.board.server import EmbeddedBoard
+from fabric.cards import CardSet, load_cards
+from fabric.config import Settings
+from fabric.core import Fabric
+from fabric.events.config import EventsConfig
+from fabric.events.subscriber import BoardStatus, WatchOptions, WatchResult, watch
+from fabric.events.transport import open_transport
+from fabric.kanboard.client import KanboardClient
+from fabric.ledger import Ledger
+from fabric.taskboard import TaskBoard
+from tests.conftest import make_fabric
+from workers.job import Job, Outcome
+from workers.loop import Worker, WorkerConfig
+
+CARDS = Path(__file__).parent / "cards_worker"
+QUEUE = "tester"
+SECRET = "test-fabric-secret-" + "0" * 16
+SHARED = {"mqtt": ("127.0.0.1", 1883), "nats": ("127.0.0.1", 4222)}
+
+
+def port_open(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+        return True
+    return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what or check}")
+
+
+def events_env(kind: str, host: str, port: int, prefix: str, **extra: str) -> dict[str, str]:
+    return {"AGAP_EVENTS_URL": f"{kind}://{host}:{port}", "AGAP_EVENTS_SECRET": SECRET,
+            "AGAP_EVENTS_PREFIX": prefix, **extra}
+
+
+def config_for(kind: str, host: str, port: int, prefix: str) -> EventsConfig:
+    cfg = EventsConfig.from_env(events_env(kind, host, port, prefix))
+    assert cfg is not None
+    return cfg
+
+
+def delete_nats_stream(host: str, port: int, prefix: str) -> None:
+    import nats
+
+    async def run() -> None:
+        nc = await nats.connect(f"nats://{host}:{port}", connect_timeout=2,
+                                max_reconnect_attempts=1, allow_reconnect=False)
+        try:
+            with contextlib.suppress(Exception):
+                await nc.jetstream(timeout=2).delete_stream(f"{prefix.upper()}_EVENTS")
+        finally:
+            await nc.close()
+
+    with contextlib.suppress(Exception):
+        asyncio.run(asyncio.wait_for(run(), 5))
+
+
+def clear_mqtt_retained(host: str, port: int, prefix: str, task_ids: list[int]) -> None:
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    if not task_ids:
+        return
+    c = mqtt.Client(CallbackAPIVersion.VERSION2)
+    with contextlib.suppress(Exception):
+        c.connect(host, port)
+        c.loop_start()
+        for tid in task_ids:
+            c.publish(f"{prefix}/task/{tid}/events", b"", qos=1, retain=True).wait_for_publish(2)
+        c.disconnect()
+        c.loop_stop()
+
+
+@dataclass
+class Broker:
+    """One broker to test against: where it is and what it is."""
+
+    kind: str
+    host: str
+    port: int
+    prefix: str = field(default_factory=lambda: "t" + secrets.token_hex(4))
+    retained_tasks: list[int] = field(default_factory=list)
+
+    @property
+    def config(self) -> EventsConfig:
+        return config_for(self.kind, self.host, self.port, self.prefix)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return events_env(self.kind, self.host, self.port, self.prefix, **extra)
+
+    def cleanup(self) -> None:
+        if self.kind == "nats":
+            delete_nats_stream(self.host, self.port, self.prefix)
+        else:
+            # every test has a fresh board, so its task ids are small: clear them all
+            ids = sorted({*range(1, 33), *self.retained_tasks})
+            clear_mqtt_retained(self.host, self.port, self.prefix, ids)
+
+
+@pytest.fixture(params=["mqtt", "nats"])
+def shared_broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
+    """The machine's shared broker of each kind (skipped when it is not running)."""
+    host, port = SHARED[request.param]
+    if not port_open(host, port):
+        pytest.skip(f"no {request.param} broker on {host}:{port}")
+    broker = Broker(request.param, host, port)
+    yield broker
+    broker.cleanup()
+
+
+class OwnBroker:
+    """A broker process of our own, on a free loopback port, that a test may kill."""
+
+    def __init__(self, kind: str, tmp: Path) -> None:
+        self.kind = kind
+        self.port = free_port()
+        self.tmp = tmp
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OwnBroker:
+        if self.kind == "mqtt":
+            exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+            conf = self.tmp / f"mosquitto-{self.port}.conf"
+            conf.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
+                            "persistence false\n")
+            cmd = [exe, "-c", str(conf)]
+        else:
+            exe = shutil.which("nats-server") or "/usr/sbin/nats-server"
+            store = self.tmp / f"js-{self.port}"
+            store.mkdir(exist_ok=True)
+            cmd = [exe, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(store)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(lambda: port_open("127.0.0.1", self.port), 10, f"{self.kind} on {self.port}")
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def broker(self) -> Broker:
+        return Broker(self.kind, "127.0.0.1", self.port)
+
+
+@pytest.fixture(params=["mqtt", "nats"])
+def own_broker(request: pytest.FixtureRequest) -> Iterator[OwnBroker]:
+    exe = "mosquitto" if request.param == "mqtt" else "nats-server"
+    if not (shutil.which(exe) or Path(f"/usr/sbin/{exe}").exists()):
+        pytest.skip(f"{exe} is not installed")
+    with tempfile.TemporaryDirectory(prefix="agap-broker-") as tmp:
+        b = OwnBroker(request.param, Path(tmp)).start()
+        try:
+            yield b
+        finally:
+            b.kill()
+
+
+# -- the board and the worker ---------------------------------------------------------
+
+
+@pytest.fixture
+def wcards() -> CardSet:
+    return load_cards(CARDS, base_dir=CARDS)
+
+
+@pytest.fixture
+def settings(embedded_board: EmbeddedBoard, tmp_path: Path) -> Settings:
+    return Settings(board_url=embedded_board.url, board_token=embedded_board.token,
+                    cards_dir=CARDS, state_dir=tmp_path / "state")
+
+
+@pytest.fixture
+def fab(embedded_board: EmbeddedBoard, wcards: CardSet, settings: Settings) -> Fabric:
+    return make_fabric(KanboardClient(embedded_board.url, embedded_board.token), wcards,
+                       settings=settings)
+
+
+def another(fab: Fabric) -> Fabric:
+    """A second connection to the same board (a Fabric is for one thread)."""
+    port = KanboardClient(fab.settings.board_url, fab.settings.board_token, read_attempts=1)
+    board = TaskBoard(port, fab.board.layout)
+    return Fabric(fab.settings, fab.cards, port, board, Ledger(board))
+
+
+def board_check(fab: Fabric, task_id: int) -> Callable[[], BoardStatus]:
+    own = another(fab)
+
+    def check() -> BoardStatus:
+        cur = own.show(task_id).current
+        assert cur is not None
+        return BoardStatus(cur.state, cur.epoch, cur.result_ref, cur.reason)
+
+    return check
+
+
+class Gate:
+    """An executor that reports progress, waits for the test, then finishes."""
+
+    def __init__(self, steps: int = 2, outcome: Outcome | None = None, hold: bool = True) -> None:
+        self.steps = steps
+        self.outcome = outcome
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        if not hold:
+            self.release.set()
+        self.leases: list[int] = []
+
+    def __call__(self, job: Job) -> Outcome:
+        self.leases.append(job.lease.epoch)
+        job.progress("step 1 of 2")
+        self.entered.set()
+        self.release.wait(20)
+        for i in range(2, self.steps + 1):
+            job.progress(f"step {i} of {self.steps}")
+        return self.outcome or Outcome.done(f"kanboard://task/{job.lease.task_id}/file/r.md")
+
+
+def make_worker(fab: Fabric, executor: Any, *, poll: float = 0.05, lease: float = 30.0,
+                owner: str = "w1") -> Worker:
+    def connect() -> Fabric:
+        return another(fab)
+
+    return Worker(connect, executor, WorkerConfig(queue=QUEUE, owner=owner, lease_seconds=lease,
+                                                  poll_seconds=poll, backoff_seconds=0.05))
+
+
+class Running:
+    """A worker thread for the duration of a ``with`` block."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.thread = threading.Thread(target=worker.run, daemon=True)
+
+    def __enter__(self) -> Worker:
+        self.thread.start()
+        return self.worker
+
+    def __exit__(self, *exc: object) -> None:
+        self.worker.stop.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "the worker did not stop"
+
+
+class Watching:
+    """``watch`` in a thread, collecting its lines."""
+
+    def __init__(self, task_id: int, board: Callable[[], BoardStatus], cfg: EventsConfig | None,
+                 **options: float) -> None:
+        self.lines: list[dict[str, Any]] = []
+        self.result: WatchResult | None = None
+        self.live = threading.Event()
+        self.lives = 0
+        self.transport = open_transport(cfg) if cfg is not None else None
+        opts = WatchOptions(**{"timeout": 30.0, "idle_timeout": 30.0, **options})
+
+        def run() -> None:
+            self.result = watch(task_id, board=board, emit=self.lines.append,
+                                transport=self.transport,
+                                secret=cfg.secret if cfg is not None else None, options=opts,
+                                on_live=self._on_live)
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def _on_live(self) -> None:
+        self.lives += 1
+        self.live.set()
+
+    def wait_live(self, timeout: float = 10.0, times: int = 1) -> None:
+        wait_until(lambda: self.lives >= times, timeout, f"the watch live ({times})")
+
+    def join(self, timeout: float = 30.0) -> WatchResult:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "watch did not return"
+        if self.transport is not None:
+            self.transport.close()
+        assert self.result is not None
+        return self.result
+
+    def types(self) -> list[str | None]:
+        return [line.get("type") or line.get("event") for line in self.lines]

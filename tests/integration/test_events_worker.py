@@ -1,0 +1,237 @@
+"""Workers, submitters and ``agap watch`` with live events on the real brokers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from fabric.core import Fabric
+from fabric.errors import ConfigError
+from fabric.events.subscriber import EXIT_COMPLETED, EXIT_FAILED
+from fabric.events.wiring import WebhookHint, attach_submitter, attach_worker
+from fabric.layout import State
+from tests.integration.test_events_helpers import (
+    QUEUE,
+    Broker,
+    Gate,
+    Running,
+    Watching,
+    board_check,
+    make_worker,
+    wait_until,
+)
+from workers.job import Outcome
+
+pytest_plugins = ["tests.integration.test_events_helpers"]  # the fixtures
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def state_of(fab: Fabric, tid: int) -> State | None:
+    cur = fab.board.read(tid).current
+    return cur.state if cur else None
+
+
+def test_a_worker_publishes_its_lifecycle_in_order(shared_broker: Broker, fab: Fabric) -> None:
+    tid = fab.submit("publish my life", target=QUEUE).task_id
+    shared_broker.retained_tasks.append(tid)
+    gate = Gate(steps=3)
+    worker = make_worker(fab, gate)
+    att = attach_worker(worker, env=shared_broker.env(), wake=False)
+    assert att is not None
+    w = Watching(tid, board_check(fab, tid), shared_broker.config)
+    w.wait_live()
+    with Running(worker):
+        assert gate.entered.wait(10)
+        gate.release.set()
+        result = w.join()
+    att.close()
+    assert result.code == EXIT_COMPLETED
+    assert w.types() == ["started", "progress", "progress", "progress", "completed"]
+    seqs = [line["seq"] for line in w.lines]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    assert [line["epoch"] for line in w.lines] == [1, 1, 1, 1, 2]
+    done = w.lines[-1]
+    assert done["data"] == {"result_ref": f"kanboard://task/{tid}/file/r.md"}
+    assert state_of(fab, tid) == State.DONE
+
+
+def test_a_dead_letter_is_published_as_failed(shared_broker: Broker, fab: Fabric) -> None:
+    tid = fab.submit("fail me", target=QUEUE).task_id
+    shared_broker.retained_tasks.append(tid)
+    worker = make_worker(fab, Gate(outcome=Outcome.failed("it broke at /home/me/x", poison=True),
+                                   hold=False))
+    att = attach_worker(worker, env=shared_broker.env(), wake=False)
+    assert att is not None
+    w = Watching(tid, board_check(fab, tid), shared_broker.config)
+    w.wait_live()
+    with Running(worker):
+        result = w.join()
+    att.close()
+    assert result.code == EXIT_FAILED
+    assert w.lines[-1]["type"] == "failed" and "/home" not in w.lines[-1]["detail"]
+
+
+def test_cancel_through_the_hooked_ledger_is_published(shared_broker: Broker, fab: Fabric) -> None:
+    pub = attach_submitter(fab, env=shared_broker.env())
+    assert pub is not None
+    tid = fab.submit("cancel me", target=QUEUE).task_id
+    shared_broker.retained_tasks.append(tid)
+    w = Watching(tid, board_check(fab, tid), shared_broker.config)
+    w.wait_live()
+    fab.ledger.cancel(tid, "tester", "changed my mind")
+    result = w.join()
+    assert result.code == EXIT_FAILED
+    assert w.lines[-1]["source"] == "broker"
+    assert (w.lines[-1]["type"], w.lines[-1]["epoch"]) == ("canceled", 1)
+    assert pub.flush(2)
+
+
+def test_a_submit_wakes_an_idle_worker_long_before_its_poll(shared_broker: Broker,
+                                                          fab: Fabric) -> None:
+    gate = Gate(hold=False)
+    worker = make_worker(fab, gate, poll=30.0)  # the safety net alone would take 30 s
+    att = attach_worker(worker, env=shared_broker.env())
+    assert att is not None and att.waker is not None
+    submitter = another_submitter(fab, shared_broker)
+    with Running(worker):
+        time.sleep(0.3)  # the worker's first (empty) poll is behind it; it idles now
+        wait_until(lambda: worker.stats.polls >= 1, what="first poll")
+        t0 = time.monotonic()
+        tid = submitter.submit("wake up", target=QUEUE).task_id
+        shared_broker.retained_tasks.append(tid)
+        wait_until(lambda: state_of(fab, tid) == State.DONE, timeout=10, what="done")
+        took = time.monotonic() - t0
+    att.close()
+    assert took < 5.0, f"the wake-up did not work: {took:.1f}s"
+    assert att.waker.hints >= 1
+
+
+def another_submitter(fab: Fabric, broker: Broker) -> Fabric:
+    from tests.integration.test_events_helpers import another
+
+    sub = another(fab)
+    assert attach_submitter(sub, env=broker.env()) is not None
+    return sub
+
+
+def test_the_webhook_answers_at_once_and_only_hints(fab: Fabric) -> None:
+    hinted = threading.Event()
+    hook = WebhookHint("127.0.0.1", 0, hinted.set, token="s3cret-token")
+    try:
+        bad = urllib.request.Request(hook.url + "?token=nope", data=b"{}", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(bad, timeout=2)
+        assert err.value.code == 403 and not hinted.is_set()
+        body = json.dumps({"event_name": "task.create", "event_data": {"task_id": 1}}).encode()
+        t0 = time.monotonic()
+        req = urllib.request.Request(hook.url + "?token=s3cret-token", data=body, method="POST")
+        with urllib.request.urlopen(req, timeout=2) as resp:
+            assert resp.status == 204
+        assert time.monotonic() - t0 < 1.0
+        assert hinted.wait(2) and hook.hints == 1
+    finally:
+        hook.close()
+
+
+def test_the_webhook_wakes_a_worker(shared_broker: Broker, fab: Fabric) -> None:
+    worker = make_worker(fab, Gate(hold=False), poll=30.0)
+    port = _free()
+    att = attach_worker(worker, env=shared_broker.env(AGAP_EVENTS_WEBHOOK=f"127.0.0.1:{port}"))
+    assert att is not None and att.webhook is not None
+    with Running(worker):
+        wait_until(lambda: worker.stats.polls >= 1, what="first poll")
+        time.sleep(0.2)
+        tid = fab.submit("no event for this one", target=QUEUE).task_id  # not hooked
+        urllib.request.urlopen(urllib.request.Request(att.webhook.url, data=b"{}", method="POST"),
+                               timeout=2).close()
+        wait_until(lambda: state_of(fab, tid) == State.DONE, timeout=10, what="done")
+    att.close()
+
+
+def _free() -> int:
+    from tests.integration.test_events_helpers import free_port
+
+    return free_port()
+
+
+def test_events_without_a_secret_refuse_to_start(fab: Fabric) -> None:
+    worker = make_worker(fab, Gate(hold=False))
+    with pytest.raises(ConfigError, match="AGAP_EVENTS_SECRET"):
+        attach_worker(worker, env={"AGAP_EVENTS_URL": "mqtt://127.0.0.1:1883"})
+    with pytest.raises(ConfigError, match="AGAP_EVENTS_SECRET"):
+        attach_submitter(fab, env={"AGAP_EVENTS_URL": "nats://127.0.0.1:4222"})
+    assert attach_worker(worker, env={}) is None and worker.listeners == []
+    assert attach_submitter(fab, env={}) is None
+
+
+# -- the command ------------------------------------------------------------------------
+
+
+def _watch_cli(fab: Fabric, broker: Broker, tid: int, *args: str,
+               env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, **broker.env(), "KANBOARD_URL": fab.settings.board_url,
+           "KANBOARD_API_TOKEN": fab.settings.board_token,
+           "AGAP_CARDS_DIR": str(fab.settings.cards_dir), **(env or {})}
+    code = "import fabric.cli.watch_cmd; from fabric.cli import main; main()"
+    return subprocess.Popen([sys.executable, "-c", code, "watch", str(tid), *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT)
+
+
+def test_agap_watch_prints_json_lines_and_exits_by_outcome(shared_broker: Broker,
+                                                            fab: Fabric) -> None:
+    tid = fab.submit("watch from the command line", target=QUEUE).task_id
+    shared_broker.retained_tasks.append(tid)
+    gate = Gate()
+    worker = make_worker(fab, gate)
+    att = attach_worker(worker, env=shared_broker.env(), wake=False)
+    assert att is not None
+    proc = _watch_cli(fab, shared_broker, tid, "--timeout", "30", "-v")
+    try:
+        with Running(worker):
+            assert gate.entered.wait(10)
+            time.sleep(1.0)  # the command is subscribed by now (it started before the claim)
+            gate.release.set()
+            out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        att.close()
+    assert proc.returncode == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines and lines[-1]["type"] == "completed"
+    assert "subscribed to live events" in err  # logs on stderr, never on stdout
+    # a finished task: at once, from the board
+    t0 = time.monotonic()
+    again = _watch_cli(fab, shared_broker, tid)
+    out, err = again.communicate(timeout=20)
+    assert again.returncode == 0 and time.monotonic() - t0 < 10
+    assert json.loads(out.splitlines()[0])["source"] == "board"
+
+
+def test_agap_watch_times_out_with_exit_2(shared_broker: Broker, fab: Fabric) -> None:
+    tid = fab.submit("nobody works on this", target=QUEUE).task_id
+    proc = _watch_cli(fab, shared_broker, tid, "--idle-timeout", "1")
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2 and out == ""
+    assert "idle timeout" in err
+
+
+def test_agap_watch_reports_bad_input_apart_from_timeouts(shared_broker: Broker,
+                                                          fab: Fabric) -> None:
+    proc = _watch_cli(fab, shared_broker, 999)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 4 and "999" in err
+    env_without_secret = {"AGAP_EVENTS_SECRET": ""}
+    proc = _watch_cli(fab, shared_broker, 1, env=env_without_secret)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 4 and "AGAP_EVENTS_SECRET" in err
