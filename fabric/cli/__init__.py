@@ -39,7 +39,8 @@ def main() -> None:
 
 COMMAND_MODULES = (
     "board_cmd", "cards_cmd", "tasks_cmd", "worker_cmd", "keeper_cmd", "up_cmd", "a2a_cmd",
-    "config_cmd", "compose_cmd", "backup_cmd", "eval_cmd",
+    "config_cmd", "compose_cmd", "backup_cmd", "eval_cmd", "route_cmd", "cron_cmd",
+    "watch_cmd", "workspace_cmd",
 )
 
 

@@ -12,7 +12,9 @@ from types import FrameType
 import click
 
 from fabric.board.server import EmbeddedBoard
+from fabric.board.view import BoardView
 from fabric.cli import main
+from fabric.config import Settings
 from fabric.errors import ConfigError
 
 DEFAULT_DB = Path("var/board.sqlite3")
@@ -39,11 +41,13 @@ def serve(db_path: Path, host: str, port: int) -> None:
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}",
                           hint="pick another --port") from None
+    srv.set_view(BoardView(srv.api, Settings.from_env()))  # read-only page, same token
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"warning: listening on {host}, not loopback; the token is the only "
                    "protection and HTTP is not encrypted", err=True)
     click.echo(f"KANBOARD_URL={srv.url}")
     click.echo(f"KANBOARD_API_TOKEN={srv.token}")
+    click.echo(f"# board view: http://{srv.host}:{srv.port}/ (user jsonrpc, the token)", err=True)
     click.echo(f"# embedded board on {db_path}; Ctrl-C stops it", err=True)
     sys.stdout.flush()
 

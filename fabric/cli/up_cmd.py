@@ -18,6 +18,7 @@ from types import FrameType
 import click
 
 from fabric.board.server import EmbeddedBoard
+from fabric.board.view import BoardView
 from fabric.bootstrap import init_board, save_layout_cache
 from fabric.cards import CardSet, load_cards
 from fabric.cli import main
@@ -87,6 +88,7 @@ def up_cmd(port: int, no_workers: bool) -> None:
                           hint="another `agap up` may be running; or set AGAP_BOARD_PORT") from None
     settings = Settings(**{**settings.__dict__, "board_url": board.url,
                            "board_token": board.token})
+    board.set_view(BoardView(board.api, settings))  # read-only page, same token
     report = init_board(KanboardClient(board.url, board.token), settings, cards)
     assert report.layout is not None
     save_layout_cache(settings, report.layout)
@@ -105,6 +107,7 @@ def up_cmd(port: int, no_workers: bool) -> None:
     click.echo(f"""
 agap fabric is up on the embedded board ({state / 'board.sqlite3'}).
   board     {board.url}
+  view      http://127.0.0.1:{board.port}/ (user jsonrpc, password: the token)
   workers   {', '.join(agents) or 'none'} (model mode: {env['AGAP_MODEL_MODE']})
   keeper    {'running' if 'keeper' in sup.children else 'not started'}
 
