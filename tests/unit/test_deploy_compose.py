@@ -136,6 +136,19 @@ def test_only_the_a2a_gateway_and_kanboards_ui_are_published(stack: dict[str, An
     for name in ("kanboard-db", "mosquitto"):
         assert stack["services"][name]["networks"] == ["fabric"], name
     for name, svc in stack["services"].items():
+        sandbox = [n for n in svc["networks"] if n.startswith("sandbox-")]
+        if name.startswith("egress-"):
+            # The door: on the sandbox network and on the networks of the allowed hosts.
+            assert sandbox and "fabric" in svc["networks"] and not svc.get("ports"), name
+            continue
+        if sandbox:
+            # A sandboxed agent sits only on its internal network: its one way out is its
+            # egress proxy, which allows exactly the hosts in cards/_sandbox.yaml.
+            assert svc["networks"] == sandbox and stack["networks"][sandbox[0]]["internal"]
+            assert svc["environment"]["HTTP_PROXY"].startswith("http://egress-")
+            assert svc["cap_drop"] == ["ALL"] and svc["read_only"] is True, name
+            assert not any(k.startswith(("VAULT_", "BAO_")) for k in svc["environment"])
+            continue
         assert "fabric" in svc["networks"], name
         if name.startswith("langfuse"):
             assert svc["networks"] == ["fabric"] and svc["profiles"] == ["langfuse"]
@@ -272,7 +285,8 @@ def test_adding_a_card_adds_a_worker_and_a_model_by_rendering(tmp_path: Path) ->
     env = (out / ".env.example").read_text()
     assert env.count(ENV_BEGIN) == 1 and "MISTRAL_API_KEY=" in env
     assert "MISTRAL_API_BASE" in stack["services"]["litellm"]["environment"]
-    assert set(rendered(cards, out)) == {out / WORKERS_FILE, out / LITELLM_FILE, out / ".env.example"}
+    assert set(rendered(cards, out)) == {out / WORKERS_FILE, out / LITELLM_FILE, out / ".env.example",
+                                         out / "egress" / "claude-coder.conf"}
 
 
 def test_agap_compose_render_check_fails_on_drift(tmp_path: Path) -> None:
@@ -319,3 +333,13 @@ def test_docker_compose_config_accepts_the_stack(tmp_path: Path) -> None:
                           "-f", WORKERS_FILE, "--profile", "langfuse", "--profile", "gpu", "config", "-q"],
                          cwd=COMPOSE, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
+
+
+def test_a_sandbox_egress_proxy_allows_exactly_the_listed_hosts() -> None:
+    from fabric.deploy.render import egress_config
+
+    conf = egress_config(["gitea.home.arpa:443", "kanboard:80", "pypi-mirror.lan"])
+    assert "acl allow1_host dstdomain gitea.home.arpa" in conf
+    assert "http_access allow allow1_host allow1_port" in conf and "acl allow1_port port 443" in conf
+    assert "http_access allow allow3_host\n" in conf  # no port: any port on that host
+    assert conf.rstrip().splitlines()[-3] == "http_access deny all"
