@@ -18,16 +18,19 @@ the first one's receipt.
         priority: normal
         deadline: 2h               # after the planned time
         key: "cron/{name}/{planned:%Y-%m-%dT%H:%MZ}"   # the default
-        must_not_miss: true        # fire a missed time once the fabric is back
+        must_not_miss: true        # a missed run raises a problem in the keeper's metrics
 
 Templates (``intent``, ``key``) may use ``{name}``, ``{planned}`` (UTC), ``{planned_local}``
 (the schedule's zone) and ``{ts}`` (unix seconds). The key must use the planned time.
 
-Missed times: a schedule with ``must_not_miss`` fires its latest missed time once (missed
-times are coalesced); others skip a time missed by more than the grace period (60 s).
+Missed times are never fired by the fabric: a time missed by more than the grace period
+(60 s) is recorded as missed, not caught up. For a ``must_not_miss`` schedule that is an
+incident: the keeper's metrics (and the Zabbix template) raise it, and a person decides.
 Times planned before a schedule was first seen are never owed.
 
-The last planned and actual firing of each schedule go to ``<state dir>/cron-state.json``.
+The last planned and actual firing of each schedule go to ``<state dir>/cron-state.json``
+and, with the next planned time, to the board (project metadata ``fabric.cron.<name>``),
+where the keeper sees them even when this process is the one that is down.
 """
 
 from __future__ import annotations
@@ -295,13 +298,13 @@ class CronState:
             e.pop("last_error", None)
 
     def skipped(self, name: str, planned: datetime) -> None:
-        """A time missed beyond the grace period (not must_not_miss): counted, not fired."""
+        """A time missed beyond the grace period: counted, never fired."""
         with self._locked() as data:
             e = data.setdefault(name, {})
             ts = planned.timestamp()
             if ts > float(e.get("last_planned") or 0):
                 e.update(last_planned=ts, last_planned_iso=planned.astimezone(UTC).isoformat(),
-                         missed=int(e.get("missed", 0)) + 1)
+                         missed=int(e.get("missed", 0)) + 1, last_missed=ts)
 
 
 # ---------------------------------------------------------------------------------------
@@ -362,6 +365,14 @@ def fire_once(fabric: Fabric, schedule: Schedule, state: CronState | None = None
     return fire(fabric, schedule, planned, state)
 
 
+CRON_META_PREFIX = "fabric.cron."
+
+
+def cron_key(name: str) -> str:
+    """Project metadata key of a schedule's published state."""
+    return f"{CRON_META_PREFIX}{name}"
+
+
 class CronRunner:
     """Fires due schedules: call :meth:`tick` (tests) or :meth:`run` (the daemon)."""
 
@@ -371,6 +382,7 @@ class CronRunner:
         self.schedules = schedules
         self.state = state
         self.grace = grace
+        self._published: dict[str, str] = {}
 
     def due(self, now: float) -> list[tuple[Schedule, datetime]]:
         """(schedule, planned time) pairs to fire at ``now``; skips what is missed for good."""
@@ -385,13 +397,47 @@ class CronRunner:
                 continue
             if planned.timestamp() <= float(entry.get("last_planned") or 0):
                 continue  # already fired (by us or another process) or skipped
-            if s.must_not_miss or now - planned.timestamp() <= self.grace:
+            if now - planned.timestamp() <= self.grace:
                 out.append((s, planned))
             else:
-                log.warning("%s: planned %s missed by %.0fs; skipped (must_not_miss is off)",
-                            s.name, planned.isoformat(), now - planned.timestamp())
+                # Never re-fired by the fabric: a missed run is an incident, reported in
+                # the keeper's metrics (and Zabbix) for a schedule that must not be missed.
+                log.warning("%s: planned %s missed by %.0fs; not fired%s", s.name,
+                            planned.isoformat(), now - planned.timestamp(),
+                            " (must_not_miss: reported as missed)" if s.must_not_miss else "")
                 self.state.skipped(s.name, planned)
         return out
+
+    def publish(self, now: float) -> bool:
+        """Publish each schedule's planned, actual and next firing to the board, when changed.
+
+        The keeper reads these (project metadata ``fabric.cron.<name>``) to tell Zabbix
+        that a schedule which must not be missed did not fire, even when this process is
+        the one that is down (``next_planned`` then lies in the past).
+        """
+        at = datetime.fromtimestamp(now, UTC)
+        known = self.state.read()
+        values: dict[str, str] = {}
+        for s in self.schedules:
+            e = known.get(s.name, {})
+            nxt = s.next_after(at)
+            entry = {"schedule": s.name, "must_not_miss": s.must_not_miss, "grace": self.grace,
+                     "last_planned": e.get("last_planned"), "last_actual": e.get("last_actual"),
+                     "next_planned": nxt.timestamp() if nxt else None,
+                     "missed": int(e.get("missed", 0)), "last_missed": e.get("last_missed")}
+            text = json.dumps(entry, sort_keys=True)
+            if self._published.get(s.name) != text:
+                values[cron_key(s.name)] = text
+        if not values:
+            return False
+        try:
+            self.fabric.board.save_project_meta(values)
+        except FabricError as exc:
+            log.warning("could not publish the schedules' state: %s", exc.line())
+            return False
+        for key, text in values.items():
+            self._published[key[len(CRON_META_PREFIX):]] = text
+        return True
 
     def tick(self, now: float | None = None) -> list[Firing]:
         now = self.fabric.clock() if now is None else now
@@ -400,6 +446,7 @@ class CronRunner:
             f = fire(self.fabric, s, planned, self.state)
             (log.error if f.error else log.info)("%s", f.line())
             firings.append(f)
+        self.publish(now)
         return firings
 
     def next_wake(self, now: float) -> float:

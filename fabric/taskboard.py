@@ -565,6 +565,13 @@ class TaskBoard:
             "project_id": self.layout.project_id,
             "values": {park_key(queue): json.dumps(state, sort_keys=True)}})])
 
+    def save_project_meta(self, values: dict[str, str]) -> None:
+        """Upsert work-project metadata keys (one round trip)."""
+        out = self._batch([Call("saveProjectMetadata", {"project_id": self.layout.project_id,
+                                                        "values": values})])
+        if not out[0].unwrap():
+            raise BoardRefused("saveProjectMetadata", out[0].value, "save project metadata")
+
     def park_states(self) -> dict[str, dict[str, Any]]:
         """Every queue's last published park state (one round trip)."""
         meta = self.port.call("getProjectMetadata", {"project_id": self.layout.project_id})

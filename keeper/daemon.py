@@ -88,6 +88,7 @@ class Keeper:
         m = self.metrics
         m.observe(fab.cards.queues(), snap.views, snap.dead_rows, snap.parks,
                   lambda r: fab.board.layout.queue_of(int(r.get("swimlane_id") or 0)), fab.clock())
+        m.observe_schedules(snap.project_meta, fab.clock())
         with m.lock:
             m.lease_expiries_total += len(report.requeued) + len(report.dead_lettered)
             m.dead_lettered_total += len(report.dead_lettered)

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from fabric.cron import CRON_META_PREFIX
 from fabric.errors import ConfigError
 from fabric.layout import State
 
@@ -78,6 +79,7 @@ class Metrics:
     active_tasks: int = 0
     jobs: dict[str, JobStats] = field(default_factory=dict)
     queues: dict[str, QueueStats] = field(default_factory=dict)
+    schedules: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def job(self, name: str) -> JobStats:
@@ -127,6 +129,33 @@ class Metrics:
             self.queues = stats
             self.active_tasks = active
 
+    def observe_schedules(self, project_meta: dict[str, str], now: float) -> None:
+        """Cron schedules as the cron submitter published them (``fabric.cron.<name>``).
+
+        ``missed`` is 1 for a schedule that must not be missed and either recorded a miss
+        since it last fired, or whose next planned time is past by more than its grace (the
+        cron process itself is down). The fabric never re-fires it: Zabbix raises it.
+        """
+        out = []
+        for key, raw in sorted(project_meta.items()):
+            if not key.startswith(CRON_META_PREFIX) or not raw:
+                continue
+            try:
+                e = json.loads(raw)
+            except ValueError:
+                continue
+            nxt, grace = _num(e.get("next_planned")), _num(e.get("grace")) or 60.0
+            overdue = bool(nxt) and now > nxt + grace
+            recorded = _num(e.get("last_missed")) > _num(e.get("last_actual"))
+            must = bool(e.get("must_not_miss"))
+            out.append({"schedule": str(e.get("schedule") or key[len(CRON_META_PREFIX):]),
+                        "must_not_miss": int(must), "last_planned": _num(e.get("last_planned")),
+                        "last_fired": _num(e.get("last_actual")), "next_planned": nxt,
+                        "missed_total": int(_num(e.get("missed"))),
+                        "missed": int(must and (overdue or recorded))})
+        with self.lock:
+            self.schedules = out
+
     # -- rendering -------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
@@ -134,6 +163,7 @@ class Metrics:
             queues = [asdict(q) for q in sorted(self.queues.values(), key=lambda q: q.queue)]
             jobs = {k: asdict(v) for k, v in sorted(self.jobs.items())}
             scalars = {k: getattr(self, k) for k in _SCALARS}
+            schedules = [dict(x) for x in self.schedules]
         last = max((j["last_success"] for j in jobs.values()), default=0.0)
         return {
             "up": 1,
@@ -148,6 +178,8 @@ class Metrics:
             "jobs": jobs,
             "job_list": [{"job": k, **v} for k, v in jobs.items()],
             "queues": queues,
+            "schedules": schedules,
+            "missed_schedules": sum(x["missed"] for x in schedules),
         }
 
     def to_prometheus(self) -> str:
@@ -190,6 +222,17 @@ class Metrics:
                [({"queue": q["queue"], "reason": q["park_reason"]}, q["parked"]) for q in queues])
         metric("keeper_queue_park_until_timestamp", "gauge", "When a parked queue expects to reset.",
                [({"queue": q["queue"]}, q["park_until"]) for q in queues if q["parked"]])
+        schedules = data["schedules"]
+        for key, name, help_ in (
+                ("missed", "keeper_cron_missed", "1 when a schedule that must not be missed did "
+                 "not fire (never re-fired by the fabric)."),
+                ("last_planned", "keeper_cron_last_planned_timestamp", "The schedule's last "
+                 "planned firing."),
+                ("last_fired", "keeper_cron_last_fired_timestamp", "The schedule's last actual "
+                 "firing."),
+                ("next_planned", "keeper_cron_next_planned_timestamp", "The schedule's next "
+                 "planned firing.")):
+            metric(name, "gauge", help_, [({"schedule": x["schedule"]}, x[key]) for x in schedules])
         return "\n".join(lines) + "\n"
 
 

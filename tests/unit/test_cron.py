@@ -134,9 +134,11 @@ def test_the_runner_fires_due_schedules_once_even_with_two_runners(local_fabric:
     assert a.next_wake(clock.now) == datetime(2027, 1, 15, 9, 1, 1, tzinfo=UTC).timestamp()
 
 
-def test_missed_times_fire_once_only_when_they_must_not_be_missed(local_fabric: Fabric,
+def test_missed_times_are_never_fired_but_published_for_the_keeper(local_fabric: Fabric,
                                                                    clock: FakeClock,
                                                                    tmp_path: Path) -> None:
+    import json
+
     schedules = load_schedules(write(tmp_path, HOURLY))
     state = CronState(tmp_path / "state")
     runner = CronRunner(local_fabric, schedules, state)
@@ -144,13 +146,18 @@ def test_missed_times_fire_once_only_when_they_must_not_be_missed(local_fabric: 
     assert runner.tick() == []  # first start at 08:01 on the 15th: nothing owed
     # Down for two days: from 08:00 on the 15th until 12:10 on the 17th.
     clock.now = datetime(2027, 1, 17, 12, 10, tzinfo=UTC).timestamp()
-    fired = runner.tick()
-    assert [f.schedule for f in fired] == ["nightly"]  # coalesced: only the latest 01:30
-    assert fired[0].planned == datetime(2027, 1, 17, 1, 30, tzinfo=UTC)
+    assert runner.tick() == [], "the fabric never re-fires a missed run by itself"
     data = state.read()
     assert data["hourly"]["missed"] == 1 and data["every-20m"]["missed"] == 1
+    assert data["nightly"]["missed"] == 1
     assert data["hourly"]["last_planned_iso"] == "2027-01-17T12:00:00+00:00"
+    meta = local_fabric.port.call("getProjectMetadata",
+                                  {"project_id": local_fabric.board.layout.project_id})
+    nightly = json.loads(meta["fabric.cron.nightly"])
+    assert nightly["must_not_miss"] is True and nightly["missed"] == 1
+    assert nightly["next_planned"] == datetime(2027, 1, 18, 1, 30, tzinfo=UTC).timestamp()
     assert runner.tick() == []
+    assert runner.publish(clock.now) is False, "unchanged state is not written again"
 
 
 def test_a_failed_firing_is_recorded_and_retried(local_fabric: Fabric, clock: FakeClock,
@@ -164,3 +171,33 @@ def test_a_failed_firing_is_recorded_and_retried(local_fabric: Fabric, clock: Fa
     assert f.error is not None and "PRIVACY" in f.error and f.task_id is None
     e = state.read()["s"]
     assert e["errors"] == 1 and "privacy.sandboxed" in e["last_error"] and "last_planned" not in e
+
+
+def test_the_keeper_raises_a_missed_must_not_miss_schedule(local_fabric: Fabric, clock: FakeClock,
+                                                            tmp_path: Path) -> None:
+    from keeper.config import KeeperConfig
+    from keeper.daemon import Keeper
+
+    schedules = load_schedules(write(tmp_path, HOURLY))
+    runner = CronRunner(local_fabric, schedules, CronState(tmp_path / "state"))
+    clock.advance(60)
+    runner.tick()  # 08:01 on the 15th: publishes every schedule's next planned time
+    keeper = Keeper.for_fabric(local_fabric, KeeperConfig())
+
+    def missed() -> dict[str, int]:
+        assert keeper.run_job("leases")
+        return {x["schedule"]: x["missed"] for x in keeper.metrics.to_json()["schedules"]}
+
+    assert missed() == {"hourly": 0, "nightly": 0, "every-20m": 0}
+    # The cron process dies; nightly (01:30 UTC, must_not_miss) passes unfired.
+    clock.now = datetime(2027, 1, 16, 1, 35, tzinfo=UTC).timestamp()
+    assert missed() == {"hourly": 0, "nightly": 1, "every-20m": 0}, "hourly may be missed"
+    prom = keeper.metrics.to_prometheus()
+    assert 'keeper_cron_missed{schedule="nightly"} 1' in prom
+    # It comes back: it records the miss (never re-fires it), the problem stays raised.
+    assert runner.tick() == []
+    assert missed()["nightly"] == 1
+    # The next nightly fires on time: the problem clears.
+    clock.now = datetime(2027, 1, 17, 1, 30, 5, tzinfo=UTC).timestamp()
+    assert [f.schedule for f in runner.tick()] == ["nightly"]
+    assert missed()["nightly"] == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -157,6 +158,10 @@ def test_the_zabbix_template_is_a_7_0_export_with_the_five_triggers() -> None:
 
 def test_the_template_paths_match_the_json(swept: Keeper) -> None:
     """Every JSONPath in the template names a field the keeper serves."""
+    # A schedule as `agap cron` publishes it, so the schedule paths are checked too.
+    swept.metrics.observe_schedules({"fabric.cron.nightly": json.dumps(
+        {"schedule": "nightly", "must_not_miss": True, "grace": 60, "next_planned": 100.0,
+         "last_planned": 10.0, "last_actual": 11.0, "missed": 0})}, 50.0)
     data = swept.metrics.to_json()
     doc = yaml.safe_load(Path(TEMPLATE).read_text())["zabbix_export"]
     for node in _walk(doc):
