@@ -211,8 +211,12 @@ def _record_out(rec: Any, as_json: bool, task_id: int) -> None:
 @click.option("--agent", required=True, help="The agent whose queue to claim from.")
 @click.option("--owner", help="Worker identity (default agent@host:pid or AGAP_WORKER_ID).")
 @click.option("--lease", "lease_seconds", type=float, help="Lease length (default: the card's).")
+@click.option("--workspace", "with_workspace", is_flag=True,
+              help="For a task with a git+ ref: also prepare its workspace (a fresh clone on "
+                   "the task's branch, resumed from its last pushed checkpoint).")
 @click.option("--json", "as_json", is_flag=True)
-def claim_cmd(agent: str, owner: str | None, lease_seconds: float | None, as_json: bool) -> None:
+def claim_cmd(agent: str, owner: str | None, lease_seconds: float | None, with_workspace: bool,
+              as_json: bool) -> None:
     """Claim the next due task of an agent's queue (exit 4 when there is none)."""
     from workers.queue import QueueReader
 
@@ -226,9 +230,19 @@ def claim_cmd(agent: str, owner: str | None, lease_seconds: float | None, as_jso
         raise SystemExit(4)
     data = {"task_id": lease.task_id, "epoch": lease.epoch, "owner": lease.owner,
             "lease_until": lease.lease_until, "attempt": lease.attempt,
-            "spec": json.loads(lease.spec.to_meta())}
-    _emit(data, as_json, f"#{lease.task_id} epoch {lease.epoch} owner {lease.owner} "
-                         f"until {_ts(lease.lease_until)}: {lease.spec.intent}")
+            "checkpoint": lease.checkpoint, "spec": json.loads(lease.spec.to_meta())}
+    text = (f"#{lease.task_id} epoch {lease.epoch} owner {lease.owner} "
+            f"until {_ts(lease.lease_until)}: {lease.spec.intent}")
+    if with_workspace:
+        from fabric.workspace import Workspace, find_repo_ref
+
+        if find_repo_ref(lease.spec.refs) is not None:
+            root = os.environ.get("AGAP_WORKSPACE_ROOT") or str(fab.settings.state_dir)
+            ws = Workspace.prepare(root, lease)
+            data["workspace"] = {"path": str(ws.path), "branch": ws.state.branch,
+                                 "resumed": bool(ws.state.remote_head)}
+            text += f"\nworkspace {ws.path} (branch {ws.state.branch})"
+    _emit(data, as_json, text)
 
 
 def _lease_options(fn: Any) -> Any:

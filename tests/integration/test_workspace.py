@@ -259,3 +259,19 @@ def test_cli_fenced_owner_cannot_push(embedded_board: EmbeddedBoard, remote: Pat
     assert late.exit_code == 4 and "fenced" in late.output
     branch = json.loads(prep.output)["branch"]
     assert head_of(remote, branch) == ""  # nothing was pushed
+
+
+def test_claim_with_workspace_prepares_it_on_the_tasks_branch(
+        embedded_board: EmbeddedBoard, remote: Path, tmp_path: Path) -> None:
+    env = {"KANBOARD_URL": embedded_board.url, "KANBOARD_API_TOKEN": embedded_board.token,
+           "AGAP_CARDS_DIR": str(ROOT / "cards"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "AGAP_STATE_DIR": str(tmp_path / "var")}
+    assert run(env, "init").exit_code == 0
+    run(env, "submit", "--target", AGENT, "--intent", "Fix the typo", "--ref",
+        f"git+file://{remote}#main")
+    out = run(env, "claim", "--agent", AGENT, "--owner", "loop-1", "--workspace", "--json")
+    assert out.exit_code == 0, out.output
+    ws = json.loads(out.output)["workspace"]
+    path = Path(ws["path"])
+    assert path.is_relative_to(tmp_path / "var" / "workspaces" / AGENT) and (path / ".git").exists()
+    assert ws["branch"].startswith("agap/") and ws["resumed"] is False
