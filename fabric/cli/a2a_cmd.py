@@ -24,7 +24,8 @@ def a2a_group() -> None:
 @click.option("--agent", "agents", multiple=True,
               help="Agent (card id) to expose; repeat for more (default: every non-human card).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", default=8765, show_default=True, type=int)
+@click.option("--port", default=8700, show_default=True, type=int,
+              help="Port (8700; the embedded board takes 8765).")
 @click.option("--public-url", help="Base URL clients reach the server at (for the cards).")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -92,7 +93,7 @@ def call_cmd(url: str, text: str | None, token: str | None, refs: tuple[str, ...
              get_id: str | None, cancel_id: str | None, do_list: bool, timeout: float,
              as_json: bool, cacert: str | None, client_cert: str | None,
              client_key: str | None) -> None:
-    """Call the A2A agent at URL (e.g. http://127.0.0.1:8765/kimi) with TEXT (or stdin).
+    """Call the A2A agent at URL (e.g. http://127.0.0.1:8700/kimi) with TEXT (or stdin).
 
     Prints the result text (or the task as JSON with --json). Exit 0 when the task
     completed (or was submitted with --async), 3 when it waits for input, 1 otherwise.
