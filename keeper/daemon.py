@@ -57,6 +57,7 @@ class Keeper:
     # Dead letters already escalated, (task, epoch): a cache; after a restart each is
     # tried once more and the submit's receipt makes that a no-op.
     _escalated: set[tuple[int, int]] = field(default_factory=set)
+    _human_parks: dict[str, Any] = field(default_factory=dict)  # queue -> ParkTracker
 
     @classmethod
     def for_fabric(cls, fab: Fabric, config: KeeperConfig | None = None, **kw: Any) -> Keeper:
@@ -147,6 +148,7 @@ class Keeper:
     def job_inbox(self) -> duties.DutyReport:
         fab = self.fab()
         n = self._notifier()
+        duties.publish_human_parks(fab, self._human_parks, fab.clock())
         sent, failed = n.sent, n.failed
         report = duties.sweep_inbox(fab, snapshot.take(fab, with_done=True), self.config, n)
         self._count_notes(sent, failed)

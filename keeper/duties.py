@@ -27,6 +27,7 @@ from keeper.config import KeeperConfig
 from keeper.notify import Notifier, find_human
 from keeper.snapshot import Snapshot
 from keeper.sweeps import SweepReport, guarded, usable
+from workers.availability import ParkTracker, Verdict, reason_key
 
 log = logging.getLogger("agap.keeper.duties")
 
@@ -152,9 +153,29 @@ def _username(card: Card) -> str:
 # -- gate reminders ---------------------------------------------------------------------
 
 
+def human_availability(card: Card, now: float) -> Verdict:
+    """A person's a(t) now, from their card (waking hours, vacation)."""
+    from workers.availability import Availability
+
+    return Availability.from_card(card).check(now)
+
+
+def publish_human_parks(fab: Fabric, trackers: dict[str, ParkTracker], now: float) -> None:
+    """Publish each person's park state when it changes, so ``agap ls`` shows who is away."""
+    for card in fab.cards.humans():
+        tracker = trackers.setdefault(card.queue_name, ParkTracker(card.queue_name))
+        change = tracker.update(human_availability(card, now), now)
+        if change is not None:
+            fab.board.publish_park(card.queue_name, change.to_dict())
+
+
 def sweep_reminders(fab: Fabric, snap: Snapshot, cfg: KeeperConfig,
                     notifier: Notifier) -> DutyReport:
-    """Re-remind a human of a gate or question ignored for an interval. Never approves."""
+    """Re-remind a human of a gate or question ignored for an interval. Never approves.
+
+    Not while the person is away (outside waking hours, on vacation): their gates wait,
+    and the reminder goes out once they are back.
+    """
     report = DutyReport()
     now = fab.clock()
     for view in snap.views:
@@ -162,7 +183,7 @@ def sweep_reminders(fab: Fabric, snap: Snapshot, cfg: KeeperConfig,
         if not usable(view, report) or view.current is None or is_keepers_own(view):
             continue
         human = waiting_on(fab, view)
-        if human is None:
+        if human is None or not human_availability(human, now).available:
             continue
         since = view.current.at
         last = _float(view.meta.get(META_REMINDED))
@@ -225,6 +246,9 @@ def sweep_inbox(fab: Fabric, snap: Snapshot, cfg: KeeperConfig, notifier: Notifi
         if human is None or not subject:
             continue
         urgent = spec.priority >= URGENT or cur.state == State.INPUT_REQUIRED
+        away = human_availability(human, fab.clock())
+        if not away.available and (not urgent or reason_key(away.reason) == "on vacation"):
+            continue  # notified when they are back (vacation: everything waits)
         guarded(view, report, partial(_notice, fab, notifier, view, human, subject, body, urgent,
                                       report))
     return report

@@ -84,3 +84,62 @@ def test_a_task_refused_at_claim_is_dead_lettered_with_the_reason(local_fabric: 
     cur = fab.board.read(tid).current
     assert cur is not None and cur.state == State.DEAD
     assert (cur.reason or "").startswith("refused at claim:") and "private:alvis" in (cur.reason or "")
+
+
+class _Recorder:
+    """A notifier that records instead of sending."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, str, bool]] = []
+        self.sent = 0  # the counters the keeper's metrics read
+        self.failed = 0
+
+    def notify(self, human: str, subject: str, body: str, *, urgent: bool,
+               ref: str | None = None) -> bool:
+        self.messages.append((human, subject, urgent))
+        self.sent += 1
+        return True
+
+
+def _with_alvis(fab: Fabric, **hours: object) -> None:
+    from fabric.cards import CardSet
+
+    alvis = fab.cards.get("alvis")
+    shapes = [s.model_copy(update=hours) if s.shape == "hours" else s for s in alvis.availability]
+    fab.cards = CardSet([alvis.model_copy(update={"availability": shapes}),
+                         *[c for c in fab.cards if c.id != "alvis"]], base_dir=fab.cards.base_dir)
+
+
+def test_reminders_wait_for_waking_hours_and_vacation_parks_the_inbox(
+        local_fabric: Fabric, clock: FakeClock) -> None:
+    from datetime import UTC, datetime
+
+    fab = local_fabric
+    cfg = KeeperConfig()
+    # 02:00 in Berlin: alvis (awake 08:00-23:30) is asleep.
+    clock.now = datetime(2027, 1, 15, 1, 0, tzinfo=UTC).timestamp()
+    gate = fab.submit("approve the purchase", target="alvis").task_id
+    rec = _Recorder()
+    keeper = Keeper.for_fabric(fab, cfg, notifier=rec)  # type: ignore[arg-type]
+    clock.advance(cfg.reminder_interval + 60)  # 06:01 Berlin: still asleep
+    assert keeper.run_job("inbox") and keeper.run_job("reminders")
+    assert rec.messages == [] and keeper.last["reminders"].reminded == []
+    fab.listing()
+    assert fab.parks["alvis"]["parked"] and fab.parks["alvis"]["reason"].startswith("outside waking hours")
+    clock.now = datetime(2027, 1, 15, 7, 30, tzinfo=UTC).timestamp()  # 08:30 Berlin
+    assert keeper.run_job("inbox") and keeper.run_job("reminders")
+    assert [m[1] for m in rec.messages][:1] == [f"Waiting on you: #{gate} approve the purchase"]
+    assert keeper.last["reminders"].reminded == [gate]
+    fab.listing()
+    assert not fab.parks["alvis"]["parked"]
+    # On vacation: nothing goes out, not even urgent; the gate waits, never approved.
+    _with_alvis(fab, vacation=True)
+    rec.messages.clear()
+    urgent = fab.submit("urgent: renew the domain", target="alvis", priority="urgent").task_id
+    clock.advance(cfg.reminder_interval + 60)
+    assert keeper.run_job("inbox") and keeper.run_job("reminders")
+    assert rec.messages == []
+    fab.listing()
+    assert fab.parks["alvis"]["reason"].startswith("on vacation")
+    for tid in (gate, urgent):
+        assert fab.board.read(tid).current.state == State.QUEUED  # type: ignore[union-attr]
