@@ -12,7 +12,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -37,8 +37,8 @@ from fabric.kanboard.client import KanboardClient
 from fabric.layout import State
 from tests.conftest import make_fabric
 from tests.fakes.openai_stub import OpenAIStub
+from tests.helpers import Running, wait_until
 from workers.daemon import build_worker
-from workers.loop import Worker
 
 T = TypeVar("T")
 ALICE, BOB = "alice-token-" + "a" * 24, "bob-token-" + "b" * 24
@@ -77,15 +77,6 @@ human:
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(asyncio.wait_for(coro, 60))
 
-
-def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what or check}")
 
 
 def reply(body: dict[str, Any]) -> str:
@@ -158,19 +149,6 @@ class Env:
         return cur.state if cur else None
 
 
-class Running:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.thread = threading.Thread(target=worker.run, daemon=True)
-
-    def __enter__(self) -> Worker:
-        self.thread.start()
-        return self.worker
-
-    def __exit__(self, *exc: object) -> None:
-        self.worker.stop.set()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
 
 
 def setup_env(board: EmbeddedBoard, tmp: Path, stub: OpenAIStub) -> tuple[Settings, CardSet,

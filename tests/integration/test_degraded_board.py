@@ -35,6 +35,7 @@ from fabric.layout import State
 from tests.conftest import make_fabric
 from tests.fakes.litellm_proxy import free_port
 from tests.fakes.openai_stub import OpenAIStub
+from tests.helpers import wait_until as _wait_until
 
 TOKEN = "degraded-mode-board-token-0123456789"
 METRICS_TOKEN = "degraded-mode-metrics-token-0123456789"
@@ -76,18 +77,12 @@ def write_cards(root: Path) -> Path:
     return cards
 
 
-def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except (requests.RequestException, OSError, BoardError):
-            value = None
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Wait through the outage: a board or broker that is down counts as "not yet"."""
+    return _wait_until(check, timeout, what,
+                       ignoring=(requests.RequestException, OSError, BoardError))
 
 @dataclass
 class Stack:

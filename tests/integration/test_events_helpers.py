@@ -16,7 +16,6 @@ import socket
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from fabric.kanboard.client import KanboardClient
 from fabric.ledger import Ledger
 from fabric.taskboard import TaskBoard
 from tests.conftest import make_fabric
+from tests.helpers import wait_until
 from workers.job import Job, Outcome
 from workers.loop import Worker, WorkerConfig
 
@@ -55,15 +55,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
-
-def wait_until(check: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what or check}")
 
 
 def events_env(kind: str, host: str, port: int, prefix: str, **extra: str) -> dict[str, str]:
@@ -262,21 +253,6 @@ def make_worker(fab: Fabric, executor: Any, *, poll: float = 0.05, lease: float 
                                                   poll_seconds=poll, backoff_seconds=0.05))
 
 
-class Running:
-    """A worker thread for the duration of a ``with`` block."""
-
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.thread = threading.Thread(target=worker.run, daemon=True)
-
-    def __enter__(self) -> Worker:
-        self.thread.start()
-        return self.worker
-
-    def __exit__(self, *exc: object) -> None:
-        self.worker.stop.set()
-        self.thread.join(30)
-        assert not self.thread.is_alive(), "the worker did not stop"
 
 
 class Watching:

@@ -22,17 +22,16 @@ from fabric.events.wiring import attach_worker
 from fabric.kanboard.client import KanboardClient
 from fabric.layout import State
 from tests.conftest import make_fabric
+from tests.helpers import Running, wait_until
 from tests.integration.test_events_helpers import (
     CARDS,
     QUEUE,
     Gate,
     OwnBroker,
-    Running,
     Watching,
     board_check,
     free_port,
     make_worker,
-    wait_until,
 )
 
 pytest_plugins = ["tests.integration.test_events_helpers"]  # the fixtures

@@ -18,15 +18,14 @@ from fabric.errors import ConfigError
 from fabric.events.subscriber import EXIT_COMPLETED, EXIT_FAILED
 from fabric.events.wiring import WebhookHint, attach_submitter, attach_worker
 from fabric.layout import State
+from tests.helpers import Running, wait_until
 from tests.integration.test_events_helpers import (
     QUEUE,
     Broker,
     Gate,
-    Running,
     Watching,
     board_check,
     make_worker,
-    wait_until,
 )
 from workers.job import Outcome
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,21 +24,12 @@ from fabric.kanboard.client import KanboardClient
 from fabric.layout import State
 from tests.conftest import make_fabric
 from tests.fakes.openai_stub import OpenAIStub
+from tests.helpers import Running, wait_until
 from workers.daemon import build_worker
 from workers.executor import ModelExecutor
-from workers.loop import Worker
 
 CARDS = Path(__file__).parent / "cards_worker"
 
-
-def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what or check}")
 
 
 @pytest.fixture
@@ -69,21 +60,6 @@ def gateway_env(stub: OpenAIStub, **extra: str) -> dict[str, str]:
             "AGAP_LITELLM_KEY": stub.api_key, **extra}
 
 
-class Running:
-    """A worker running in a thread for the duration of a ``with`` block."""
-
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.thread = threading.Thread(target=worker.run, daemon=True)
-
-    def __enter__(self) -> Worker:
-        self.thread.start()
-        return self.worker
-
-    def __exit__(self, *exc: object) -> None:
-        self.worker.stop.set()
-        self.thread.join(30)
-        assert not self.thread.is_alive(), "the worker did not stop"
 
 
 def start(settings: Settings, cards: CardSet, env: dict[str, str]) -> Running:
