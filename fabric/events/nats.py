@@ -250,18 +250,35 @@ class NatsSubscription:
         self.sink(Signal("msg", payload=bytes(msg.data)))
 
     async def _retained(self, nc: NatsClient) -> None:
-        """Deliver the task's kept terminal event, if JetStream holds one."""
+        """Deliver the task's kept terminal event, if JetStream holds one.
+
+        Read through an ephemeral consumer (deliver the last message of the subject),
+        not the "get last message" API: nats-server 2.9 (Debian's) dereferences nil and
+        crashes when that message is replaced or expires during such a get, which a
+        stream keeping one message per subject does by design.
+        """
         if self.topic.kind != "task" or not self.transport.config.jetstream:
             return
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+        subject = self.transport.subject(self.topic, terminal=True)
         try:
             js = nc.jetstream(timeout=2.0)
-            raw = await js.get_last_msg(self.transport.stream,
-                                        self.transport.subject(self.topic, terminal=True))
+            psub = await js.pull_subscribe(subject, stream=self.transport.stream, config=ConsumerConfig(
+                deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, ack_policy=AckPolicy.NONE,
+                inactive_threshold=10.0))
+            try:
+                info = await psub.consumer_info()
+                msgs = await psub.fetch(1, timeout=2.0) if info.num_pending else []
+            finally:
+                with contextlib.suppress(Exception):
+                    await psub.unsubscribe()
         except Exception as exc:  # no stream, no message, no JetStream: nothing kept
             log.debug("nats: no retained event for %s: %s", self.topic, exc)
             return
-        if raw.data:
-            self.sink(Signal("msg", payload=bytes(raw.data)))
+        for raw in msgs:
+            if raw.data:
+                self.sink(Signal("msg", payload=bytes(raw.data)))
 
     def close(self) -> None:
         self._closed = True
