@@ -114,7 +114,12 @@ class Stack:
              str(self.root / "board.sqlite3"), "--port", str(self.board_port)],
             env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
         client = KanboardClient(self.board_url, TOKEN)
-        wait_until(lambda: client.call("getVersion"), timeout=20, what="the board to answer")
+        try:
+            wait_until(lambda: client.call("getVersion"), timeout=20, what="the board to answer")
+        except BaseException:
+            self.board.kill()  # never leave a board process behind
+            self.board.wait(timeout=10)
+            raise
 
     def kill_board(self) -> None:
         """The board dies (SIGKILL: no goodbye to anyone)."""
@@ -170,7 +175,11 @@ class Stack:
                 codes[name] = -9
         if self.board is not None and self.board.poll() is None:
             self.board.terminate()
-            self.board.wait(timeout=10)
+            try:
+                self.board.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.board.kill()
+                self.board.wait(timeout=10)
         return codes
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import secrets
 import shutil
 import socket
@@ -68,7 +69,14 @@ def config_for(kind: str, host: str, port: int, prefix: str) -> EventsConfig:
     return cfg
 
 
-def delete_nats_stream(host: str, port: int, prefix: str) -> None:
+def purge_nats_stream(host: str, port: int, prefix: str) -> None:
+    """Empty a test's stream of kept events.
+
+    Purged, not deleted: nats-server 2.9 (Debian's) crashes (a nil dereference in its
+    message-get handler) when a stream is deleted while a client asks it for the last
+    message, and a test's watcher may still be doing so. The empty streams are deleted
+    at the start of the next session, when nothing can be asking (:func:`sweep_test_streams`).
+    """
     import nats
 
     async def run() -> None:
@@ -76,12 +84,42 @@ def delete_nats_stream(host: str, port: int, prefix: str) -> None:
                                 max_reconnect_attempts=1, allow_reconnect=False)
         try:
             with contextlib.suppress(Exception):
-                await nc.jetstream(timeout=2).delete_stream(f"{prefix.upper()}_EVENTS")
+                await nc.jetstream(timeout=2).purge_stream(f"{prefix.upper()}_EVENTS")
         finally:
             await nc.close()
 
     with contextlib.suppress(Exception):
         asyncio.run(asyncio.wait_for(run(), 5))
+
+
+_TEST_STREAM = re.compile(r"^T[0-9A-F]{8}_EVENTS$")
+
+
+def sweep_test_streams(host: str, port: int) -> None:
+    """Delete the streams earlier test sessions left (before any test of this one runs)."""
+    import nats
+
+    async def run() -> None:
+        nc = await nats.connect(f"nats://{host}:{port}", connect_timeout=2,
+                                max_reconnect_attempts=1, allow_reconnect=False)
+        try:
+            js = nc.jetstream(timeout=2)
+            for name in await js.streams_info():
+                if _TEST_STREAM.match(name.config.name or ""):
+                    with contextlib.suppress(Exception):
+                        await js.delete_stream(name.config.name)
+        finally:
+            await nc.close()
+
+    with contextlib.suppress(Exception):
+        asyncio.run(asyncio.wait_for(run(), 10))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_streams_left_over() -> None:
+    host, port = SHARED["nats"]
+    if port_open(host, port):
+        sweep_test_streams(host, port)
 
 
 def clear_mqtt_retained(host: str, port: int, prefix: str, task_ids: list[int]) -> None:
@@ -119,7 +157,7 @@ class Broker:
 
     def cleanup(self) -> None:
         if self.kind == "nats":
-            delete_nats_stream(self.host, self.port, self.prefix)
+            purge_nats_stream(self.host, self.port, self.prefix)
         else:
             # every test has a fresh board, so its task ids are small: clear them all
             ids = sorted({*range(1, 33), *self.retained_tasks})
@@ -128,10 +166,10 @@ class Broker:
 
 @pytest.fixture(params=["mqtt", "nats"])
 def shared_broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
-    """The machine's shared broker of each kind (skipped when it is not running)."""
+    """The machine's shared broker of each kind. It is required: .ci/run starts it."""
     host, port = SHARED[request.param]
     if not port_open(host, port):
-        pytest.skip(f"no {request.param} broker on {host}:{port}")
+        pytest.fail(f"no {request.param} broker on {host}:{port}: start it (.ci/run shows how)")
     broker = Broker(request.param, host, port)
     yield broker
     broker.cleanup()
