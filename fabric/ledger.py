@@ -262,6 +262,23 @@ class Ledger:
         return Lease(view.id, uid, rec.epoch, worker, lease_until, rec.attempt, view.spec,
                      conversation(view), rec.checkpoint)
 
+    def held(self, view: TaskView, epoch: int, owner: str) -> Lease:
+        """The lease ``owner`` holds on ``epoch`` of a task, rebuilt from its records.
+
+        For callers that keep no lease object between commands (``agap complete``, an
+        external runtime): refuses when that owner holds no working lease on that epoch.
+        The lease carries the checkpoint and conversation, so a renewal or completion
+        under it never drops where the work had got to.
+        """
+        rec = view.records.get(epoch)
+        if rec is None or rec.state != State.WORKING or rec.owner != owner or view.uid is None \
+                or view.spec is None:
+            raise InvalidInput(f"{owner!r} holds no working lease on epoch {epoch}",
+                               where=f"task #{view.id}",
+                               hint="use the epoch and owner that `agap claim` printed")
+        return Lease(view.id, view.uid, epoch, owner, rec.lease_until or 0.0, rec.attempt,
+                     view.spec, conversation(view), rec.checkpoint)
+
     def check(self, lease: Lease) -> TaskView:
         """Raise :class:`Fenced` unless ``lease`` still holds the highest epoch."""
         view = self.board.read(lease.task_id)

@@ -25,7 +25,7 @@ from fabric.errors import InvalidInput
 from fabric.events.wiring import attach_submitter
 from fabric.kanboard.client import KanboardClient
 from fabric.layout import PRIORITY_NAMES, State
-from fabric.ledger import Lease, conversation
+from fabric.ledger import Lease
 from fabric.taskboard import TaskView
 
 
@@ -189,17 +189,7 @@ def default_owner(agent: str) -> str:
 
 
 def _lease(fab: Fabric, task_id: int, epoch: int, owner: str) -> Lease:
-    view = fab.show(task_id)
-    rec = view.records.get(epoch)
-    if rec is None or rec.state != State.WORKING or rec.owner != owner or view.uid is None \
-            or view.spec is None:
-        raise InvalidInput(f"{owner!r} holds no working lease on epoch {epoch}",
-                           where=f"task #{task_id}",
-                           hint="use the epoch and owner that `agap claim` printed")
-    # Carry the checkpoint and the conversation: a renewal or completion rewrites the
-    # owner's record, and must not drop where the work had got to.
-    return Lease(task_id, view.uid, epoch, owner, rec.lease_until or 0.0, rec.attempt, view.spec,
-                 conversation(view), rec.checkpoint)
+    return fab.ledger.held(fab.show(task_id), epoch, owner)
 
 
 def _record_out(rec: Any, as_json: bool, task_id: int) -> None:

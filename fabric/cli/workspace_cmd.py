@@ -27,7 +27,6 @@ import click
 from fabric.cli import main
 from fabric.core import Fabric
 from fabric.errors import ConfigError, InvalidInput
-from fabric.layout import State
 from fabric.ledger import Lease
 from fabric.workspace import GiteaForge, RepoRef, Workspace
 
@@ -46,16 +45,8 @@ def _root(root: Path | None, fab: Fabric) -> Path:
 
 
 def _held(fab: Fabric, task_id: int, epoch: int, owner: str) -> Lease:
-    """The lease (epoch, owner) on the task, checked against its record."""
-    view = fab.show(task_id)
-    rec = view.records.get(epoch)
-    if rec is None or rec.state != State.WORKING or rec.owner != owner or view.uid is None \
-            or view.spec is None:
-        raise InvalidInput(f"{owner!r} holds no working lease on epoch {epoch}",
-                           where=f"task #{task_id}",
-                           hint="use the epoch and owner that `agap claim` printed")
-    lease = Lease(task_id, view.uid, epoch, owner, rec.lease_until or 0.0, rec.attempt,
-                  view.spec, (), rec.checkpoint)
+    """The lease (epoch, owner) on the task, checked against its record and against fencing."""
+    lease = fab.ledger.held(fab.show(task_id), epoch, owner)
     fab.ledger.check(lease)  # exit 4 when a later epoch exists
     return lease
 
