@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from tests.fakes.loopback import JsonHandler, Loopback
 
 
 @dataclass
@@ -46,14 +47,12 @@ class GiteaStub:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._http: Loopback | None = None
 
     @property
     def url(self) -> str:
-        assert self._server is not None, "start the stub first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        assert self._http is not None, "start the stub first"
+        return self._http.url
 
     def created(self) -> list[RecordedRequest]:
         """The POSTs that created a pull request (201)."""
@@ -62,17 +61,9 @@ class GiteaStub:
     def start(self) -> GiteaStub:
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
+        class Handler(JsonHandler):
             def _send(self, status: int, data: Any) -> None:
-                raw = json.dumps(data).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json;charset=utf-8")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                self.send_json(status, data, content_type="application/json;charset=utf-8")
 
             def _handle(self, method: str) -> None:
                 parts = urlsplit(self.path)
@@ -98,17 +89,13 @@ class GiteaStub:
             def do_POST(self) -> None:
                 self._handle("POST")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._http = Loopback(Handler, "gitea-stub").start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        if self._http is not None:
+            self._http.stop()
+            self._http = None
 
     def __enter__(self) -> GiteaStub:
         return self.start()

@@ -25,8 +25,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fakes.loopback import JsonHandler, Loopback
 
 OTLP_PATH = "/api/public/otel/v1/traces"
 INGESTION_PATH = "/api/public/ingestion"
@@ -61,28 +63,18 @@ class LangfuseReceiver:
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._spans: list[ReceivedSpan] = []
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._http: Loopback | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
     def start(self) -> LangfuseReceiver:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="langfuse-receiver",
-                                        kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
+        self._http = Loopback(_make_handler(self), "langfuse-receiver").start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        if self._http is not None:
+            self._http.stop()
+            self._http = None
 
     def __enter__(self) -> LangfuseReceiver:
         return self.start()
@@ -92,8 +84,8 @@ class LangfuseReceiver:
 
     @property
     def url(self) -> str:
-        assert self._server is not None, "the receiver is not running"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        assert self._http is not None, "the receiver is not running"
+        return self._http.url
 
     def env(self) -> dict[str, str]:
         """The environment LiteLLM's Langfuse callback reads to reach this receiver."""
@@ -178,19 +170,11 @@ def decode_otlp(body: bytes, content_type: str) -> list[ReceivedSpan]:
 
 
 def _make_handler(receiver: LangfuseReceiver) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
         def _send(self, status: int, payload: Any) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.send_json(status, payload)
 
         def _body(self) -> bytes:
             length = int(self.headers.get("Content-Length") or 0)

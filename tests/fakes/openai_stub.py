@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
+from tests.fakes.loopback import Loopback
+
 Failure = Literal["429", "500", "503", "malformed", "no_choices"]
 
 
@@ -56,29 +58,19 @@ class OpenAIStub:
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._plans: list[_Plan] = []
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._http: Loopback | None = None
         self._ids = 0
 
     # -- lifecycle -----------------------------------------------------------------
 
     def start(self) -> OpenAIStub:
-        handler = _make_handler(self)
-        self._server = _QuietServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="openai-stub",
-                                        kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
+        self._http = Loopback(_make_handler(self), "openai-stub", _QuietServer).start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        if self._http is not None:
+            self._http.stop()
+            self._http = None
 
     def __enter__(self) -> OpenAIStub:
         return self.start()
@@ -88,8 +80,8 @@ class OpenAIStub:
 
     @property
     def port(self) -> int:
-        assert self._server is not None, "the stub is not running"
-        return int(self._server.server_address[1])
+        assert self._http is not None, "the stub is not running"
+        return self._http.port
 
     @property
     def url(self) -> str:
