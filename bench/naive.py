@@ -18,6 +18,7 @@ from typing import Any
 
 from bench.env import CountingClient
 from fabric.kanboard.port import BoardError, Call
+from workers import drill
 
 CANDIDATES = 8  # spread over the best few like the fabric's reader, for a fair comparison
 BOTTOM = 1_000_000
@@ -30,11 +31,7 @@ CREATE TABLE IF NOT EXISTS executions (
 
 
 def open_log(path: str | Path) -> sqlite3.Connection:
-    db = sqlite3.connect(str(path), timeout=60, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA busy_timeout=60000")
-    db.executescript(SCHEMA)
-    return db
+    return drill.open_log(path, SCHEMA)
 
 
 def double_executions(path: str | Path) -> tuple[int, int, int]:

@@ -26,12 +26,12 @@ CREATE TABLE IF NOT EXISTS applied (key TEXT PRIMARY KEY, uid TEXT NOT NULL, own
 """
 
 
-def open_log(path: str | Path) -> sqlite3.Connection:
-    """Open (and create) a drill log; safe to share between processes."""
+def open_log(path: str | Path, schema: str = SCHEMA) -> sqlite3.Connection:
+    """Open (and create) an execution log; safe to share between processes."""
     db = sqlite3.connect(str(path), timeout=60, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA busy_timeout=60000")
-    db.executescript(SCHEMA)
+    db.executescript(schema)
     return db
 
 
