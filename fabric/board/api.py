@@ -6,7 +6,9 @@ failing: ``false`` for validation errors and duplicates, ``0`` for a failed inse
 ordered but not atomic, exactly as in Kanboard. The behaviours reproduced here were
 measured against a real Kanboard 1.2.53 (see ``tests/contract``); PHP's loose typing is
 imitated where the API exposes it (an int param may arrive as ``"2"``, a named ``null``
-is passed as ``null``, a non-array where PHP types ``array`` is an HTTP 500).
+is passed as ``null``, a non-array where PHP types ``array`` is an HTTP 500). What
+depends on Kanboard's database backend follows the API's flavour
+(:mod:`fabric.board.flavour`; ``strict`` unless told otherwise).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fabric.board import flavour as fl
 from fabric.board.dates import BadDate, parse_input_date
+from fabric.board.flavour import Flavour, SqlError, get_flavour
 from fabric.board.search import build_where
 from fabric.board.store import Store, hash_password
 
@@ -168,12 +172,18 @@ def _same(a: Any, b: Any) -> bool:
 
 
 class BoardApi:
-    """Dispatches decoded JSON-RPC payloads to the procedures over one :class:`Store`."""
+    """Dispatches decoded JSON-RPC payloads to the procedures over one :class:`Store`.
 
-    def __init__(self, store: Store, token: str, *, clock: Callable[[], float] = time.time):
+    ``flavour`` is the backend imitated (default: the store's, itself ``strict`` unless
+    told otherwise).
+    """
+
+    def __init__(self, store: Store, token: str, *, clock: Callable[[], float] = time.time,
+                 flavour: str | Flavour | None = None):
         self.store = store
         self.token = token
         self.clock = clock
+        self.flavour = get_flavour(store.flavour if flavour is None else flavour)
         self.base_url = "http://localhost/"
 
     # -- auth and dispatch ----------------------------------------------------------
@@ -233,8 +243,15 @@ class BoardApi:
             args = _bind(spec, req.get("params"))
         except InvalidParams as exc:
             return None if notification else _error(rpc_id, -32602, "Invalid params", str(exc))
+        if self.flavour.cut_nul:
+            args = fl.cut_nul(args)
         try:
+            fl.check_int32(self.flavour, req["method"], dict(zip(spec.names, args, strict=True)))
             result = spec.fn(self, *args)
+        except SqlError as exc:
+            # The statement failed and Kanboard rolled its transaction back (Store.write
+            # did the same); PDO's message reaches the caller as a code 0 error.
+            return None if notification else _error(rpc_id, 0, exc.message)
         except sqlite3.OperationalError as exc:
             # Kanboard (PDO) reports SQL errors as a JSON-RPC error with code 0; the
             # statement may or may not have committed, as far as the caller knows.
@@ -254,6 +271,7 @@ class BoardApi:
         return None if row is None else dict(row)
 
     def _format_task(self, task: dict[str, Any]) -> dict[str, Any]:
+        task = self._shape("tasks", task)
         task["url"] = (
             f"{self.base_url}?controller=TaskViewController&action=show&task_id={task['id']}"
         )
@@ -261,12 +279,44 @@ class BoardApi:
         return task
 
     def _format_project(self, project: dict[str, Any]) -> dict[str, Any]:
+        project = self._shape("projects", project)
         pid = project["id"]
         project["url"] = {
             "board": f"{self.base_url}?controller=BoardViewController&action=show&project_id={pid}",
             "list": f"{self.base_url}?controller=TaskListController&action=show&project_id={pid}",
         }
         return project
+
+    # -- the flavour's rules ---------------------------------------------------------
+
+    def _shape(self, table: str, row: dict[str, Any]) -> dict[str, Any]:
+        """A stored row as the flavour's backend answers it."""
+        return fl.shape(self.flavour, table, row)
+
+    def _rows(self, table: str, rows: Any) -> list[dict[str, Any]]:
+        return [self._shape(table, dict(r)) for r in rows]
+
+    def _fit(self, table: str, column: str, value: Any) -> Any:
+        """``value`` within ``table.column``'s VARCHAR limit, or an SQL error."""
+        return fl.fit(self.flavour, table, column, value)
+
+    def _eq(self, column: str, *, nocase: bool = False) -> str:
+        """``column = ?`` compared as the backend compares names."""
+        return fl.eq_sql(self.flavour, column, nocase=nocase)
+
+    def _order(self, column: str, *, nocase: bool = False) -> str:
+        return fl.order_sql(self.flavour, column, nocase=nocase)
+
+    def _insert(self, db: sqlite3.Connection, table: str, values: dict[str, Any]) -> int:
+        """INSERT one row with the flavour's id rule (reused on SQLite, a sequence else)."""
+        return self.store.insert(db, table, values, reuse_ids=self.flavour.reuse_ids)
+
+    def _refused(self, db: sqlite3.Connection, table: str) -> bool:
+        """A unique-key refusal found before the INSERT: ``False``, and on a backend with
+        sequences the id that the failed INSERT would have taken is gone."""
+        if not self.flavour.reuse_ids:
+            self.store.next_id(db, table)
+        return False
 
 
 def encode(reply: Any) -> bytes:
@@ -402,7 +452,7 @@ def createProject(
     priority_end: Any = None,
     email: Any = None,
 ) -> int | bool:
-    if not _given(name):
+    if not _given(name) or len(_as_text(name)) > 65535:  # the validator's MaxLength
         return False
     ident = _as_text(identifier).upper() if _given(identifier) else None
     if ident is not None and (not _IDENTIFIER.match(ident) or len(ident) > 50):
@@ -423,30 +473,25 @@ def createProject(
     }
     values = {k: _stored(v) for k, v in values.items() if v is not None}
     with api.store.write() as db:
-        if ident and db.execute("SELECT 1 FROM projects WHERE identifier = ?", (ident,)).fetchone():
+        # The validator's unique checks are plain SELECTs: they compare as the backend does.
+        if ident and db.execute(
+            f"SELECT 1 FROM projects WHERE {api._eq('identifier')}", (ident,)
+        ).fetchone():
             return False
         if _given(email) and db.execute(
-            "SELECT 1 FROM projects WHERE email = ?", (values["email"],)
+            f"SELECT 1 FROM projects WHERE {api._eq('email')}", (values["email"],)
         ).fetchone():
             return False
         if not _empty(owner_id) and not _user_exists(db, owner_id):
             return False
         values.update(token="", last_modified=api.now(), is_private=0,
                       owner_id=_stored(owner_id))
-        cols = ", ".join(values)
-        cur = db.execute(
-            f"INSERT INTO projects ({cols}) VALUES ({', '.join('?' * len(values))})",
-            tuple(values.values()),
-        )
-        pid = int(cur.lastrowid or 0)
-        db.executemany(
-            "INSERT INTO columns (title, position, project_id, description) VALUES (?,?,?,'')",
-            [(title, pos, pid) for pos, title in enumerate(DEFAULT_COLUMNS, start=1)],
-        )
-        db.execute(
-            "INSERT INTO swimlanes (name, position, project_id, description) VALUES (?,1,?,'')",
-            (DEFAULT_SWIMLANE, pid),
-        )
+        pid = api._insert(db, "projects", values)
+        for pos, title in enumerate(DEFAULT_COLUMNS, start=1):
+            api._insert(db, "columns", {"title": title, "position": pos, "project_id": pid,
+                                        "description": ""})
+        api._insert(db, "swimlanes", {"name": DEFAULT_SWIMLANE, "position": 1,
+                                      "project_id": pid, "description": ""})
         # With the app token Kanboard adds no member, not even owner_id.
         return pid
 
@@ -462,7 +507,8 @@ def getProjectById(api: BoardApi, project_id: Any) -> dict[str, Any] | None:
 def getProjectByName(api: BoardApi, name: Any) -> dict[str, Any] | bool:
     with api.store.read() as db:
         row = _row(db.execute(
-            "SELECT * FROM projects WHERE name = ? ORDER BY id LIMIT 1", (_as_text(name),)
+            f"SELECT * FROM projects WHERE {api._eq('name')} ORDER BY id LIMIT 1",
+            (_as_text(name),),
         ).fetchone())
         return False if row is None else api._format_project(row)
 
@@ -474,7 +520,7 @@ def getProjectByIdentifier(api: BoardApi, identifier: Any) -> dict[str, Any] | b
         return False
     with api.store.read() as db:
         row = _row(db.execute(
-            "SELECT * FROM projects WHERE identifier = ? ORDER BY id LIMIT 1", (ident,)
+            f"SELECT * FROM projects WHERE {api._eq('identifier')} ORDER BY id LIMIT 1", (ident,)
         ).fetchone())
         return False if row is None else api._format_project(row)
 
@@ -482,8 +528,8 @@ def getProjectByIdentifier(api: BoardApi, identifier: Any) -> dict[str, Any] | b
 @procedure
 def getAllProjects(api: BoardApi) -> list[dict[str, Any]]:
     with api.store.read() as db:
-        return [api._format_project(dict(r))
-                for r in db.execute("SELECT * FROM projects ORDER BY name, id")]
+        return [api._format_project(dict(r)) for r in db.execute(
+            f"SELECT * FROM projects ORDER BY {api._order('name')}, id")]
 
 
 @procedure
@@ -524,14 +570,24 @@ def getColumns(api: BoardApi, project_id: Any) -> list[dict[str, Any]]:
             "SELECT * FROM columns WHERE project_id = ? ORDER BY position, id",
             (_int(project_id),),
         )
-        return [dict(r) for r in rows]
+        return api._rows("columns", rows)
 
 
 @procedure
 def getColumn(api: BoardApi, column_id: Any) -> dict[str, Any] | None:
     with api.store.read() as db:
-        return _row(db.execute("SELECT * FROM columns WHERE id = ?", (_int(column_id),))
-                    .fetchone())
+        row = _row(db.execute("SELECT * FROM columns WHERE id = ?", (_int(column_id),))
+                   .fetchone())
+        return None if row is None else api._shape("columns", row)
+
+
+def _title_taken(api: BoardApi, db: sqlite3.Connection, project_id: int, title: str,
+                 but: int = 0) -> bool:
+    """UNIQUE(title, project_id), compared as the backend compares (MySQL: ignoring case)."""
+    return db.execute(
+        f"SELECT 1 FROM columns WHERE project_id = ? AND id != ? AND {api._eq('title')}",
+        (project_id, but, title),
+    ).fetchone() is not None
 
 
 @procedure
@@ -545,15 +601,15 @@ def addColumn(
         (pos,) = db.execute(
             "SELECT COALESCE(MAX(position), 0) + 1 FROM columns WHERE project_id = ?", (pid,)
         ).fetchone()
+        text = api._fit("columns", "title", _as_text(title))
+        if _title_taken(api, db, pid, text):
+            return api._refused(db, "columns")  # the unique index: Kanboard answers false
         try:
-            cur = db.execute(
-                "INSERT INTO columns (title, position, project_id, task_limit, description)"
-                " VALUES (?,?,?,?,?)",
-                (_as_text(title), pos, pid, _int(task_limit), _as_text(description)),
-            )
+            return api._insert(db, "columns", {
+                "title": text, "position": pos, "project_id": pid,
+                "task_limit": _int(task_limit), "description": _as_text(description)})
         except sqlite3.IntegrityError:
             return False
-        return int(cur.lastrowid or 0)
 
 
 @procedure
@@ -561,10 +617,15 @@ def updateColumn(
     api: BoardApi, column_id: Any, title: Any, task_limit: Any = 0, description: Any = ""
 ) -> bool:
     with api.store.write() as db:
+        text = api._fit("columns", "title", _as_text(title))
+        row = db.execute("SELECT project_id FROM columns WHERE id = ?",
+                         (_int(column_id),)).fetchone()
+        if row is not None and _title_taken(api, db, row[0], text, but=_int(column_id)):
+            return False
         try:
             db.execute(
                 "UPDATE columns SET title = ?, task_limit = ?, description = ? WHERE id = ?",
-                (_as_text(title), _int(task_limit), _as_text(description), _int(column_id)),
+                (text, _int(task_limit), _as_text(description), _int(column_id)),
             )
         except sqlite3.IntegrityError:
             return False
@@ -609,7 +670,7 @@ def getActiveSwimlanes(api: BoardApi, project_id: Any) -> list[dict[str, Any]]:
             " ORDER BY position, id",
             (_int(project_id),),
         )
-        return [dict(r) for r in rows]
+        return api._rows("swimlanes", rows)
 
 
 @procedure
@@ -619,23 +680,26 @@ def getAllSwimlanes(api: BoardApi, project_id: Any) -> list[dict[str, Any]]:
             "SELECT * FROM swimlanes WHERE project_id = ? ORDER BY position, id",
             (_int(project_id),),
         )
-        return [dict(r) for r in rows]
+        return api._rows("swimlanes", rows)
 
 
 @procedure
 def getSwimlaneByName(api: BoardApi, project_id: Any, name: Any) -> dict[str, Any] | None:
     with api.store.read() as db:
-        return _row(db.execute(
-            "SELECT * FROM swimlanes WHERE project_id = ? AND name = ?",
+        row = _row(db.execute(
+            f"SELECT * FROM swimlanes WHERE project_id = ? AND {api._eq('name')}"
+            " ORDER BY id LIMIT 1",
             (_int(project_id), _as_text(name)),
         ).fetchone())
+        return None if row is None else api._shape("swimlanes", row)
 
 
 @procedure
 def getSwimlane(api: BoardApi, swimlane_id: Any) -> dict[str, Any] | None:
     with api.store.read() as db:
-        return _row(db.execute("SELECT * FROM swimlanes WHERE id = ?", (_int(swimlane_id),))
-                    .fetchone())
+        row = _row(db.execute("SELECT * FROM swimlanes WHERE id = ?", (_int(swimlane_id),))
+                   .fetchone())
+        return None if row is None else api._shape("swimlanes", row)
 
 
 @procedure
@@ -648,7 +712,8 @@ def addSwimlane(api: BoardApi, project_id: Any, name: Any, description: Any = ""
     with api.store.write() as db:
         pid = _int(project_id)
         if db.execute(
-            "SELECT 1 FROM swimlanes WHERE project_id = ? AND name = ?", (pid, _as_text(name))
+            f"SELECT 1 FROM swimlanes WHERE project_id = ? AND {api._eq('name')}",
+            (pid, _as_text(name)),
         ).fetchone():
             return False
         if _project(db, pid) is None:
@@ -656,11 +721,9 @@ def addSwimlane(api: BoardApi, project_id: Any, name: Any, description: Any = ""
         (pos,) = db.execute(
             "SELECT COALESCE(MAX(position), 0) + 1 FROM swimlanes WHERE project_id = ?", (pid,)
         ).fetchone()
-        cur = db.execute(
-            "INSERT INTO swimlanes (name, position, project_id, description) VALUES (?,?,?,?)",
-            (_as_text(name), pos, pid, _as_text(description)),
-        )
-        return int(cur.lastrowid or 0)
+        return api._insert(db, "swimlanes", {
+            "name": api._fit("swimlanes", "name", _as_text(name)), "position": pos,
+            "project_id": pid, "description": _as_text(description)})
 
 
 # --------------------------------------------------------------------- categories
@@ -671,15 +734,20 @@ def createCategory(api: BoardApi, project_id: Any, name: Any, color_id: Any = No
     if not _given(name) or not _is_integer(project_id):
         return False
     with api.store.write() as db:
+        text = api._fit("categories", "name", _as_text(name))
+        # SQLite's schema declares the name NOCASE, MySQL's collation ignores case too.
+        if db.execute(
+            f"SELECT 1 FROM categories WHERE project_id = ? AND {api._eq('name', nocase=True)}",
+            (_int(project_id), text),
+        ).fetchone():
+            return api._refused(db, "categories")
         try:
-            cur = db.execute(
-                "INSERT INTO categories (name, project_id, color_id) VALUES (?,?,?)",
-                (_as_text(name), _int(project_id),
-                 None if color_id is None else _as_text(color_id)),
-            )
+            return api._insert(db, "categories", {
+                "name": text, "project_id": _int(project_id),
+                "color_id": None if color_id is None
+                else api._fit("categories", "color_id", _as_text(color_id))})
         except sqlite3.IntegrityError:
             return False
-        return int(cur.lastrowid or 0)
 
 
 @procedure
@@ -693,7 +761,8 @@ def getCategory(api: BoardApi, category_id: Any) -> dict[str, Any] | None:
 def getAllCategories(api: BoardApi, project_id: Any) -> list[dict[str, Any]]:
     with api.store.read() as db:
         return [dict(r) for r in db.execute(
-            "SELECT * FROM categories WHERE project_id = ? ORDER BY name", (_int(project_id),)
+            f"SELECT * FROM categories WHERE project_id = ? ORDER BY"
+            f" {api._order('name', nocase=True)}", (_int(project_id),)
         )]
 
 
@@ -722,34 +791,42 @@ def createUser(
     if _given(role) and role not in APP_ROLES:
         return False
     with api.store.write() as db:
+        if db.execute(f"SELECT 1 FROM users WHERE {api._eq('username')}",
+                      (_as_text(username),)).fetchone():
+            return False  # the validator's unique check: MySQL compares ignoring case
+        values: dict[str, Any] = {
+            "username": _as_text(username), "password": hash_password(_as_text(password)),
+            "name": api._fit("users", "name", _as_text(name)),
+            "email": api._fit("users", "email", _as_text(email)),
+            "role": _as_text(role) or "app-user"}
+        if api.flavour.null_lock_expiration:
+            values["lock_expiration_date"] = None  # MySQL's column has no default
         try:
-            cur = db.execute(
-                "INSERT INTO users (username, password, name, email, role) VALUES (?,?,?,?,?)",
-                (_as_text(username), hash_password(_as_text(password)), _as_text(name),
-                 _as_text(email), _as_text(role) or "app-user"),
-            )
+            return api._insert(db, "users", values)
         except sqlite3.IntegrityError:
             return False
-        return int(cur.lastrowid or 0)
 
 
 @procedure
 def getUser(api: BoardApi, user_id: Any) -> dict[str, Any] | None:
     with api.store.read() as db:
-        return _row(db.execute("SELECT * FROM users WHERE id = ?", (_int(user_id),)).fetchone())
+        row = _row(db.execute("SELECT * FROM users WHERE id = ?", (_int(user_id),)).fetchone())
+        return None if row is None else api._shape("users", row)
 
 
 @procedure
 def getUserByName(api: BoardApi, username: Any) -> dict[str, Any] | None:
     with api.store.read() as db:
-        return _row(db.execute("SELECT * FROM users WHERE username = ?",
-                               (_as_text(username),)).fetchone())
+        row = _row(db.execute(f"SELECT * FROM users WHERE {api._eq('username')}",
+                              (_as_text(username),)).fetchone())
+        return None if row is None else api._shape("users", row)
 
 
 @procedure
 def getAllUsers(api: BoardApi) -> list[dict[str, Any]]:
     with api.store.read() as db:
-        return [dict(r) for r in db.execute("SELECT * FROM users ORDER BY username")]
+        return api._rows("users", db.execute(
+            f"SELECT * FROM users ORDER BY {api._order('username')}, id"))
 
 
 @procedure
@@ -853,24 +930,39 @@ def _tag_list(tags: Any) -> list[str]:
     return [_as_text(t) for t in values if not _empty(t)]
 
 
-def _find_or_create_tag(db: sqlite3.Connection, project_id: int, name: str) -> int | None:
-    # Kanboard resolves a name with ILIKE (LIKE on SQLite: case-insensitive, wildcards
-    # live), preferring a global tag (project 0); a name not found is created.
+def _tag_taken(api: BoardApi, db: sqlite3.Connection, project_id: int, name: str,
+               but: int = 0) -> bool:
+    """UNIQUE(project_id, name) as the backend compares (MySQL: ignoring case, accents)."""
+    return db.execute(
+        f"SELECT 1 FROM tags WHERE project_id = ? AND id != ? AND {api._eq('name')}",
+        (project_id, but, name),
+    ).fetchone() is not None
+
+
+def _find_or_create_tag(api: BoardApi, db: sqlite3.Connection, project_id: int,
+                        name: str) -> int | None:
+    # Kanboard resolves a name with ILIKE (wildcards live; SQLite folds ASCII only,
+    # PostgreSQL all of Unicode, MySQL accents too), preferring a global tag (project 0);
+    # a name not found is created.
     row = db.execute(
-        "SELECT id FROM tags WHERE project_id IN (0, ?) AND name LIKE ?"
+        f"SELECT id FROM tags WHERE project_id IN (0, ?) AND {fl.like_sql(api.flavour, 'name')}"
         " ORDER BY project_id, id LIMIT 1",
         (project_id, name),
     ).fetchone()
     if row is not None:
         return int(row[0])
+    name = api._fit("tags", "name", name)
+    if _tag_taken(api, db, project_id, name):
+        api._refused(db, "tags")
+        return None
     try:
-        cur = db.execute("INSERT INTO tags (name, project_id) VALUES (?, ?)", (name, project_id))
+        return api._insert(db, "tags", {"name": name, "project_id": project_id})
     except sqlite3.IntegrityError:
         return None
-    return int(cur.lastrowid or 0)
 
 
-def _save_tags(db: sqlite3.Connection, project_id: int, task_id: int, names: list[str]) -> None:
+def _save_tags(api: BoardApi, db: sqlite3.Connection, project_id: int, task_id: int,
+               names: list[str]) -> None:
     """Kanboard's TaskTagModel::save, quirks included.
 
     Tags are attached by case-insensitive lookup, but the removal step compares the
@@ -881,7 +973,7 @@ def _save_tags(db: sqlite3.Connection, project_id: int, task_id: int, names: lis
         "SELECT g.id, g.name FROM task_has_tags th JOIN tags g ON g.id = th.tag_id"
         " WHERE th.task_id = ?", (task_id,))}
     for name in names:
-        tag_id = _find_or_create_tag(db, project_id, name)
+        tag_id = _find_or_create_tag(api, db, project_id, name)
         if tag_id is not None and tag_id not in current:
             db.execute("INSERT OR IGNORE INTO task_has_tags (task_id, tag_id) VALUES (?, ?)",
                        (task_id, tag_id))
@@ -894,14 +986,16 @@ def _save_tags(db: sqlite3.Connection, project_id: int, task_id: int, names: lis
 @procedure
 def getAllTags(api: BoardApi) -> list[dict[str, Any]]:
     with api.store.read() as db:
-        return [dict(r) for r in db.execute("SELECT * FROM tags ORDER BY name, id")]
+        return [dict(r) for r in db.execute(
+            f"SELECT * FROM tags ORDER BY {api._order('name')}, id")]
 
 
 @procedure
 def getTagsByProject(api: BoardApi, project_id: Any) -> list[dict[str, Any]]:
     with api.store.read() as db:
         rows = db.execute(
-            "SELECT * FROM tags WHERE project_id = ? ORDER BY name, id", (_int(project_id),)
+            f"SELECT * FROM tags WHERE project_id = ? ORDER BY {api._order('name')}, id",
+            (_int(project_id),),
         )
         return [dict(r) for r in rows]
 
@@ -910,28 +1004,34 @@ def getTagsByProject(api: BoardApi, project_id: Any) -> list[dict[str, Any]]:
 def createTag(api: BoardApi, project_id: Any, tag: Any, color_id: Any = None) -> int | bool:
     """A plain INSERT under UNIQUE(project_id, name): exactly one concurrent caller wins.
 
-    Any project id is accepted (no foreign key); project 0 makes a global tag.
+    Any project id is accepted (no foreign key); project 0 makes a global tag. The
+    unique check and the name's length follow the flavour: ``ABC`` is a duplicate of
+    ``abc`` on MySQL, and a name over 191 (MySQL) or 255 (PostgreSQL) characters, or a
+    color_id over 50, is an SQL error there.
     """
+    pid = _int(project_id)
     with api.store.write() as db:
+        name = api._fit("tags", "name", _as_text(tag))
+        color = None if _empty(color_id) else api._fit("tags", "color_id", _as_text(color_id))
+        if _tag_taken(api, db, pid, name):
+            return api._refused(db, "tags")
         try:
-            cur = db.execute(
-                "INSERT INTO tags (name, project_id, color_id) VALUES (?,?,?)",
-                (_as_text(tag), _int(project_id),
-                 None if _empty(color_id) else _as_text(color_id)),
-            )
+            return api._insert(db, "tags", {"name": name, "project_id": pid, "color_id": color})
         except sqlite3.IntegrityError:
             return False
-        return int(cur.lastrowid or 0)
 
 
 @procedure
 def updateTag(api: BoardApi, tag_id: Any, tag: Any, color_id: Any = None) -> bool:
     with api.store.write() as db:
+        name = api._fit("tags", "name", _as_text(tag))
+        color = None if _empty(color_id) else api._fit("tags", "color_id", _as_text(color_id))
+        row = db.execute("SELECT project_id FROM tags WHERE id = ?", (_int(tag_id),)).fetchone()
+        if row is not None and _tag_taken(api, db, row[0], name, but=_int(tag_id)):
+            return False
         try:
-            db.execute(
-                "UPDATE tags SET name = ?, color_id = ? WHERE id = ?",
-                (_as_text(tag), None if _empty(color_id) else _as_text(color_id), _int(tag_id)),
-            )
+            db.execute("UPDATE tags SET name = ?, color_id = ? WHERE id = ?",
+                       (name, color, _int(tag_id)))
         except sqlite3.IntegrityError:
             return False
         return True  # a missing tag_id updates no row, which is a success
@@ -951,7 +1051,7 @@ def setTaskTags(api: BoardApi, project_id: Any, task_id: Any, tags: Any) -> bool
         if task is None:
             return False
         # The project is not checked against the task's: new tags land in project_id.
-        _save_tags(db, _int(project_id), task["id"], names)
+        _save_tags(api, db, _int(project_id), task["id"], names)
         return True
 
 
@@ -1052,6 +1152,9 @@ def createTask(
                 (pid,),
             ).fetchone()
             values["column_id"] = None if row is None else row[0]
+            if row is None and api.flavour.sql_errors:
+                # An unknown project has no first column: '' is bound for an integer.
+                raise SqlError(fl.no_column_error(api.flavour))
         if _empty(values["color_id"]):
             values["color_id"] = "yellow"
         if _empty(values["title"]):
@@ -1071,17 +1174,13 @@ def createTask(
         values.update(position=count + 1, date_creation=now, date_modification=now,
                       date_moved=now)
         stored = {k: _stored(v) for k, v in values.items()}
+        stored["color_id"] = api._fit("tasks", "color_id", stored["color_id"])
         try:
-            cur = db.execute(
-                f"INSERT INTO tasks ({', '.join(stored)})"
-                f" VALUES ({', '.join('?' * len(stored))})",
-                tuple(stored.values()),
-            )
+            task_id = api._insert(db, "tasks", stored)
         except sqlite3.IntegrityError:
             return 0  # a foreign key (project, column, swimlane) or NOT NULL failed
-        task_id = int(cur.lastrowid or 0)
         if tag_names:
-            _save_tags(db, pid, task_id, tag_names)
+            _save_tags(api, db, pid, task_id, tag_names)
         return task_id
 
 
@@ -1096,7 +1195,8 @@ def getTask(api: BoardApi, task_id: Any) -> dict[str, Any] | None:
 def getTaskByReference(api: BoardApi, project_id: Any, reference: Any) -> dict[str, Any] | None:
     with api.store.read() as db:
         row = _row(db.execute(
-            "SELECT * FROM tasks WHERE project_id = ? AND reference = ? ORDER BY id LIMIT 1",
+            f"SELECT * FROM tasks WHERE project_id = ? AND {api._eq('reference')}"
+            " ORDER BY id LIMIT 1",
             (_int(project_id), _as_text(reference)),
         ).fetchone())
         return None if row is None else api._format_task(row)
@@ -1150,13 +1250,15 @@ def updateTask(
         if values is None or not _is_integer(id):
             return False
         if tag_names is not None:
-            _save_tags(db, task["project_id"], task["id"], tag_names)
+            _save_tags(api, db, task["project_id"], task["id"], tag_names)
         for key in ("priority", "recurrence_status", "recurrence_trigger", "recurrence_factor",
                     "recurrence_timeframe", "recurrence_basedate"):
             if key in values:
                 values[key] = _int(values[key])
         values["date_modification"] = now
         stored = {k: _stored(v) for k, v in values.items()}
+        if "color_id" in stored:
+            stored["color_id"] = api._fit("tasks", "color_id", stored["color_id"])
         cols = ", ".join(f"{k} = ?" for k in stored)
         db.execute(f"UPDATE tasks SET {cols} WHERE id = ?", (*stored.values(), task["id"]))
         return True
@@ -1314,11 +1416,15 @@ WHERE t.project_id = ?
 
 @procedure
 def searchTasks(api: BoardApi, project_id: Any, query: Any) -> list[dict[str, Any]]:
-    where = build_where(_as_text(query))
+    where = build_where(_as_text(query), api.flavour)
     sql = _SEARCH_SELECT + "".join(f" AND {c}" for c in where.sql)
+    if api.flavour.search_reversed:
+        # Kanboard has no ORDER BY here; the real backends happen to answer in id order.
+        # Strict answers the other way so nothing comes to depend on it.
+        sql += " ORDER BY t.id DESC"
     with api.store.read() as db:
         rows = db.execute(sql, (_int(project_id), *where.params))
-        return [dict(r) for r in rows]
+        return [fl.shape(api.flavour, "tasks", dict(r), reorder=False) for r in rows]
 
 
 # ----------------------------------------------------------------------- metadata
@@ -1334,15 +1440,16 @@ _META_TABLES = {
 def _meta_all(api: BoardApi, kind: str, owner: Any) -> dict[str, Any]:
     table, col, _ = _META_TABLES[kind]
     with api.store.read() as db:
-        rows = db.execute(f"SELECT name, value FROM {table} WHERE {col} = ? ORDER BY name",
-                          (_int(owner),))
+        rows = db.execute(
+            f"SELECT name, value FROM {table} WHERE {col} = ? ORDER BY {api._order('name')}",
+            (_int(owner),))
         return {r["name"]: r["value"] for r in rows}
 
 
 def _meta_one(api: BoardApi, kind: str, owner: Any, name: Any) -> str:
     table, col, _ = _META_TABLES[kind]
     with api.store.read() as db:
-        row = db.execute(f"SELECT value FROM {table} WHERE {col} = ? AND name = ?",
+        row = db.execute(f"SELECT value FROM {table} WHERE {col} = ? AND {api._eq('name')}",
                          (_int(owner), _as_text(name))).fetchone()
     # Kanboard answers `$value ?: ''`: "" for a missing key, and for "0", "" and null.
     value = None if row is None else row["value"]
@@ -1361,22 +1468,31 @@ def _meta_save(api: BoardApi, kind: str, owner: Any, values: Any) -> bool:
     rows = [(str(k), _metadata_value(v)) for k, v in items]
     if not rows:
         return True  # Kanboard: saving nothing succeeds without looking
+    oid, now, same = _int(owner), api.now(), api._eq("name")
     with api.store.write() as db:
-        if db.execute(f"SELECT 1 FROM {owners} WHERE id = ?", (_int(owner),)).fetchone() is None:
+        if db.execute(f"SELECT 1 FROM {owners} WHERE id = ?", (oid,)).fetchone() is None:
             return False
-        db.executemany(
-            f"INSERT INTO {table} ({col}, name, changed_on, value) VALUES (?,?,?,?)"
-            f" ON CONFLICT({col}, name) DO UPDATE SET value = excluded.value,"
-            " changed_on = excluded.changed_on",
-            [(_int(owner), k, api.now(), v) for k, v in rows],
-        )
+        # Kanboard's MetadataModel::save, in one transaction: UPDATE when exists(name),
+        # else INSERT. The lookup compares as the backend does (on MySQL {"key": ..}
+        # updates a stored "Key"); a name or value over its VARCHAR limit is an SQL error
+        # that rolls back every key of the call.
+        for name, value in rows:
+            if db.execute(f"SELECT 1 FROM {table} WHERE {col} = ? AND {same}",
+                          (oid, name)).fetchone():
+                db.execute(f"UPDATE {table} SET value = ?, changed_on = ? WHERE {col} = ?"
+                           f" AND {same}", (api._fit(table, "value", value), now, oid, name))
+            else:
+                db.execute(f"INSERT INTO {table} ({col}, name, changed_on, value)"
+                           " VALUES (?,?,?,?)",
+                           (oid, api._fit(table, "name", name), now,
+                            api._fit(table, "value", value)))
         return True
 
 
 def _meta_remove(api: BoardApi, kind: str, owner: Any, name: Any) -> bool:
     table, col, _ = _META_TABLES[kind]
     with api.store.write() as db:
-        return db.execute(f"DELETE FROM {table} WHERE {col} = ? AND name = ?",
+        return db.execute(f"DELETE FROM {table} WHERE {col} = ? AND {api._eq('name')}",
                           (_int(owner), _as_text(name))).rowcount > 0
 
 
@@ -1438,15 +1554,12 @@ def createComment(
     now = api.now()
     with api.store.write() as db:
         try:
-            cur = db.execute(
-                "INSERT INTO comments (task_id, user_id, date_creation, date_modification,"
-                " comment, reference, visibility) VALUES (?,?,?,?,?,?,?)",
-                (_int(task_id), _stored(user_id), now, now, _as_text(content),
-                 _stored(reference), visibility),
-            )
+            return api._insert(db, "comments", {
+                "task_id": _int(task_id), "user_id": _stored(user_id), "date_creation": now,
+                "date_modification": now, "comment": _as_text(content),
+                "reference": _stored(reference), "visibility": visibility})
         except sqlite3.IntegrityError:
             return False  # the task is missing
-        return int(cur.lastrowid or 0)
 
 
 @procedure
@@ -1530,12 +1643,9 @@ def createTaskFile(
             # Kanboard's thumbnailer dies on an image name with non-image bytes.
             raise Fatal("not an image")
         digest = hashlib.sha1(f"{name}{now}".encode()).hexdigest()
-        cur = db.execute(
-            "INSERT INTO task_has_files (name, path, is_image, task_id, date, user_id, size,"
-            " blob) VALUES (?,?,?,?,?,0,?,?)",
-            (name, f"tasks/{task['id']}/{digest}", is_image, task["id"], now, len(data), data),
-        )
-        return int(cur.lastrowid or 0)
+        return api._insert(db, "task_has_files", {
+            "name": name, "path": f"tasks/{task['id']}/{digest}", "is_image": is_image,
+            "task_id": task["id"], "date": now, "user_id": 0, "size": len(data), "blob": data})
 
 
 @procedure
@@ -1544,10 +1654,10 @@ def getAllTaskFiles(api: BoardApi, task_id: Any) -> list[dict[str, Any]]:
         rows = db.execute(
             f"SELECT {_FILE_COLUMNS}, u.username AS username, u.name AS user_name"
             " FROM task_has_files f LEFT JOIN users u ON u.id = f.user_id"
-            " WHERE f.task_id = ? ORDER BY f.name, f.id",
+            f" WHERE f.task_id = ? ORDER BY {api._order('f.name', nocase=True)}, f.id",
             (_int(task_id),),
         )
-        return [_file(r) for r in rows]
+        return [api._shape("task_has_files", _file(r)) for r in rows]
 
 
 @procedure
@@ -1556,7 +1666,7 @@ def getTaskFile(api: BoardApi, file_id: Any) -> dict[str, Any] | None:
         row = db.execute(
             f"SELECT {_FILE_COLUMNS} FROM task_has_files f WHERE f.id = ?", (_int(file_id),)
         ).fetchone()
-        return None if row is None else _file(row)
+        return None if row is None else api._shape("task_has_files", _file(row))
 
 
 @procedure

@@ -12,13 +12,17 @@ The lexer reproduces Kanboard's (measured against a real 1.2.53):
 * the same attribute repeated ORs, different attributes AND. ``ref:`` and ``reference:``
   are different attributes for this purpose, as in Kanboard.
 
-Values use SQL ``LIKE`` where Kanboard uses ``ilike``: ``%`` and ``_`` are wildcards.
+Values use the flavour's ``ilike`` where Kanboard does (``%`` and ``_`` are wildcards;
+SQLite folds ASCII case only, PostgreSQL all case, MySQL case and accents) and its ``=``
+for names (MySQL: ``column:ready`` finds ``Ready``).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from fabric.board.flavour import Flavour, eq_sql, get_flavour, like_sql
 
 # Kanboard's attribute names (one filter may answer to several names).
 ATTRIBUTES: tuple[str, ...] = (
@@ -86,13 +90,14 @@ def tokenize(query: str) -> dict[str, list[str]]:
     return groups
 
 
-def build_where(query: str) -> Where:
+def build_where(query: str, flavour: Flavour | None = None) -> Where:
     """Translate a Kanboard search query into an SQL condition on ``tasks t``."""
+    f = flavour or get_flavour("sqlite")
     where = Where()
     for attr, values in tokenize(query).items():
         clauses: list[str] = []
         for value in values:
-            clause, params = _term(attr, value)
+            clause, params = _term(f, attr, value)
             if clause:
                 clauses.append(clause)
                 where.params.extend(params)
@@ -112,7 +117,7 @@ def _comparison(column: str, value: str) -> tuple[str, list[object]]:
     return f"{column} = ?", [value]
 
 
-def _people(column: str, alias: str, value: str) -> tuple[str, list[object]]:
+def _people(f: Flavour, column: str, alias: str, value: str) -> tuple[str, list[object]]:
     if _digits(value):
         return f"{column} = ?", [value]
     if value in ("me", "nobody"):
@@ -121,10 +126,11 @@ def _people(column: str, alias: str, value: str) -> tuple[str, list[object]]:
     if value == "anybody":
         return f"{column} > 0", []
     like = f"%{value}%"
-    return f"({alias}.username LIKE ? OR {alias}.name LIKE ?)", [like, like]
+    username, name = like_sql(f, f"{alias}.username"), like_sql(f, f"{alias}.name")
+    return f"({username} OR {name})", [like, like]
 
 
-def _term(attr: str, value: str) -> tuple[str, list[object]]:
+def _term(f: Flavour, attr: str, value: str) -> tuple[str, list[object]]:
     if attr == "status":
         if value == "open":
             return "t.is_active = 1", []
@@ -136,18 +142,18 @@ def _term(attr: str, value: str) -> tuple[str, list[object]]:
     if attr == "column":
         if _digits(value):
             return "t.column_id = ?", [value]
-        return "c.title = ?", [value]
+        return eq_sql(f, "c.title"), [value]
     if attr == "swimlane":
-        return "s.name LIKE ?", [value]
+        return like_sql(f, "s.name"), [value]
     if attr == "assignee":
-        return _people("t.owner_id", "u", value)
+        return _people(f, "t.owner_id", "u", value)
     if attr == "creator":
-        return _people("t.creator_id", "uc", value)
+        return _people(f, "t.creator_id", "uc", value)
     if attr == "tag":
         if value == "none":
             return "t.id NOT IN (SELECT task_id FROM task_has_tags)", []
         return ("t.id IN (SELECT th.task_id FROM tags g JOIN task_has_tags th"
-                " ON th.tag_id = g.id WHERE g.name LIKE ?)", [f"%{value}%"])
+                f" ON th.tag_id = g.id WHERE {like_sql(f, 'g.name')})", [f"%{value}%"])
     if attr == "priority":
         return _comparison("t.priority", value)
     if attr in ("score", "complexity"):
@@ -155,27 +161,29 @@ def _term(attr: str, value: str) -> tuple[str, list[object]]:
     if attr in ("ref", "reference"):
         if value == "none":
             return "(t.reference = '' OR t.reference IS NULL)", []
-        return "t.reference LIKE ?", [value.replace("*", "%")]
+        return like_sql(f, "t.reference"), [value.replace("*", "%")]
     if attr in ("description", "desc"):
-        return "t.description LIKE ?", [f"%{value}%"]
+        return like_sql(f, "t.description"), [f"%{value}%"]
     if attr == "id":
         return "t.id = ?", [value]
     if attr in ("color", "colour"):
         return "t.color_id = (SELECT ?)", [_color_id(value)]
     if attr == "category":
+        category = eq_sql(f, "cat.name", nocase=True)
         if _digits(value):
-            return "(t.category_id = ? OR cat.name = ?)", [value, value]
+            return f"(t.category_id = ? OR {category})", [value, value]
         if value == "none":
             return "t.category_id = 0", []
-        return "cat.name = ?", [value]
+        return category, [value]
     if attr == "project":
         if _digits(value):
             return "t.project_id = ?", [value]
-        return "p.name LIKE ?", [value]
+        return like_sql(f, "p.name"), [value]
     # title, and the free text
+    title = like_sql(f, "t.title")
     if _digits(value) or (len(value) > 1 and value[0] == "#" and _digits(value[1:])):
-        return "(t.id = ? OR t.title LIKE ?)", [value.replace("#", ""), f"%{value}%"]
-    return "t.title LIKE ?", [f"%{value}%"]
+        return f"(t.id = ? OR {title})", [value.replace("#", ""), f"%{value}%"]
+    return title, [f"%{value}%"]
 
 
 _COLOR_NAMES = {

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fabric.board.api import BoardApi, Fatal, encode
+from fabric.board.flavour import DEFAULT_FLAVOUR
 from fabric.board.store import Store
 
 log = logging.getLogger("agap.board")
@@ -165,15 +166,20 @@ class _Server(ThreadingHTTPServer):
 
 
 class EmbeddedBoard:
-    """A running embedded board: ``start()`` serves in a thread, ``stop()`` shuts it down."""
+    """A running embedded board: ``start()`` serves in a thread, ``stop()`` shuts it down.
+
+    ``flavour`` is the Kanboard database backend it imitates (``strict``: the strictest
+    of all; see :mod:`fabric.board.flavour`).
+    """
 
     def __init__(
         self, db_path: str | Path, *, host: str = "127.0.0.1", port: int = 0,
-        token: str | None = None,
+        token: str | None = None, flavour: str = DEFAULT_FLAVOUR,
     ) -> None:
-        self.store = Store(db_path)
+        self.store = Store(db_path, flavour=flavour)
         self.token = stored_token(self.store, token)
         self.api = BoardApi(self.store, self.token)
+        self.flavour = self.api.flavour.name
         self._server = _Server((host, port), _Handler)
         self._server.api = self.api
         address: Any = self._server.server_address

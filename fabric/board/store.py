@@ -14,6 +14,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+from fabric.board.flavour import DEFAULT_FLAVOUR, get_flavour, install
 
 SCHEMA_VERSION = 2
 
@@ -200,6 +203,7 @@ CREATE TABLE IF NOT EXISTS task_has_files (
     blob BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS files_task ON task_has_files(task_id);
+CREATE TABLE IF NOT EXISTS sequences (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 
 
@@ -218,10 +222,13 @@ class Store:
     """Owns the database file; hands each thread its own connection.
 
     SQLite in WAL mode serialises writers; ``BEGIN IMMEDIATE`` takes the write lock up
-    front so two writers never deadlock upgrading a read lock.
+    front so two writers never deadlock upgrading a read lock. ``flavour`` names the
+    backend the board imitates (see :mod:`fabric.board.flavour`); the API on this store
+    takes it unless told otherwise.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, flavour: str = DEFAULT_FLAVOUR) -> None:
+        self.flavour = get_flavour(flavour).name
         self.path = str(path)
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
@@ -263,6 +270,7 @@ class Store:
                 self.path, timeout=30.0, isolation_level=None, check_same_thread=False
             )
             db.row_factory = sqlite3.Row
+            install(db)
             if self.path != ":memory:":
                 db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -272,6 +280,32 @@ class Store:
             with self._lock:
                 self._all.append(db)
         return db
+
+    def insert(self, db: sqlite3.Connection, table: str, values: dict[str, Any], *,
+               reuse_ids: bool = True) -> int:
+        """INSERT one row; its id.
+
+        ``reuse_ids`` is SQLite's rule (``INTEGER PRIMARY KEY``: max + 1, so a deleted
+        newest row's id comes back). Without it ids come from a sequence, as on
+        PostgreSQL and MySQL: never reused, and taken even by an INSERT that then fails
+        on a unique or foreign key (the caller keeps the transaction).
+        """
+        if not reuse_ids:
+            values = {"id": self.next_id(db, table), **values}
+        cur = db.execute(
+            f"INSERT INTO {table} ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+            tuple(values.values()),
+        )
+        return int(cur.lastrowid or 0)
+
+    def next_id(self, db: sqlite3.Connection, table: str) -> int:
+        """Take the next value of ``table``'s sequence (in the caller's transaction)."""
+        (top,) = db.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table}").fetchone()
+        row = db.execute("SELECT value FROM sequences WHERE name = ?", (table,)).fetchone()
+        new = max(int(top), 0 if row is None else int(row[0])) + 1
+        db.execute("INSERT INTO sequences (name, value) VALUES (?, ?) ON CONFLICT(name)"
+                   " DO UPDATE SET value = excluded.value", (table, new))
+        return new
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:

@@ -12,16 +12,22 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fabric.board.api import BoardApi, Fatal
+from fabric.board.flavour import DEFAULT_FLAVOUR
 from fabric.board.store import Store
 from fabric.kanboard.port import Call, MaybeDone, Outcome, Params, RoundTrips, RpcError
 
 
 class LocalPort:
-    """An :class:`~fabric.kanboard.port.RpcPort` that calls a :class:`BoardApi` directly."""
+    """An :class:`~fabric.kanboard.port.RpcPort` that calls a :class:`BoardApi` directly.
 
-    def __init__(self, api: BoardApi | None = None, *, clock: Callable[[], float] | None = None):
+    Without ``api`` it makes an in-memory board of the given ``flavour`` (``strict``
+    unless told otherwise; ignored when ``api`` is given).
+    """
+
+    def __init__(self, api: BoardApi | None = None, *, clock: Callable[[], float] | None = None,
+                 flavour: str = DEFAULT_FLAVOUR):
         if api is None:
-            api = BoardApi(Store(":memory:"), token="local")
+            api = BoardApi(Store(":memory:", flavour=flavour), token="local")
         if clock is not None:
             api.clock = clock
         self.api = api

@@ -2,10 +2,17 @@
 
 ``board`` is parametrised over:
 
-* ``embedded``: the embedded board over real HTTP (an :class:`EmbeddedBoard` on an
-  ephemeral loopback port with a temporary database), always;
-* ``real``: a real Kanboard, when ``KANBOARD_URL`` (the full ``.../jsonrpc.php`` URL) and
-  ``KANBOARD_API_TOKEN`` (its application token) are set; skipped with a reason otherwise.
+* ``embedded-<flavour>``: the embedded board over real HTTP (an :class:`EmbeddedBoard`
+  on an ephemeral loopback port with a temporary database), once per flavour
+  (``strict``, ``sqlite``, ``postgres``, ``mysql``; see :mod:`fabric.board.flavour`),
+  always;
+* ``real``: a real Kanboard, when ``KANBOARD_URL`` (the full ``.../jsonrpc.php`` URL),
+  ``KANBOARD_API_TOKEN`` (its application token) and ``KANBOARD_FLAVOUR`` (its database:
+  ``sqlite``, ``postgres`` or ``mysql``) are set; skipped with a reason otherwise.
+
+Where the backends differ, a test asks the board's traits (:attr:`Board.ci`,
+:attr:`Board.booleans`, ...) what to expect; ``strict`` must fail wherever any real
+backend fails.
 
 Every test makes its own projects with unique names, so the suite runs unchanged
 against a shared, non-empty Kanboard; it never assumes an id. Run it serially: a real
@@ -19,7 +26,7 @@ import itertools
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +34,11 @@ from typing import Any
 import pytest
 import requests
 
+from fabric.board.flavour import FLAVOURS
 from fabric.board.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
+
+REAL_FLAVOURS = ("sqlite", "postgres", "mysql")
 
 
 @dataclass
@@ -39,11 +49,48 @@ class Board:
     url: str
     token: str
     client: KanboardClient
+    flavour: str  # the database backend: strict (embedded only), sqlite, postgres, mysql
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     @property
     def is_real(self) -> bool:
         return self.kind == "real"
+
+    # -- what differs between backends (strict takes the strictest of each) ----------
+
+    @property
+    def ci(self) -> bool:
+        """Names compare case- and accent-insensitively (MySQL's utf8mb4_unicode_ci)."""
+        return self.flavour in ("mysql", "strict")
+
+    @property
+    def booleans(self) -> bool:
+        """BOOLEAN columns answer true/false (PostgreSQL), not 1/0."""
+        return self.flavour in ("postgres", "strict")
+
+    @property
+    def sql_errors(self) -> bool:
+        """Statements fail where SQLite lets them through (types, lengths, ranges)."""
+        return self.flavour != "sqlite"
+
+    @property
+    def pg_limits(self) -> bool:
+        """The VARCHAR(n) limits of Kanboard's PostgreSQL schema hold."""
+        return self.flavour in ("postgres", "strict")
+
+    @property
+    def mysql_limits(self) -> bool:
+        """The VARCHAR(n) limits of Kanboard's MySQL schema hold."""
+        return self.flavour in ("mysql", "strict")
+
+    @property
+    def pg_messages(self) -> bool:
+        """SQL errors read as PostgreSQL's (strict copies them where PostgreSQL fails)."""
+        return self.flavour in ("postgres", "strict")
+
+    def flag(self, value: int) -> object:
+        """What a BOOLEAN column holding ``value`` answers."""
+        return bool(value) if self.booleans else value
 
     def call(self, method: str, params: Any = None) -> Any:
         """One procedure through the fabric's client (raises RpcError on an RPC error)."""
@@ -100,30 +147,50 @@ def make_project(board: Board, prefix: str = "ct") -> Project:
 
 
 @pytest.fixture(scope="session")
-def _embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBoard]:
-    path: Path = tmp_path_factory.mktemp("contract") / "board.sqlite3"
-    with EmbeddedBoard(path, token="contract-embedded-token") as board:
-        yield board
+def _embedded(tmp_path_factory: pytest.TempPathFactory
+              ) -> Iterator[Callable[[str], EmbeddedBoard]]:
+    """One embedded board per flavour, started on first use."""
+    boards: dict[str, EmbeddedBoard] = {}
+
+    def get(flavour: str) -> EmbeddedBoard:
+        if flavour not in boards:
+            path: Path = tmp_path_factory.mktemp(f"contract-{flavour}") / "board.sqlite3"
+            boards[flavour] = EmbeddedBoard(path, token="contract-embedded-token",
+                                            flavour=flavour).start()
+        return boards[flavour]
+
+    try:
+        yield get
+    finally:
+        for emb in boards.values():
+            emb.stop()
 
 
-@pytest.fixture(params=["embedded", "real"])
+@pytest.fixture(params=[*(f"embedded-{f}" for f in FLAVOURS), "real"])
 def board(request: pytest.FixtureRequest) -> Iterator[Board]:
     """The board under test (see the module docstring)."""
-    if request.param == "embedded":
-        emb: EmbeddedBoard = request.getfixturevalue("_embedded")
+    kind, _, flavour = str(request.param).partition("-")
+    if kind == "embedded":
+        emb: EmbeddedBoard = request.getfixturevalue("_embedded")(flavour)
         url, token = emb.url, emb.token
     else:
         url = os.environ.get("KANBOARD_URL", "")
         token = os.environ.get("KANBOARD_API_TOKEN", "")
+        flavour = os.environ.get("KANBOARD_FLAVOUR", "")
         if not url:
-            pytest.skip("KANBOARD_URL is not set: set KANBOARD_URL (the .../jsonrpc.php URL)"
-                        " and KANBOARD_API_TOKEN to run the contract suite on a real Kanboard")
+            pytest.skip("KANBOARD_URL is not set: set KANBOARD_URL (the .../jsonrpc.php URL),"
+                        " KANBOARD_API_TOKEN and KANBOARD_FLAVOUR to run the contract suite"
+                        " on a real Kanboard")
         if not token:
             pytest.skip("KANBOARD_API_TOKEN is not set: the real Kanboard's application token"
                         " is needed to run the contract suite against it")
+        if flavour not in REAL_FLAVOURS:
+            pytest.skip(f"KANBOARD_FLAVOUR is {flavour or 'not set'}: with KANBOARD_URL, set it"
+                        f" to the real Kanboard's database ({', '.join(REAL_FLAVOURS)}); the"
+                        " expected behaviour depends on it")
     client = KanboardClient(url, token, timeout=30)
     try:
-        yield Board(request.param, url, token, client)
+        yield Board(kind, url, token, client, flavour)
     finally:
         client.close()
 
@@ -136,3 +203,8 @@ def project(board: Board) -> Project:
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+def same(value: object, expected: object) -> bool:
+    """Equal and of the same JSON type (``True`` is not ``1`` here)."""
+    return value == expected and type(value) is type(expected)

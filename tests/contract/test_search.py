@@ -43,7 +43,7 @@ CASES = [
     ("status:Open", ["closed", "docs", "lane", "login"]),  # value case-sensitive: no filter
     ("status: open", []),  # the value must be adjacent; "open" becomes a title word
     ("column:Ready", ["docs"]),
-    ("column:ready", []),  # exact and case-sensitive
+    ("column:ready", []),  # exact and case-sensitive (not on MySQL: see CI_CASES)
     ('column:"Work in progress"', ["closed"]),
     ("column:Ready column:Backlog", ["docs", "lane", "login"]),  # same attribute: OR
     ("swimlane:lane_b", ["lane"]),  # LIKE without %: exact, case-insensitive
@@ -77,9 +77,15 @@ CASES = [
 ]
 
 
+# What MySQL's collation (utf8mb4_unicode_ci) answers differently: `=` ignores case.
+CI_CASES = {"column:ready": ["docs"]}
+
+
 @pytest.mark.parametrize(("query", "expected"), CASES, ids=[c[0] for c in CASES])
 def test_search(board: Board, project: Project, searchable: dict[str, Any], query: str,
                 expected: list[str]) -> None:
+    if board.ci:
+        expected = CI_CASES.get(query, expected)
     assert _search(board, project, searchable["ids"], query) == expected
 
 

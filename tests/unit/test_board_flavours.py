@@ -1,0 +1,106 @@
+"""Unit tests of the embedded board's flavours (what the contract suite cannot reach)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from fabric.board.api import BoardApi
+from fabric.board.flavour import FLAVOURS, SqlError, ci_key, fit, get_flavour
+from fabric.board.server import EmbeddedBoard
+from fabric.board.store import Store
+from fabric.kanboard.local import LocalPort
+
+
+def rpc(api: BoardApi, method: str, params: Any = None) -> Any:
+    reply = api.handle({"jsonrpc": "2.0", "method": method, "id": 1, "params": params})
+    return reply.get("result", reply.get("error"))
+
+
+@pytest.fixture(params=FLAVOURS)
+def api(request: pytest.FixtureRequest) -> BoardApi:
+    return BoardApi(Store(":memory:", flavour=str(request.param)), "tok")
+
+
+def test_strict_is_the_default_everywhere(tmp_path: Path) -> None:
+    assert Store(":memory:").flavour == "strict"
+    assert BoardApi(Store(":memory:"), "t").flavour.name == "strict"
+    assert LocalPort().api.flavour.name == "strict"
+    with EmbeddedBoard(tmp_path / "b.sqlite3") as board:
+        assert board.flavour == "strict"
+
+
+def test_the_flavour_reaches_every_entry_point(tmp_path: Path) -> None:
+    assert BoardApi(Store(":memory:", flavour="mysql"), "t").flavour.name == "mysql"
+    assert BoardApi(Store(":memory:"), "t", flavour="sqlite").flavour.name == "sqlite"
+    port = LocalPort(flavour="postgres")
+    pid = port.call("createProject", {"name": "p"})
+    assert port.call("getProjectById", {"project_id": pid})["is_active"] is True
+    with EmbeddedBoard(tmp_path / "b.sqlite3", flavour="sqlite") as board:
+        assert board.api.flavour.name == "sqlite"
+    with pytest.raises(ValueError, match="unknown board flavour"):
+        get_flavour("oracle")
+
+
+def test_cli_offers_the_flavours() -> None:
+    from fabric.cli import main
+
+    result = CliRunner().invoke(main, ["board", "serve", "--help"])
+    assert result.exit_code == 0, result.output
+    assert "--flavour" in result.output and "strict|sqlite|postgres|mysql" in result.output
+
+
+def test_search_order_is_not_to_be_relied_on_in_strict(api: BoardApi) -> None:
+    pid = rpc(api, "createProject", ["p"])
+    ids = [rpc(api, "createTask", [f"t{i}", pid]) for i in range(4)]
+    got = [t["id"] for t in rpc(api, "searchTasks", [pid, "status:open"])]
+    # Kanboard has no ORDER BY there; strict answers against the id order.
+    assert got == (ids[::-1] if api.flavour.name == "strict" else ids)
+    assert [t["id"] for t in rpc(api, "getAllTasks", [pid, 1])] == ids  # sorted by id
+
+
+def test_sequences_survive_a_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "b.sqlite3"
+    first = BoardApi(Store(path, flavour="postgres"), "t")
+    pid = rpc(first, "createProject", ["p"])
+    task = rpc(first, "createTask", ["a", pid])
+    assert rpc(first, "removeTask", [task]) is True
+    first.store.close()
+    again = BoardApi(Store(path, flavour="postgres"), "t")
+    assert rpc(again, "createTask", ["b", pid]) == task + 1
+
+
+@pytest.mark.parametrize(("a", "b", "equal"), [
+    ("abc", "ABC", True), ("abc", "abc  ", True), ("àbc", "abc", True),
+    ("straße", "strasse", True), ("ﬁ", "fi", True), ("e😀", "e😃", True), ("İ", "i", True),
+    ("abc", " abc", False), ("abc", "abc\t", False), ("Æ", "ae", False), ("ø", "o", False),
+])
+def test_mysql_collation(a: str, b: str, equal: bool) -> None:
+    assert (ci_key(a) == ci_key(b)) is equal
+
+
+def test_fit_cuts_only_excess_spaces() -> None:
+    strict, sqlite = get_flavour("strict"), get_flavour("sqlite")
+    assert fit(strict, "tags", "name", "t" + " " * 300) == "t" + " " * 190
+    assert fit(sqlite, "tags", "name", "t" * 300) == "t" * 300
+    with pytest.raises(SqlError, match=r"character varying\(255\)"):
+        fit(strict, "tags", "name", "t" * 256)
+    with pytest.raises(SqlError, match="Data too long for column 'name'"):
+        fit(strict, "tags", "name", "t" * 192)  # only MySQL fails: its message
+    assert fit(strict, "tags", "name", 7) == 7
+
+
+def test_a_refused_metadata_call_rolls_back_in_every_strict_flavour(api: BoardApi) -> None:
+    pid = rpc(api, "createProject", ["p"])
+    task = rpc(api, "createTask", ["t", pid])
+    reply = rpc(api, "saveTaskMetadata", [task, {"a": "1", "b": "x" * 256}])
+    if api.flavour.name == "sqlite":
+        assert reply is True
+    else:
+        assert reply["code"] == 0
+        assert rpc(api, "getTaskMetadata", [task]) == {}
+        # The board is still usable after the rollback.
+        assert rpc(api, "saveTaskMetadata", [task, {"a": "1"}]) is True
