@@ -16,11 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fabric import settings_registry as registry
 from fabric.cards import CardSet
 from fabric.config import Settings
 from fabric.errors import ConfigError
 from fabric.kanboard.port import BoardRefused, Call, RpcPort
-from fabric.layout import COLUMN_ORDER, Column
+from fabric.layout import COLUMN_ORDER, LAYOUT_VERSION, Column
+from fabric.migrate import MigrationReport, migrate
+from fabric.submit import seal_key
 from fabric.taskboard import BoardLayout
 
 # Kanboard's default columns, renamed in place when the fabric adopts a new project.
@@ -38,6 +41,7 @@ class InitReport:
     created: list[str] = field(default_factory=list)
     layout: BoardLayout | None = None
     new_users: list[str] = field(default_factory=list)
+    migration: MigrationReport | None = None
 
     @property
     def changed(self) -> bool:
@@ -47,6 +51,11 @@ class InitReport:
 def init_board(port: RpcPort, settings: Settings, cards: CardSet) -> InitReport:
     """Create or adopt the fabric's projects, columns, swimlanes and members. Idempotent."""
     report = InitReport()
+    if settings.project.casefold() == settings.locks_project.casefold():
+        # MySQL compares project names case-insensitively: these would be one project.
+        raise ConfigError(f"the work project {settings.project!r} and the locks project "
+                          f"{settings.locks_project!r} differ only in case",
+                          where="AGAP_PROJECT / AGAP_LOCKS_PROJECT", hint="give them different names")
     pid = _ensure_project(port, settings.project, report)
     locks_pid = _ensure_project(port, settings.locks_project, report)
 
@@ -113,6 +122,14 @@ def init_board(port: RpcPort, settings: Settings, cards: CardSet) -> InitReport:
         swimlanes={q: lanes[q] for q in cards.queues()},
         users=users,
     )
+    # A board written by an older storage layout is brought up to date (one read when
+    # it already is).
+    report.migration = migrate(port, report.layout, seal_key=seal_key(settings.board_token))
+    m = report.migration
+    if m.changed:
+        report.created.append(f"storage layout {m.from_version} -> {LAYOUT_VERSION}: "
+                              f"{m.values_chunked} values chunked, {m.references} references "
+                              f"hashed, {m.blocks_sealed} spec blocks sealed")
     return report
 
 
@@ -168,7 +185,7 @@ def load_layout(port: RpcPort, settings: Settings) -> BoardLayout:
 
 
 def _cache_path(settings: Settings) -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agap"
+    base = registry.get_path("XDG_CACHE_HOME", fallback=Path.home() / ".cache") / "agap"
     key = hashlib.sha256(f"{settings.board_url}\x00{settings.project}".encode()).hexdigest()[:16]
     return base / f"layout-{key}.json"
 

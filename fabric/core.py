@@ -19,13 +19,14 @@ from fabric.cards import Card, CardSet, load_cards
 from fabric.config import Settings
 from fabric.errors import ConfigError
 from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.fit import fit
 from fabric.kanboard.port import RpcPort
 from fabric.layout import COLUMN_ORDER
 from fabric.ledger import Ledger
 from fabric.models import TaskSpec, parse_priority, parse_when
 from fabric.policy import default_policies
 from fabric.router import Constraints, note_route, route
-from fabric.submit import Receipt, Submitter, build_spec
+from fabric.submit import Receipt, Submitter, build_spec, seal_key
 from fabric.taskboard import TaskBoard, TaskView
 
 
@@ -57,6 +58,10 @@ class Fabric:
     policies: list[SubmitPolicy] = field(default_factory=default_policies)
     submit_listeners: list[SubmitListener] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        # One port for every caller: the board's, which fits every value to every backend.
+        self.port = self.board.port
+
     @classmethod
     def connect(
         cls,
@@ -73,8 +78,9 @@ class Fabric:
         if port is None:
             url, token = settings.require_board()
             port = KanboardClient(url, token)
+        port = fit(port)  # one port for every caller, so every write fits every backend
         layout = cached_layout(port, settings, refresh=refresh_layout)
-        board = TaskBoard(port, layout, clock=clock)
+        board = TaskBoard(port, layout, clock=clock, seal_key=seal_key(settings.board_token))
         return cls(settings, cards, port, board, Ledger(board, clock=clock), clock)
 
     # -- submit ---------------------------------------------------------------------

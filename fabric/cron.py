@@ -57,6 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from fabric.cards import parse_duration
 from fabric.errors import ConfigError, FabricError, InvalidInput
+from fabric.layout import META_CRON_PREFIX, cron_key
 from fabric.models import parse_priority
 
 if TYPE_CHECKING:
@@ -365,12 +366,7 @@ def fire_once(fabric: Fabric, schedule: Schedule, state: CronState | None = None
     return fire(fabric, schedule, planned, state)
 
 
-CRON_META_PREFIX = "fabric.cron."
-
-
-def cron_key(name: str) -> str:
-    """Project metadata key of a schedule's published state."""
-    return f"{CRON_META_PREFIX}{name}"
+CRON_META_PREFIX = META_CRON_PREFIX
 
 
 class CronRunner:

@@ -6,6 +6,19 @@ do*, because the people reading them are running the fabric at home at 2 a.m.
 
 from __future__ import annotations
 
+# The one exit-code table: every command exits with one of these (the README's table).
+EXIT_CODES: dict[int, str] = {
+    0: "success",
+    1: "a failed transition",
+    2: "invalid input or configuration",
+    3: "the board is unreachable or rejected the token",
+    4: "lost a race, fenced, or nothing to claim",
+    5: "ACTION_ID_COLLISION, or a stuck receipt",
+    6: "refused by policy (quota, depth, cycle, privacy, trust, taint)",
+    7: "the board's database refused the call (an SQL error), or the fabric refused to "
+       "send what no backend can store; nothing was written",
+}
+
 
 class FabricError(Exception):
     """Base of every error the fabric raises on purpose."""

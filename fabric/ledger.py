@@ -22,14 +22,16 @@ from typing import Any
 from fabric.errors import FabricError, InvalidInput
 from fabric.kanboard.port import BoardError
 from fabric.layout import (
-    META_EVIDENCE_PREFIX,
+    META_GAP,
     TERMINAL,
     State,
     effect_key,
     epoch_lock,
+    evidence_key,
+    record_key,
 )
 from fabric.models import Record, TaskSpec
-from fabric.taskboard import META_GAP, TaskBoard, TaskView
+from fabric.taskboard import TaskBoard, TaskView
 
 Clock = Callable[[], float]
 
@@ -310,7 +312,7 @@ class Ledger:
                         at=self.clock(), owner=lease.owner, lease_until=until,
                         attempt=lease.attempt, checkpoint=checkpoint)
         view = self.board.save_meta_and_read(lease.task_id, {
-            f"fabric.e{lease.epoch}": record.to_meta()})
+            record_key(lease.epoch): record.to_meta()})
         if view.epoch != lease.epoch:
             raise Fenced(lease.task_id, lease.epoch, view.epoch)
         return Lease(lease.task_id, lease.uid, lease.epoch, lease.owner, until, lease.attempt,
@@ -559,7 +561,7 @@ class Ledger:
 
     def keep_evidence(self, lease: Lease, text: str) -> None:
         """Keep a fenced owner's late output as evidence, never as the result."""
-        self.board.save_meta(lease.task_id, {f"{META_EVIDENCE_PREFIX}{lease.epoch}": text[:8000]})
+        self.board.save_meta(lease.task_id, {evidence_key(lease.epoch): text[:8000]})
         self.board.comment(lease.task_id, f"Late output from {lease.owner} (epoch "
                            f"{lease.epoch}, fenced): kept as evidence, not as the result.")
 

@@ -18,6 +18,27 @@ from fabric.errors import InvalidInput
 from fabric.layout import PRIORITY_LEVELS, State
 
 _REF_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:")
+# No backend stores a NUL (PostgreSQL refuses it in text) or a lone surrogate (what
+# invalid UTF-8 in an argument decodes to; PHP's JSON refuses it).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _storable(value: Any, what: str) -> Any:
+    if isinstance(value, str) and _UNSTORABLE.search(value):
+        raise ValueError(f"{what} contains a NUL or invalid UTF-8, which Kanboard cannot store")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _storable(k, what)
+            _storable(v, what)
+    if isinstance(value, list | tuple):
+        for v in value:
+            _storable(v, what)
+    return value
+
+
+def storable_text(value: str) -> str:
+    """``value`` with NULs and lone surrogates replaced by U+FFFD (for free text in records)."""
+    return _UNSTORABLE.sub("\ufffd", value)
 
 
 class TaskSpec(BaseModel):
@@ -39,6 +60,12 @@ class TaskSpec(BaseModel):
     ancestry: tuple[str, ...] = ()  # uids from the root down to the parent
     max_attempts: int = Field(default=3, ge=1, le=100)
     submitted_at: float = 0.0
+
+    @field_validator("intent", "refs", "target", "queue", "constraints", "actor", "action_id",
+                     "parent", "ancestry", mode="before")
+    @classmethod
+    def _only_storable(cls, v: Any, info: Any) -> Any:
+        return _storable(v, info.field_name)
 
     @field_validator("intent")
     @classmethod
@@ -97,6 +124,12 @@ class Record(BaseModel):
     # The latest checkpoint (a ref) of the work so far. Each transition carries forward
     # the one it read, so a checkpoint written after its epoch ended is never picked up.
     checkpoint: str | None = None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _storable_text(cls, v: Any) -> Any:
+        # Reasons, answers and owners are free text: keep them, minus what no backend stores.
+        return storable_text(v) if isinstance(v, str) else v
 
     def to_meta(self) -> str:
         return self.model_dump_json(exclude_none=True)

@@ -32,7 +32,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fabric.cards import Card, CardSet, parse_duration, trust_rank
-from fabric.errors import ConfigError, FabricError
+from fabric.errors import ConfigError, FabricError, InvalidInput
 from fabric.kanboard.port import Call
 from fabric.layout import State, is_uid, receipt_reference
 from fabric.models import TaskSpec
@@ -279,7 +279,7 @@ def find_by_uid(fabric: Fabric, uids: Iterable[str]) -> dict[str, tuple[int, Tas
     found: dict[str, tuple[int, TaskSpec, str | None]] = {}
     for o in out:
         for row in o.unwrap() or []:
-            parsed = parse_description(str(row.get("description", "")))
+            parsed = parse_description(str(row.get("description", "")), fabric.board.seal_key)
             if parsed and parsed[0] in wanted:
                 found[parsed[0]] = (int(row["id"]), parsed[1], parsed[2])
     return found
@@ -391,7 +391,8 @@ class Lineage:
             from fabric.submit import parse_description
 
             for row in rows:
-                parsed = parse_description(str(row.get("description", "")))
+                parsed = parse_description(str(row.get("description", "")),
+                                           fabric.board.seal_key)
                 if parsed and parsed[0] in rest:
                     out[parsed[0]] = (int(row["id"]), parsed[1])
         return out
@@ -539,6 +540,34 @@ def gate_human(fabric: Fabric, spec: TaskSpec) -> str:
 def default_policies() -> list[Any]:
     """The policies every :class:`~fabric.core.Fabric` applies, cheapest first."""
     return [DepthCap(), CreationQuota(), Lineage(), PrivacyDomains(), TaintGate()]
+
+
+def vet_unrecorded(fabric: Fabric, view: TaskView, spec: TaskSpec) -> None:
+    """Routing and policy, re-applied before a task is rebuilt from its sealed block.
+
+    The target's card must still drain the spec's queue, and the card must sit in that
+    queue's lane. Every submit rule applies except the creation quota (the task exists
+    already, so counting it would refuse its own repair); tainted input is refused rather
+    than gated, since a repair never creates tasks.
+    """
+    card = fabric.cards.get(spec.target)
+    lane = fabric.board.layout.swimlanes.get(spec.queue)
+    if card.queue_name != spec.queue or int(view.row.get("swimlane_id") or 0) != lane:
+        raise InvalidInput(f"its spec names queue {spec.queue!r}, which is not where it is "
+                           "or not its target's", where=f"task #{view.id}",
+                           hint="submit it again")
+    parent = None
+    if spec.parent:
+        found = find_by_uid(fabric, [spec.parent])
+        if spec.parent in found:
+            parent = fabric.board.read(found[spec.parent][0])
+    for policy in (DepthCap(), Lineage(), PrivacyDomains()):
+        policy.check(fabric, spec, card, parent)
+    tainted = ungated_taint(fabric, spec, card)
+    if tainted:
+        raise TaintRefused("taint.repair", f"{', '.join(sorted(t.ref for t in tainted))} is "
+                           "output of untrusted work", limit="no ungated taint",
+                           where=f"task #{view.id}")
 
 
 # ---------------------------------------------------------------------------------------

@@ -4,22 +4,28 @@ A submit costs two round trips: (1) create the task, in the same batch as the
 receipt's lock tag when an action id is given; (2) write its uid, spec and epoch-0
 record. Until (2) lands the task has no records, so nothing can claim it.
 
-The description ends with the spec as a JSON block. That makes a task whose submitter
-died between (1) and (2) repairable from the board alone, with the same bytes the
-submitter would have written (:func:`repair_unrecorded`).
+The description ends with the spec as a JSON block, sealed with a key only the fabric
+holds. That makes a task whose submitter died between (1) and (2) repairable from the
+board alone, with the same bytes the submitter would have written
+(:func:`repair_unrecorded`). Anyone who can edit a description can write a block, so a
+repair trusts only the *last* block, only if its seal verifies, and only on the one task
+its uid is bound to (the ``<uid>/e0`` lock tag, whose colour names the task id).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from fabric.errors import FabricError, InvalidInput
-from fabric.layout import PRIORITY_NAMES, State, receipt_reference
+from fabric.layout import PRIORITY_NAMES, State, receipt_lock, receipt_reference, uid_reference
 from fabric.models import Record, TaskSpec
 from fabric.taskboard import TaskBoard, TaskView
 
@@ -79,8 +85,25 @@ def initial_record(spec: TaskSpec, *, assignee: str | None) -> Record:
                   at=spec.submitted_at, not_before=spec.not_before, assignee=assignee)
 
 
+def seal_key(secret: str) -> bytes:
+    """The key spec blocks are sealed with, derived from a secret every fabric process has."""
+    return hashlib.sha256(b"agap-fabric spec seal v1\x00" + secret.encode()).digest()
+
+
+def _seal(key: bytes, block: dict[str, object]) -> str:
+    body = json.dumps(block, sort_keys=True, separators=(",", ":"))
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def spec_block(spec: TaskSpec, uid: str, *, assignee: str | None, key: bytes) -> str:
+    """The machine-readable, sealed JSON of a task's uid, spec and assignee."""
+    block: dict[str, object] = {"uid": uid, "assignee": assignee,
+                                "spec": json.loads(spec.to_meta())}
+    return json.dumps({**block, "seal": _seal(key, block)}, sort_keys=True)
+
+
 def render_description(spec: TaskSpec, uid: str, *, result_ref: str | None = None,
-                       assignee: str | None = None) -> str:
+                       assignee: str | None = None, key: bytes = b"") -> str:
     """The readable description: intent, refs as links, constraints, provenance, spec."""
     lines = [spec.intent, ""]
     if result_ref:
@@ -106,8 +129,7 @@ def render_description(spec: TaskSpec, uid: str, *, result_ref: str | None = Non
     lines += [f"**Provenance:** {prov}", "",
               "<details><summary>fabric spec (machine-readable)</summary>", "",
               SPEC_FENCE,
-              json.dumps({"uid": uid, "assignee": assignee, "spec": json.loads(spec.to_meta())},
-                         sort_keys=True),
+              spec_block(spec, uid, assignee=assignee, key=key),
               "```", "</details>"]
     return "\n".join(lines)
 
@@ -120,29 +142,50 @@ def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def parse_description(text: str) -> tuple[str, TaskSpec, str | None] | None:
-    """The (uid, spec, assignee) embedded in a description, or None."""
-    m = _SPEC_BLOCK.search(text or "")
-    if not m:
+def parse_description(text: str, key: bytes) -> tuple[str, TaskSpec, str | None] | None:
+    """The (uid, spec, assignee) the fabric sealed into a description, or None.
+
+    Only the last block counts (the fabric writes it last; text above it is the intent,
+    which anyone may have written), and only with a seal made with ``key``.
+    """
+    blocks = _SPEC_BLOCK.findall(text or "")
+    if not blocks:
         return None
     try:
-        d = json.loads(m.group(1))
+        d = json.loads(blocks[-1])
+        if not isinstance(d, dict):
+            return None
+        seal = d.pop("seal", None)
+        if not isinstance(seal, str) or not hmac.compare_digest(seal, _seal(key, d)):
+            return None
         return str(d["uid"]), TaskSpec.model_validate(d["spec"]), d.get("assignee")
     except (ValueError, KeyError, TypeError):
         return None
 
 
-def repair_unrecorded(board: TaskBoard, view: TaskView) -> TaskView | None:
+# A check a repair must pass before adopting a task (routing and policy, re-applied):
+# raises a FabricError to refuse.
+Vet = Callable[[TaskView, TaskSpec], None]
+
+
+def repair_unrecorded(board: TaskBoard, view: TaskView, *, vet: Vet | None = None) -> TaskView | None:
     """Write the uid, spec and epoch-0 record of a task whose submit died halfway.
 
     Idempotent and safe to race: every caller writes the same bytes, taken from the
-    description the submitter wrote. Returns the repaired view, or None if the
-    description carries no spec (not a fabric task).
+    sealed block the submitter wrote. Returns the repaired view, or None when the task
+    is not one the fabric created: no sealed block, or a block copied from another task
+    (its uid is bound to another task id). ``vet`` re-applies routing and policy.
     """
-    parsed = parse_description(str(view.row.get("description", "")))
+    if view.current is not None or view.uid is not None:
+        return None  # it has records: nothing to repair, and nothing to overwrite
+    parsed = parse_description(str(view.row.get("description", "")), board.seal_key)
     if parsed is None:
         return None
     uid, spec, assignee = parsed
+    if not board.bind_uid(uid, view.id):
+        return None
+    if vet is not None:
+        vet(view, spec)
     board.write_initial(view.id, uid, spec, initial_record(spec, assignee=assignee))
     return board.read(view.id)
 
@@ -162,14 +205,12 @@ class Submitter:
         # Every task gets a unique reference so an ambiguous createTask can be settled by
         # looking it up: the action id when there is one, else the task's own uid.
         reference = (receipt_reference(spec.actor, spec.action_id) if spec.action_id
-                     else f"uid:{uid}")
+                     else uid_reference(uid))
         receipt = None
         if spec.action_id:
-            from fabric.layout import receipt_lock
-
             receipt = receipt_lock(spec.actor, spec.action_id)
         owner_id = self.board.layout.users.get(assignee or "", 0)
-        description = render_description(spec, uid, assignee=assignee)
+        description = render_description(spec, uid, assignee=assignee, key=self.board.seal_key)
         task_id, won = self.board.create_task(spec, description=description,
                                               reference=reference, owner_id=owner_id,
                                               receipt=receipt)

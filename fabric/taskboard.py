@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from fabric.board.dates import format_input_date
 from fabric.errors import ConfigError, InvalidInput
+from fabric.kanboard.fit import fit
 from fabric.kanboard.port import (
     BoardRefused,
     BoardUnavailable,
@@ -30,18 +31,18 @@ from fabric.kanboard.port import (
 )
 from fabric.layout import (
     COLUMN_OF_STATE,
+    META_GAP,
     META_PARK_PREFIX,
     META_SPEC,
     META_UID,
     Column,
     State,
+    epoch_lock,
     park_key,
     record_epoch,
     record_key,
 )
 from fabric.models import Record, TaskSpec
-
-META_GAP = "fabric.gap"
 
 
 class TaskNotFound(InvalidInput):
@@ -53,6 +54,19 @@ class TaskNotFound(InvalidInput):
         self.task_id = task_id
 BOTTOM = 1_000_000  # Kanboard clamps a too-large position to the bottom of the cell
 RETRIES = 8  # re-sends of an idempotent write that failed ambiguously
+# Concurrent moveTaskPosition calls lose updates on PostgreSQL: each rewrites the
+# positions (and column) of every card in the column it leaves, from a snapshot that
+# may predate another mover's commit, so a card can land back where it was. A card
+# moved no later than its record's time plus MOVE_TOLERANCE is the fabric's own move;
+# VERIFY_AFTER is when the competing transactions have committed and the card can be
+# checked; a lost move is sent again up to MOVE_TRIES times, and only while the record
+# it projects is still the task's latest (a later transition's writer checks its own).
+# Someone else's card is put right only when its record is REPAIR_AGE old, so that its
+# writer's own check comes first.
+MOVE_TOLERANCE = 5.0
+VERIFY_AFTER = 0.5
+MOVE_TRIES = 3
+REPAIR_AGE = 2.0
 
 
 def _pause(attempt: int) -> None:
@@ -118,6 +132,18 @@ class BoardLayout:
             swimlanes={k: int(v) for k, v in d["swimlanes"].items()},
             users={k: int(v) for k, v in d["users"].items()},
         )
+
+
+@dataclass
+class _Move:
+    """A card this connection moved, to be checked once competing moves have committed."""
+
+    column_id: int
+    swimlane_id: int
+    epoch: int  # the record this move projects
+    at: float  # the fabric's clock, to compare with the card's date_moved
+    due: float  # time.monotonic() after which competing moves have committed
+    tries: int = 1
 
 
 @dataclass
@@ -219,7 +245,8 @@ def parse_park_states(meta: Any) -> dict[str, dict[str, Any]]:
             except ValueError:
                 continue
             if isinstance(data, dict):
-                states[str(key)[len(META_PARK_PREFIX):]] = data
+                # The value names its queue: a long queue's key is hashed.
+                states[str(data.get("queue") or str(key)[len(META_PARK_PREFIX):])] = data
     return states
 
 
@@ -230,10 +257,17 @@ def _short(exc: Exception) -> str:
 class TaskBoard:
     """Fabric operations on one work project and its locks project."""
 
-    def __init__(self, port: RpcPort, layout: BoardLayout, *, clock: Any = time.time) -> None:
-        self.port = port
+    def __init__(self, port: RpcPort, layout: BoardLayout, *, clock: Any = time.time,
+                 seal_key: bytes = b"") -> None:
+        # Every value goes through the fitting port: records, specs and answers longer
+        # than a PostgreSQL/MySQL metadata column are stored in chunks (fabric.kanboard.fit).
+        self.port = fit(port)
         self.layout = layout
         self.clock = clock
+        # Seals the spec block of descriptions (fabric.submit): only the fabric's own
+        # blocks are ever trusted to rebuild a task.
+        self.seal_key = seal_key
+        self._moved: dict[int, _Move] = {}
 
     # -- reading --------------------------------------------------------------------
 
@@ -246,6 +280,9 @@ class TaskBoard:
 
     def read_many(self, task_ids: Sequence[int]) -> dict[int, TaskView]:
         """Several tasks' rows and metadata in one round trip; missing tasks are omitted."""
+        # Kanboard's ids are 32-bit: PostgreSQL refuses a larger one with an SQL error,
+        # where it simply names no task.
+        task_ids = [t for t in task_ids if 0 < t < 2 ** 31]
         if not task_ids:
             return {}
         calls: list[Call] = []
@@ -270,9 +307,98 @@ class TaskBoard:
         return [parse_view(int(r["id"]), r, o.unwrap(), now) for r, o in zip(rows, out, strict=True)]
 
     def search(self, query: str) -> list[dict[str, Any]]:
-        """``searchTasks`` in the work project (unordered, unlimited, as Kanboard gives it)."""
-        result = self.port.call("searchTasks", {"project_id": self.layout.project_id, "query": query})
-        return list(result or [])
+        """``searchTasks`` in the work project (unordered, unlimited, as Kanboard gives it).
+
+        The same round trip reads back the cards this connection moved a moment ago, and
+        moves again any whose move was lost (see MOVE_TOLERANCE).
+        """
+        now = time.monotonic()
+        due = [tid for tid, m in self._moved.items() if now >= m.due]
+        out = self.port.batch([
+            Call("searchTasks", {"project_id": self.layout.project_id, "query": query}),
+            *self._recheck_calls(due)])
+        self._recheck_moves(due, out[1:])
+        return list(out[0].unwrap() or [])
+
+    @staticmethod
+    def _recheck_calls(task_ids: Sequence[int]) -> list[Call]:
+        calls: list[Call] = []
+        for tid in task_ids:
+            calls += [Call("getTask", {"task_id": tid}), Call("getTaskMetadata", {"task_id": tid})]
+        return calls
+
+    def _recheck_moves(self, task_ids: Sequence[int], out: Sequence[Outcome]) -> None:
+        again: list[Call] = []
+        for i, tid in enumerate(task_ids):
+            move = self._moved.pop(tid)
+            row, meta = out[2 * i], out[2 * i + 1]
+            if row.error is not None or meta.error is not None or not isinstance(row.value, dict):
+                continue  # gone, or unreadable: the keeper's sweep is the backstop
+            if int(row.value.get("column_id") or 0) == move.column_id:
+                continue  # where we put it
+            if float(row.value.get("date_moved") or 0) > move.at + MOVE_TOLERANCE:
+                continue  # moved again since (a person's gesture): theirs to keep
+            if parse_view(tid, row.value, meta.value, 0.0).epoch != move.epoch:
+                continue  # a later transition: its writer projects it
+            again.append(self._move_call(tid, move.column_id, move.swimlane_id))
+            if move.tries < MOVE_TRIES:
+                self._moved[tid] = self._new_move(move.column_id, move.swimlane_id,
+                                                  move.epoch, move.tries + 1)
+        if again:
+            self._batch(again)
+
+    def _new_move(self, column_id: int, swimlane_id: int, epoch: int, tries: int = 1) -> _Move:
+        return _Move(column_id, swimlane_id, epoch, self.clock(),
+                     time.monotonic() + VERIFY_AFTER, tries)
+
+    def settle_moves(self) -> None:
+        """Check every card this connection moved, now: for a worker about to exit.
+
+        Waits until competing moves have committed (at most VERIFY_AFTER per try).
+        """
+        for _ in range(MOVE_TRIES):
+            if not self._moved:
+                return
+            wait = max(m.due for m in self._moved.values()) - time.monotonic()
+            if wait > 0:
+                time.sleep(min(wait, VERIFY_AFTER))
+            due = list(self._moved)
+            self._recheck_moves(due, self.port.batch(self._recheck_calls(due)))
+
+    def repair_projection(self, view: TaskView) -> bool:
+        """Move a card a lost move left behind to its record's column (True if moved).
+
+        ``view`` may be stale (a poll's row): the task is read again first, and moved only
+        if its latest record is still ``view``'s, at least REPAIR_AGE old (its writer has
+        had its own check), and the card was last moved no later than that record plus
+        MOVE_TOLERANCE (a later move is a person's gesture, the keeper's to read).
+        """
+        if view.current is None or self.clock() - view.current.at < REPAIR_AGE:
+            return False
+        fresh = self.read_many([view.id]).get(view.id)
+        rec = fresh.current if fresh is not None else None
+        if fresh is None or rec is None or fresh.epoch != view.epoch:
+            return False
+        calls = [c for c in self._projection_calls(fresh, rec, description=None)
+                 if c.method == "moveTaskPosition"]
+        if not calls or float(fresh.row.get("date_moved") or 0) > rec.at + MOVE_TOLERANCE:
+            return False
+        self._batch(calls)
+        self._remember_moves(calls, fresh.id, rec.epoch)
+        return True
+
+    def _remember_moves(self, calls: Sequence[Call], task_id: int, epoch: int) -> None:
+        for c in calls:
+            if c.method == "moveTaskPosition" and isinstance(c.params, dict):
+                self._moved[task_id] = self._new_move(int(c.params["column_id"]),
+                                                      int(c.params["swimlane_id"]), epoch)
+        if len(self._moved) > 1000:  # a bounded memory: the keeper's sweep is the backstop
+            self._moved.clear()
+
+    def _move_call(self, task_id: int, column_id: int, swimlane_id: int) -> Call:
+        return Call("moveTaskPosition", {
+            "project_id": self.layout.project_id, "task_id": task_id, "column_id": column_id,
+            "position": BOTTOM, "swimlane_id": swimlane_id})
 
     def open_in(self, columns: Iterable[Column], queue: str | None = None) -> list[dict[str, Any]]:
         """Open tasks in the given columns (and queue): what polls and sweeps look at."""
@@ -414,7 +540,19 @@ class TaskBoard:
         if created.error is not None and created.error.maybe_done:
             # The reference is unique to this submit: look before creating again.
             task_id = self._created_or_retry(params)
+        elif created.error is None and created.value:
+            task_id = created.value
         else:
+            # Certainly not created: give the receipt back, or the action id is stuck.
+            if receipt is not None and won and isinstance(out[0].value, int):
+                self.port.call("removeTag", {"tag_id": out[0].value})
+            if created.error is not None and created.error.refused:
+                # PostgreSQL and MySQL refuse a missing project with an SQL error where
+                # SQLite answers 0 (every value the fabric sends a createTask fits its
+                # column): either way the cached layout is stale.
+                raise ConfigError(f"project #{self.layout.project_id} or one of its columns "
+                                  "is gone from the board",
+                                  hint="the cached board layout is stale: run `agap init`")
             task_id = created.unwrap()
         if not task_id:
             raise BoardRefused("createTask", task_id, f"create the task for queue {spec.queue!r}")
@@ -437,17 +575,38 @@ class TaskBoard:
         raise MaybeDone("createTask kept failing ambiguously", calls=[Call("createTask", params)])
 
     def write_initial(self, task_id: int, uid: str, spec: TaskSpec, record: Record) -> None:
-        """Write the spec and the epoch-0 record (one round trip, with a project check)."""
+        """Bind the uid, write the spec and the epoch-0 record (one round trip, with a
+        project check)."""
         calls = [
+            self._bind_call(uid, task_id),
             Call("saveTaskMetadata", {"task_id": task_id, "values": {
                 META_UID: uid, META_SPEC: spec.to_meta(), record_key(0): record.to_meta(),
             }}),
             Call("getProjectById", {"project_id": self.layout.project_id}),
         ]
         out = self._batch(calls)
-        if not out[0].unwrap():
-            raise BoardRefused("saveTaskMetadata", out[0].value, f"write task #{task_id}'s records")
-        self._check_project(out[1].unwrap())
+        # The binding tag may already exist (a repair bound it first): that is fine.
+        if not out[1].unwrap():
+            raise BoardRefused("saveTaskMetadata", out[1].value, f"write task #{task_id}'s records")
+        self._check_project(out[2].unwrap())
+
+    def _bind_call(self, uid: str, task_id: int) -> Call:
+        return Call("createTag", {"project_id": self.layout.locks_project_id,
+                                  "tag": epoch_lock(uid, 0), "color_id": f"t{task_id}"})
+
+    def bind_uid(self, uid: str, task_id: int) -> bool:
+        """True when ``uid`` belongs to task ``task_id``: its ``<uid>/e0`` tag names it.
+
+        Creates the tag when there is none. A block copied into another card names a uid
+        already bound to its real task, so the copy is never adopted.
+        """
+        try:
+            if self.port.call("createTag", self._bind_call(uid, task_id).params):
+                return True
+        except (MaybeDone, RpcError) as exc:
+            if isinstance(exc, RpcError) and not exc.maybe_done:
+                return False
+        return self._lock_holder(epoch_lock(uid, 0)) == f"t{task_id}"
 
     def _check_project(self, project: Any) -> None:
         if (
@@ -508,6 +667,7 @@ class TaskBoard:
         saved = out[0].unwrap()
         if not saved:
             raise BoardRefused("saveTaskMetadata", saved, f"write record e{record.epoch} of task #{view.id}")
+        self._remember_moves(calls, view.id, record.epoch)
         for o in out[1:1 + len(files)]:
             if not o.unwrap():
                 raise BoardRefused("createTaskFile", o.value, f"attach a file to task #{view.id}")
@@ -521,11 +681,7 @@ class TaskBoard:
         lane = int(view.row.get("swimlane_id") or 0)
         calls = []
         if int(view.row.get("column_id") or 0) != self.layout.columns[column]:
-            calls.append(Call("moveTaskPosition", {
-                "project_id": self.layout.project_id, "task_id": view.id,
-                "column_id": self.layout.columns[column], "position": BOTTOM,
-                "swimlane_id": lane,
-            }))
+            calls.append(self._move_call(view.id, self.layout.columns[column], lane))
         update: dict[str, Any] = {}
         owner = self.layout.users.get(record.assignee or "", 0)
         if int(view.row.get("owner_id") or 0) != owner:
@@ -563,7 +719,8 @@ class TaskBoard:
         """Publish a queue's park state (only on changes: it is a projection for humans)."""
         self._batch([Call("saveProjectMetadata", {
             "project_id": self.layout.project_id,
-            "values": {park_key(queue): json.dumps(state, sort_keys=True)}})])
+            "values": {park_key(queue): json.dumps({**state, "queue": queue},
+                                                   sort_keys=True)}})])
 
     def save_project_meta(self, values: dict[str, str]) -> None:
         """Upsert work-project metadata keys (one round trip)."""

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 from fabric.cards import Card
 from fabric.core import Fabric
 from fabric.kanboard.port import Call
-from fabric.layout import Column, State
+from fabric.layout import META_COST, META_ESCALATED, META_NOTIFIED, META_REMINDED, Column, State
 from fabric.submit import Receipt
 from fabric.taskboard import TaskView
 from keeper.config import KeeperConfig
@@ -31,10 +31,6 @@ from workers.availability import ParkTracker, Verdict, reason_key
 
 log = logging.getLogger("agap.keeper.duties")
 
-META_ESCALATED = "fabric.escalated"
-META_REMINDED = "fabric.reminded"
-META_NOTIFIED = "fabric.notified"
-from fabric.layout import META_COST  # noqa: E402  (the cost the worker records)
 
 KEEPER = "keeper"
 URGENT = 3

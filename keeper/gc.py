@@ -30,13 +30,12 @@ from typing import Any
 
 from fabric.core import Fabric
 from fabric.kanboard.port import Call
-from fabric.layout import META_UID, TERMINAL, is_uid, receipt_lock
+from fabric.layout import META_ORPHANS, META_UID, TERMINAL, is_uid, receipt_lock
 from fabric.submit import parse_description
 from fabric.taskboard import parse_view
 
 log = logging.getLogger("agap.keeper.gc")
 
-META_ORPHANS = "fabric.gc.orphans"  # locks-project metadata: {tag name: first seen orphaned}
 
 
 @dataclass
@@ -55,15 +54,15 @@ class _Task:
     receipt: str | None
 
 
-def _identify(row: dict[str, Any]) -> _Task:
+def _identify(row: dict[str, Any], key: bytes) -> _Task:
     """A task's uid and receipt tag, from the description's spec block or its reference."""
-    parsed = parse_description(str(row.get("description") or ""))
+    parsed = parse_description(str(row.get("description") or ""), key)
     if parsed is not None:
         uid, spec, _ = parsed
         rcpt = receipt_lock(spec.actor, spec.action_id) if spec.action_id else None
         return _Task(row, uid, rcpt)
     ref = str(row.get("reference") or "")
-    if ref.startswith("uid:") and is_uid(ref[4:]):
+    if ref.startswith("uid:") and is_uid(ref[4:]):  # layout.uid_reference
         return _Task(row, ref[4:], None)
     return _Task(row, None, None)
 
@@ -80,7 +79,7 @@ def collect(fab: Fabric, *, retention: float) -> GcReport:
     ])
     report.trips += 1
     tags: list[dict[str, Any]] = list(out[0].unwrap() or [])
-    tasks = [_identify(r) for r in out[1].unwrap() or []]
+    tasks = [_identify(r, fab.board.seal_key) for r in out[1].unwrap() or []]
     raw = out[2].unwrap()
     try:
         seen: dict[str, float] = json.loads((raw or {}).get(META_ORPHANS) or "{}") \

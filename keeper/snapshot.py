@@ -21,13 +21,12 @@ from typing import Any
 
 from fabric.core import Fabric
 from fabric.kanboard.port import Call
-from fabric.layout import Column
+from fabric.layout import META_WATCH, Column
 from fabric.taskboard import TaskView, parse_park_states, parse_view
 
 ACTIVE_COLUMNS = (Column.QUEUED, Column.WORKING, Column.WAITING)
-# Project metadata key: open Done tasks the keeper saw last time (to notice a human
-# closing one, which takes it out of every open search).
-META_WATCH = "fabric.keeper.watch"
+# META_WATCH (project metadata): open Done tasks the keeper saw last time, to notice a
+# human closing one, which takes it out of every open search.
 
 
 def _cols(columns: Iterable[Column]) -> str:

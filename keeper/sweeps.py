@@ -10,11 +10,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from fabric.core import Fabric
+from fabric.errors import FabricError
 from fabric.kanboard.port import BoardError, BoardUnavailable
 from fabric.layout import State
 from fabric.ledger import IllegalTransition, LedgerError, LostRace
+from fabric.policy import vet_unrecorded
 from fabric.submit import repair_unrecorded
 from fabric.taskboard import TaskView
 from keeper import snapshot
@@ -86,8 +89,16 @@ def sweep_leases(fab: Fabric, snap: Snapshot, report: SweepReport, *, by: str = 
             created = int(view.row.get("date_creation") or now)
             if now - created >= repair_after:
                 def repair(v: TaskView = view) -> None:
-                    if repair_unrecorded(fab.board, v) is not None:
-                        report.repaired.append(v.id)
+                    # Only a card the fabric sealed, bound to this id, that still passes
+                    # routing and policy; anything else is left as it is.
+                    try:
+                        if repair_unrecorded(fab.board, v, vet=partial(vet_unrecorded, fab)) \
+                                is not None:
+                            report.repaired.append(v.id)
+                    except BoardError:
+                        raise
+                    except FabricError as exc:  # refused by routing or policy
+                        report.problem(v.id, f"not rebuilt from its description: {exc}")
                 guarded(view, report, repair)
             continue
         if not usable(view, report) or cur is None or view.spec is None:

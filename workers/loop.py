@@ -107,6 +107,15 @@ class Worker:
 
     def _slot(self, index: int) -> None:
         fab = self.connect()
+        try:
+            self._drain(index, fab)
+        finally:
+            # Cards this slot moved in its last half second are checked before it goes:
+            # PostgreSQL Kanboard can lose a move made while others move too.
+            with contextlib.suppress(BoardError):
+                fab.board.settle_moves()
+
+    def _drain(self, index: int, fab: Fabric) -> None:
         beat_fab = self.connect()  # the heartbeat thread's own connection
         check = self.claim_check
         reader = QueueReader(fab.board, fab.ledger, self.config.queue, clock=fab.clock,
@@ -255,7 +264,7 @@ class Worker:
         if outcome.kind == "done":
             assert outcome.result_ref is not None
             ledger.complete(lease, outcome.result_ref, description=render_description(
-                lease.spec, lease.uid, result_ref=outcome.result_ref),
+                lease.spec, lease.uid, result_ref=outcome.result_ref, key=fab.board.seal_key),
                 extra_meta={META_COST: f"{outcome.cost_usd:.6f}"} if outcome.cost_usd else None)
             self.stats.bump("completed")
             self.emit("completed", lease, outcome.result_ref)

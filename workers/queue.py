@@ -125,7 +125,14 @@ class QueueReader:
                 with contextlib.suppress(LostRace, IllegalTransition):
                     self.ledger.resolve_gap(view, by=owner)
             return None  # a young gap is its winner's; an old one is claimed next poll
-        if cur.state != State.QUEUED or (cur.not_before and cur.not_before > self.clock()):
+        if cur.state != State.QUEUED:
+            # In the Queued column with another state: a lost move (PostgreSQL loses some
+            # under concurrent moves). Put the card where its record says, now, rather
+            # than at the keeper's next sweep; a person's later move is left alone.
+            with contextlib.suppress(FabricError):
+                self.board.repair_projection(view)
+            return None
+        if cur.not_before and cur.not_before > self.clock():
             return None
         if self.claim_check is not None:
             try:

@@ -95,7 +95,7 @@ class Journal:
         actor = actor_for(row.caller)
         uid = new_uid()
         task_id, won = board.create_task(
-            spec, description=render_description(spec, uid),
+            spec, description=render_description(spec, uid, key=board.seal_key),
             reference=receipt_reference(actor, row.message_id),
             receipt=receipt_lock(actor, row.message_id))
         if not won:
@@ -168,7 +168,8 @@ class Journal:
             ref = f"kanboard://task/{lease.task_id}/file/{name}"
             blob = base64.b64encode((row.result or "").encode()).decode()
             ledger.complete(lease, ref, files=[(name, blob)],
-                            description=render_description(lease.spec, lease.uid, result_ref=ref),
+                            description=render_description(lease.spec, lease.uid, result_ref=ref,
+                                                           key=self.fab.board.seal_key),
                             extra_meta={META_COST: f"{cost_usd:.6f}"} if cost_usd else None)
             return Journaled(lease.task_id, lease.uid, State.DONE)
         if row.state == st.CANCELED:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
@@ -11,6 +10,8 @@ from types import FrameType
 
 import click
 
+from fabric import settings_registry as registry
+from fabric.board.flavour import DEFAULT_FLAVOUR, FLAVOURS
 from fabric.board.server import EmbeddedBoard
 from fabric.board.view import BoardView
 from fabric.cli import main
@@ -32,12 +33,15 @@ def board() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind (loopback unless you mean it; auth is always on).")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=int)
-def serve(db_path: Path, host: str, port: int) -> None:
+@click.option("--flavour", type=click.Choice(FLAVOURS), default=DEFAULT_FLAVOUR,
+              show_default=True,
+              help="Kanboard database backend to imitate (strict: fails wherever any does).")
+def serve(db_path: Path, host: str, port: int, flavour: str) -> None:
     """Serve Kanboard's JSON-RPC API on HTTP; prints KANBOARD_URL and the token."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    token = os.environ.get("AGAP_BOARD_TOKEN") or None
+    token = registry.get_str("AGAP_BOARD_TOKEN") or None
     try:
-        srv = EmbeddedBoard(db_path, host=host, port=port, token=token)
+        srv = EmbeddedBoard(db_path, host=host, port=port, token=token, flavour=flavour)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}",
                           hint="pick another --port") from None
@@ -48,7 +52,7 @@ def serve(db_path: Path, host: str, port: int) -> None:
     click.echo(f"KANBOARD_URL={srv.url}")
     click.echo(f"KANBOARD_API_TOKEN={srv.token}")
     click.echo(f"# board view: http://{srv.host}:{srv.port}/ (user jsonrpc, the token)", err=True)
-    click.echo(f"# embedded board on {db_path}; Ctrl-C stops it", err=True)
+    click.echo(f"# embedded board on {db_path} ({flavour} flavour); Ctrl-C stops it", err=True)
     sys.stdout.flush()
 
     def _stop(signum: int, frame: FrameType | None) -> None:

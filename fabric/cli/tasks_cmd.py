@@ -16,7 +16,8 @@ from typing import Any
 
 import click
 
-from fabric.bootstrap import init_board, save_layout_cache
+from fabric import settings_registry as registry
+from fabric.bootstrap import init_board, load_layout, save_layout_cache
 from fabric.cards import load_cards
 from fabric.cli import main
 from fabric.config import Settings
@@ -24,8 +25,10 @@ from fabric.core import Fabric
 from fabric.errors import InvalidInput
 from fabric.events.wiring import attach_submitter
 from fabric.kanboard.client import KanboardClient
-from fabric.layout import PRIORITY_NAMES, State
+from fabric.layout import LAYOUT_VERSION, PRIORITY_NAMES, State
 from fabric.ledger import Lease
+from fabric.migrate import migrate
+from fabric.submit import seal_key
 from fabric.taskboard import TaskView
 
 
@@ -65,6 +68,35 @@ def init_cmd(as_json: bool) -> None:
     if report.new_users:
         text += ("\nnew Kanboard users have random passwords: set them in Kanboard "
                  "(Users > Edit) before they log in")
+    _emit(data, as_json, text)
+
+
+@main.command("migrate")
+@click.option("--force", is_flag=True, help="Check every task even if the board says it is current.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def migrate_cmd(force: bool, as_json: bool) -> None:
+    """Bring a board written by an older storage layout up to date (idempotent).
+
+    `agap init` runs this too; run it alone after an upgrade, or with --force to re-check.
+    """
+    settings = Settings.from_env()
+    url, token = settings.require_board()
+    port = KanboardClient(url, token)
+    layout = load_layout(port, settings)
+    m = migrate(port, layout, seal_key=seal_key(token), force=force)
+    data = {"from_version": m.from_version, "to_version": LAYOUT_VERSION,
+            "tasks_seen": m.tasks_seen, "values_chunked": m.values_chunked,
+            "references": m.references, "blocks_sealed": m.blocks_sealed,
+            "unrecorded": m.unrecorded}
+    if m.from_version == LAYOUT_VERSION and not force:
+        text = f"the board is at storage layout {LAYOUT_VERSION}: nothing to do"
+    else:
+        text = (f"storage layout {m.from_version} -> {LAYOUT_VERSION}: {m.tasks_seen} tasks "
+                f"checked, {m.values_chunked} values chunked, {m.references} references "
+                f"hashed, {m.blocks_sealed} spec blocks sealed")
+        if m.unrecorded:
+            text += (f"; {len(m.unrecorded)} cards without fabric records left as they are "
+                     f"(#{', #'.join(map(str, m.unrecorded[:10]))})")
     _emit(data, as_json, text)
 
 
@@ -185,7 +217,7 @@ def ls_cmd(include_closed: bool, as_json: bool) -> None:
 
 def default_owner(agent: str) -> str:
     """A worker identity that is unique per process: agent@host:pid."""
-    return os.environ.get("AGAP_WORKER_ID") or f"{agent}@{socket.gethostname()}:{os.getpid()}"
+    return registry.get_str("AGAP_WORKER_ID") or f"{agent}@{socket.gethostname()}:{os.getpid()}"
 
 
 def _lease(fab: Fabric, task_id: int, epoch: int, owner: str) -> Lease:
@@ -227,7 +259,7 @@ def claim_cmd(agent: str, owner: str | None, lease_seconds: float | None, with_w
         from fabric.workspace import Workspace, find_repo_ref
 
         if find_repo_ref(lease.spec.refs) is not None:
-            root = os.environ.get("AGAP_WORKSPACE_ROOT") or str(fab.settings.state_dir)
+            root = registry.get_str("AGAP_WORKSPACE_ROOT") or str(fab.settings.state_dir)
             ws = Workspace.prepare(root, lease)
             data["workspace"] = {"path": str(ws.path), "branch": ws.state.branch,
                                  "resumed": bool(ws.state.remote_head)}
@@ -298,7 +330,7 @@ def ask_cmd(task_id: int, epoch: int, owner: str, as_json: bool, question: str,
 
 
 def _by() -> str:
-    return os.environ.get("AGAP_ACTOR") or "cli"
+    return registry.get_str("AGAP_ACTOR")
 
 
 @main.command("resume")

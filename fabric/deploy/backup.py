@@ -42,6 +42,7 @@ from fabric.bootstrap import init_board, load_layout
 from fabric.cards import CardSet
 from fabric.config import Settings
 from fabric.errors import FabricError, InvalidInput
+from fabric.kanboard.fit import fit
 from fabric.kanboard.port import BoardRefused, Call, RpcPort
 from fabric.layout import (
     COLUMN_ORDER,
@@ -108,6 +109,7 @@ def _unwrap(out: Any, doing: str) -> Any:
 def export_board(port: RpcPort, settings: Settings, *,
                  clock: Callable[[], float] = time.time) -> dict[str, Any]:
     """Every fabric task on the board, with the layout it lives in (see the module doc)."""
+    port = fit(port)  # metadata comes back whole, however it is chunked on the board
     layout = load_layout(port, settings)
     pid, lpid = layout.project_id, layout.locks_project_id
     out = port.batch([
@@ -275,6 +277,7 @@ def _lock_names(doc: dict[str, Any]) -> list[str]:
 
 def restore(port: RpcPort, settings: Settings, cards: CardSet, doc: dict[str, Any]) -> RestoreReport:
     """Recreate a backup on an EMPTY board (see the module doc); raises :class:`BoardNotEmpty`."""
+    port = fit(port)  # a backup made on SQLite may hold values PostgreSQL cannot
     work = doc["projects"]["work"]
     settings = replace(settings, project=str(work["name"]),
                        locks_project=str(doc["projects"]["locks"]["name"]))

@@ -7,6 +7,7 @@ callers cannot confuse "refused" with "maybe done".
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -81,13 +82,31 @@ class BoardAuthError(BoardError):
 PROTOCOL_ERRORS = frozenset({-32700, -32600, -32601, -32602})
 
 
+# Kanboard reports a database error as code 0 with "SQL Error[<state>]: SQLSTATE[<state>]:
+# …" in the message (PostgreSQL and MySQL alike).
+_SQL_STATE = re.compile(r"SQLSTATE\[(\w{5})\]|SQL Error\[(\w{5})\]")
+# SQLSTATE classes of a statement refused as a whole and rolled back: cardinality (21),
+# data exceptions (22: a value too long, a bad number), integrity violations (23: a
+# foreign key, NOT NULL, a unique index), syntax or access rules (42). Nothing was
+# written, and sending it again gets the same refusal. Anything else (SQLite's
+# "database is locked" is HY000) may have committed.
+REFUSING_SQL_CLASSES = frozenset({"21", "22", "23", "42"})
+
+
+def sql_state(message: str) -> str | None:
+    """The SQLSTATE a Kanboard error message carries, or None."""
+    m = _SQL_STATE.search(message or "")
+    return (m.group(1) or m.group(2)) if m else None
+
+
 class RpcError(BoardError):
     """A JSON-RPC error object.
 
     Protocol errors (-32700 parse, -32600 request, -32601 method, -32602 params) mean
-    nothing ran. Anything else on a write (Kanboard reports SQL errors such as
-    "database is locked" as code 0, sometimes after the row was inserted) may have
-    happened: ``maybe_done`` says so.
+    nothing ran. So does an SQL error of a refusing class (``refused``: a value too long,
+    a missing project): the board's database rolled the statement back. Anything else on
+    a write (Kanboard reports "database is locked" as code 0, sometimes after the row was
+    inserted) may have happened: ``maybe_done`` says so.
     """
 
     def __init__(self, code: int, message: str, data: Any = None, *, method: str = "") -> None:
@@ -95,11 +114,32 @@ class RpcError(BoardError):
         self.message = message
         self.data = data
         self.method = method
-        self.maybe_done = code not in PROTOCOL_ERRORS and not is_read(method)
+        self.sql_state = sql_state(message)
+        self.refused = self.sql_state is not None and self.sql_state[:2] in REFUSING_SQL_CLASSES
+        self.maybe_done = (code not in PROTOCOL_ERRORS and not is_read(method)
+                           and not self.refused)
         detail = f"{message}: {data}" if data else message
+        if self.refused:
+            # Not "unreachable or wrong token": the board answered, its database said no.
+            self.exit_code = 7
+            hint = ("a project or column the fabric expected is gone: run `agap init`"
+                    if self.sql_state and self.sql_state.startswith("23") else
+                    "nothing was written; the board's database cannot hold what was sent: "
+                    "report this line")
+            super().__init__(f"the board's database refused the call (SQL error "
+                             f"{self.sql_state}: {_sql_text(message)})",
+                             where=method or "board", hint=hint)
+            return
         super().__init__(f"JSON-RPC error {code} ({detail})", where=method or "board",
                          hint="the write may have happened; read back before retrying"
                          if self.maybe_done else "")
+
+
+def _sql_text(message: str) -> str:
+    """The database's own words, without Kanboard's and PDO's prefixes."""
+    text = re.sub(r"^SQL Error\[\w+\]:\s*", "", message or "")
+    text = re.sub(r"^SQLSTATE\[\w+\]:\s*", "", text)
+    return " ".join(text.split())[:200]
 
 
 class BoardRefused(BoardError):

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -17,7 +16,12 @@ import fabric.cli.cron_cmd  # noqa: F401 - registers `agap cron` until the CLI l
 from fabric.board.server import EmbeddedBoard
 from fabric.cli import main
 from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.fit import fit
+from fabric.kanboard.port import Call
+from fabric.layout import META_SPEC
+from fabric.models import TaskSpec
 from tests.conftest import ROOT
+from tests.helpers import wait_until
 
 AGAP = [sys.executable, "-c",
         "import sys, fabric.cli.cron_cmd; from fabric.cli import main; sys.argv[0] = 'agap'; main()"]
@@ -51,10 +55,14 @@ def env(embedded_board: EmbeddedBoard, tmp_path: Path) -> dict[str, str]:
 
 
 def keyed_tasks(board: EmbeddedBoard) -> Counter[str]:
-    client = KanboardClient(board.url, board.token)
+    """``actor:key`` -> how many tasks carry it (read from each task's spec)."""
+    client = fit(KanboardClient(board.url, board.token))
     project = client.call("getProjectByName", {"name": "Agent Fabric"})
-    rows = client.call("searchTasks", {"project_id": int(project["id"]), "query": "ref:cron:*"})
-    return Counter(str(r["reference"]) for r in rows or [])
+    # A keyed task's reference is its receipt's hash (fabric.layout.receipt_reference).
+    rows = client.call("searchTasks", {"project_id": int(project["id"]), "query": "ref:rcpt:*"})
+    out = client.batch([Call("getTaskMetadata", {"task_id": int(r["id"])}) for r in rows or []])
+    specs = [TaskSpec.from_meta(o.unwrap()[META_SPEC]) for o in out]
+    return Counter(f"{s.actor}:{s.action_id}" for s in specs)
 
 
 def test_two_processes_firing_at_once_make_one_task(env: dict[str, str],
@@ -84,7 +92,10 @@ def test_two_cron_daemons_make_one_task_per_planned_time(env: dict[str, str],
         procs.append(subprocess.Popen([*AGAP, "cron"], env=e, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     try:
-        time.sleep(7)
+        # Two planned times of the 2 s schedule (bounded: a loaded machine starts slowly).
+        wait_until(lambda: len([k for k in keyed_tasks(embedded_board)
+                                if k.startswith("cron:fast/")]) >= 2,
+                   timeout=90, what="two firings of the fast schedule")
     finally:
         for p in procs:
             p.terminate()

@@ -1,4 +1,4 @@
-"""Race: 8 OS processes drain 300 tasks from one board over HTTP.
+"""Race: 8 OS processes drain one queue (300 tasks; 80 on a real Kanboard) over HTTP.
 
 Runs against the embedded board always, and against a real Kanboard when
 KANBOARD_URL and KANBOARD_API_TOKEN are set. Every task ends Done exactly once, no
@@ -21,35 +21,42 @@ from fabric.board.server import EmbeddedBoard
 from fabric.cards import CardSet
 from fabric.config import Settings
 from fabric.kanboard.client import KanboardClient
-from fabric.layout import State
+from fabric.layout import Column, State
 from tests.conftest import ROOT, make_fabric, real_kanboard
 from tests.integration.procs import drill_worker
 
 TASKS = 300
+# A real Kanboard rewrites the positions of every card in a column on each move, and on
+# PostgreSQL concurrent moves deadlock (SQLSTATE 40P01, ~1 s each): 300 queued tasks take
+# many minutes there. Fewer tasks race just as hard.
+REAL_TASKS = 80
 WORKERS = 8
 
 
 @pytest.fixture(params=["embedded", "real-kanboard"])
-def board_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+def board_target(request: pytest.FixtureRequest,
+                 tmp_path: Path) -> Iterator[tuple[str, str, int]]:
     if request.param == "embedded":
         with EmbeddedBoard(tmp_path / "board.sqlite3") as board:
-            yield board.url, board.token
+            yield board.url, board.token, TASKS
         return
     real = real_kanboard()
     if real is None:
         pytest.skip("KANBOARD_URL is not set: set KANBOARD_URL and KANBOARD_API_TOKEN to "
                     "race the workers against a real Kanboard too")
-    yield real
+    yield real[0], real[1], REAL_TASKS
 
 
-def test_eight_processes_drain_300_tasks_exactly_once(
-        board_target: tuple[str, str], cards: CardSet, tmp_path: Path) -> None:
-    url, token = board_target
+# Real Kanboard on PostgreSQL opens a database connection per request (~20 ms a call).
+@pytest.mark.timeout(1200)
+def test_eight_processes_drain_the_queue_exactly_once(
+        board_target: tuple[str, str, int], cards: CardSet, tmp_path: Path) -> None:
+    url, token, tasks = board_target
     run = secrets.token_hex(4)
     settings = Settings(board_url=url, board_token=token, cards_dir=ROOT / "cards",
                         project=f"race-{run}", locks_project=f"race-locks-{run}")
     fab = make_fabric(KanboardClient(url, token), cards, settings=settings)
-    task_ids = [fab.submit(f"race task {i}", target="gemma-local").task_id for i in range(TASKS)]
+    task_ids = [fab.submit(f"race task {i}", target="gemma-local").task_id for i in range(tasks)]
     log = tmp_path / "drill.sqlite3"
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=drill_worker, args=(
@@ -64,7 +71,14 @@ def test_eight_processes_drain_300_tasks_exactly_once(
 
     views = [fab.board.read(t) for t in task_ids]
     states = Counter(v.current.state for v in views if v.current)
-    assert states == {State.DONE: TASKS}, states
+    assert states == {State.DONE: tasks}, states
+    # The column is only a projection, but it is what people see: PostgreSQL Kanboard
+    # loses some concurrent moves, and the workers must have put every card right.
+    done = fab.board.layout.columns[Column.DONE]
+    wrong = [v for v in views if int(v.row.get("column_id") or 0) != done]
+    assert wrong == [], f"{len(wrong)} done cards left in another column: " + "; ".join(
+        f"#{v.id} in column {v.row.get('column_id')}, moved {v.row.get('date_moved')}, "
+        f"record e{v.epoch} at {v.current.at if v.current else None}" for v in wrong[:10])
     for v in views:
         # submit e0, claim e1, complete e2: no extra epochs when nobody dies.
         assert v.epoch == 2
@@ -74,11 +88,11 @@ def test_eight_processes_drain_300_tasks_exactly_once(
 
     db = sqlite3.connect(log)
     rows = db.execute("SELECT uid, epoch, owner FROM executions").fetchall()
-    assert len(rows) == TASKS, "executions must equal tasks when nobody dies"
+    assert len(rows) == tasks, "executions must equal tasks when nobody dies"
     per_epoch = Counter((uid, epoch) for uid, epoch, _ in rows)
     assert max(per_epoch.values()) == 1, "an epoch was executed by two owners"
-    assert len({uid for uid, _, _ in rows}) == TASKS
+    assert len({uid for uid, _, _ in rows}) == tasks
     owners = Counter(owner for _, _, owner in rows)
     assert len(owners) >= 2, f"work was not shared: {owners}"
     applied = db.execute("SELECT COUNT(*), COUNT(DISTINCT uid) FROM applied").fetchone()
-    assert applied == (TASKS, TASKS)
+    assert applied == (tasks, tasks)
