@@ -143,12 +143,19 @@ def _duration_seconds(text: object) -> float:
     return sum(float(n) * _UNITS[u] for n, u in _DURATION_PART.findall(compact))
 
 
-def parse_duration(text: str) -> float:
+_BARE_SECONDS = re.compile(r"^\d+(?:\.\d+)?$")
+
+
+def parse_duration(text: str, *, bare_seconds: bool = False) -> float:
     """Seconds in a duration: ``"30s"``, ``"5m"``, ``"5h"``, ``"7d"``, ``"1w"``, ``"1h30m"``.
 
     Raises :class:`InvalidInput` for anything else (including a bare number: the unit is
-    not optional, because "300" is ambiguous to the person reading the card).
+    not optional, because "300" is ambiguous to the person reading the card). Settings
+    pass ``bare_seconds``: there a bare number has always meant seconds
+    (``AGAP_POLL_SECONDS=2``), and the same grammar serves both.
     """
+    if bare_seconds and isinstance(text, str) and _BARE_SECONDS.match(text.strip()):
+        return float(text.strip())
     try:
         return _duration_seconds(text)
     except ValueError as exc:

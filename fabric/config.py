@@ -1,4 +1,4 @@
-"""Settings: one resolution order for every setting, and the fabric's known variables.
+"""Settings: one resolution order for every setting, and what ``agap config show`` lists.
 
 Resolution order (first wins):
 
@@ -11,6 +11,7 @@ Files hold ``KEY=VALUE`` lines (``#`` comments, optional ``export``, optional qu
 The CLI applies them to its own environment at start (:func:`apply_config_files`), so
 every part of the fabric, and every process it starts, sees the same settings.
 Secrets come only from the environment or these files, never from the repository.
+Which variables exist, their types and defaults: :mod:`fabric.settings_registry`.
 """
 
 from __future__ import annotations
@@ -24,58 +25,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from fabric import settings_registry as registry
 from fabric.errors import ConfigError
+from fabric.settings_registry import Var
 
-DEFAULT_STATE_DIR = "var"
 ENV_FILE_VAR = "AGAP_ENV_FILE"
 PROJECT_FILE = ".agap.env"
 
 _LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
 _SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 
-
-@dataclass(frozen=True)
-class Known:
-    """A setting the fabric reads."""
-
-    name: str
-    meaning: str
-    default: str = ""
-    secret: bool = False
-
-
-KNOWN: tuple[Known, ...] = (
-    Known("KANBOARD_URL", "the board's JSON-RPC endpoint (…/jsonrpc.php)"),
-    Known("KANBOARD_API_TOKEN", "the board's application token", secret=True),
-    Known("AGAP_CARDS_DIR", "agent cards", "cards"),
-    Known("AGAP_STATE_DIR", "local state: embedded board, counters", DEFAULT_STATE_DIR),
-    Known("AGAP_PROJECT", "the work project's name", "Agent Fabric"),
-    Known("AGAP_LOCKS_PROJECT", "the locks project's name", "Agent Fabric Locks"),
-    Known("AGAP_ACTOR", "who the CLI acts as", "cli"),
-    Known("AGAP_MODEL_MODE", "gateway, sdk or demo for every card (overrides cards)"),
-    Known("AGAP_LITELLM_URL", "the LiteLLM proxy", "http://127.0.0.1:4000"),
-    Known("LITELLM_MASTER_KEY", "the LiteLLM proxy's key", secret=True),
-    Known("AGAP_LITELLM_KEY", "a LiteLLM virtual key for the fabric", secret=True),
-    Known("AGAP_RESULT_STORE", "attachment or dir", "attachment"),
-    Known("AGAP_RESULT_DIR", "where dir results go"),
-    Known("AGAP_REF_ROOTS", "directories file:// refs may read (:-separated)", "."),
-    Known("AGAP_POLL_SECONDS", "worker poll interval (default: the card's)"),
-    Known("AGAP_OUTAGE_GRACE", "how long running work goes on while the board is away"),
-    Known("AGAP_BOARD_PORT", "the embedded board's port under agap up", "8765"),
-    Known("AGAP_BOARD_TOKEN", "the embedded board's token (default: generated)", secret=True),
-    Known("AGAP_EVENTS_URL", "live events broker (mqtt://, mqtts://, nats://, tls://)"),
-    Known("AGAP_EVENTS_SECRET", "the fabric secret events are signed with", secret=True),
-    Known("AGAP_KEEPER_METRICS_PORT", "keeper metrics port (0 = off)", "0"),
-    Known("AGAP_KEEPER_METRICS_TOKEN", "bearer token for keeper metrics", secret=True),
-    Known("AGAP_A2A_TOKENS", "A2A clients: caller:token,…", secret=True),
-    Known("AGAP_A2A_TOKENS_FILE", "file with A2A clients' tokens"),
-    Known(ENV_FILE_VAR, "an env file with more settings (must exist if named)"),
-)
+# What `agap config show` lists without --all, in this order: the settings it has always
+# listed (the registry holds every other variable, and --all shows them).
+KNOWN: tuple[Var, ...] = tuple(registry.var(name) for name in (
+    "KANBOARD_URL", "KANBOARD_API_TOKEN", "AGAP_CARDS_DIR", "AGAP_STATE_DIR", "AGAP_PROJECT",
+    "AGAP_LOCKS_PROJECT", "AGAP_ACTOR", "AGAP_MODEL_MODE", "AGAP_LITELLM_URL",
+    "LITELLM_MASTER_KEY", "AGAP_LITELLM_KEY", "AGAP_RESULT_STORE", "AGAP_RESULT_DIR",
+    "AGAP_REF_ROOTS", "AGAP_POLL_SECONDS", "AGAP_OUTAGE_GRACE", "AGAP_BOARD_PORT",
+    "AGAP_BOARD_TOKEN", "AGAP_EVENTS_URL", "AGAP_EVENTS_SECRET", "AGAP_KEEPER_METRICS_PORT",
+    "AGAP_KEEPER_METRICS_TOKEN", "AGAP_A2A_TOKENS", "AGAP_A2A_TOKENS_FILE", ENV_FILE_VAR,
+))
 
 
 def is_secret(name: str) -> bool:
     """True for a setting whose value must never be printed."""
-    known = next((k for k in KNOWN if k.name == name), None)
+    known = registry.find(name)
     return (known is not None and known.secret) or any(w in name.upper() for w in _SECRET_WORDS)
 
 
@@ -130,7 +104,7 @@ def resolve(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -
     env = dict(os.environ if environ is None else environ)
     out = Resolved(dict(env), {k: "environment" for k in env})
     layers: list[tuple[str, dict[str, str]]] = []
-    named = env.get(ENV_FILE_VAR)
+    named = registry.get_str(ENV_FILE_VAR, env)
     if named:
         path = Path(named).expanduser()
         if not path.is_file():
@@ -196,30 +170,35 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+# The registered defaults ({}: no environment).
+_CARDS_DIR = registry.get_path("AGAP_CARDS_DIR", {})
+_STATE_DIR = registry.get_path("AGAP_STATE_DIR", {})
+
+
 @dataclass(frozen=True)
 class Settings:
     """Where the board is, how to log in, and where cards and state live."""
 
     board_url: str = ""
     board_token: str = field(default="", repr=False)
-    cards_dir: Path = Path("cards")
-    state_dir: Path = Path(DEFAULT_STATE_DIR)
-    project: str = "Agent Fabric"
-    locks_project: str = "Agent Fabric Locks"
-    actor: str = "cli"
+    cards_dir: Path = _CARDS_DIR
+    state_dir: Path = _STATE_DIR
+    project: str = registry.get_str("AGAP_PROJECT", {})
+    locks_project: str = registry.get_str("AGAP_LOCKS_PROJECT", {})
+    actor: str = registry.get_str("AGAP_ACTOR", {})
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read the settings through the resolution order (environment, env file, project file)."""
         e = resolve(env).values
         return cls(
-            board_url=e.get("KANBOARD_URL", ""),
-            board_token=e.get("KANBOARD_API_TOKEN", ""),
-            cards_dir=Path(e.get("AGAP_CARDS_DIR", "cards")),
-            state_dir=Path(e.get("AGAP_STATE_DIR", DEFAULT_STATE_DIR)),
-            project=e.get("AGAP_PROJECT", "Agent Fabric"),
-            locks_project=e.get("AGAP_LOCKS_PROJECT", "Agent Fabric Locks"),
-            actor=e.get("AGAP_ACTOR", "cli"),
+            board_url=registry.get_str("KANBOARD_URL", e),
+            board_token=registry.get_str("KANBOARD_API_TOKEN", e),
+            cards_dir=registry.get_path("AGAP_CARDS_DIR", e),
+            state_dir=registry.get_path("AGAP_STATE_DIR", e),
+            project=registry.get_str("AGAP_PROJECT", e),
+            locks_project=registry.get_str("AGAP_LOCKS_PROJECT", e),
+            actor=registry.get_str("AGAP_ACTOR", e),
         )
 
     def require_board(self) -> tuple[str, str]:

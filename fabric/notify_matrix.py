@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import random
 import secrets
 import time
@@ -26,6 +25,7 @@ from urllib.parse import quote
 
 import requests
 
+from fabric import settings_registry as registry
 from fabric.cards import MatrixChannel as MatrixSpec
 from fabric.errors import ConfigError, FabricError
 
@@ -60,8 +60,7 @@ class MatrixChannel:
     def from_spec(cls, spec: MatrixSpec, env: Mapping[str, str] | None = None,
                   **kw: object) -> MatrixChannel:
         """The channel a human card describes; the token comes from ``spec.token_env``."""
-        values = os.environ if env is None else env
-        token = values.get(spec.token_env, "")
+        token = registry.named(spec.token_env, env)
         if not token:
             raise ConfigError(f"{spec.token_env} is not set", where=f"matrix channel {spec.room}",
                               hint="export the bot's access token under that name")

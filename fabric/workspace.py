@@ -53,6 +53,7 @@ import requests
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from fabric import settings_registry as registry
 from fabric.errors import ConfigError, FabricError, InvalidInput
 from fabric.ledger import Lease
 
@@ -190,7 +191,7 @@ class GiteaForge:
         self._env = env
 
     def _headers(self) -> dict[str, str]:
-        token = (os.environ if self._env is None else self._env).get(self.token_env, "")
+        token = registry.named(self.token_env, self._env)
         if not token:
             raise ConfigError(f"{self.token_env} is not set", where="forge",
                               hint=f"export {self.token_env} with a Gitea access token "

@@ -1,42 +1,32 @@
 """The keeper's settings, read from ``AGAP_KEEPER_*`` environment variables.
 
-Every duty runs as its own job with its own interval. Durations accept seconds or a unit
-suffix (``90``, ``30s``, ``5m``, ``4h``, ``30d``).
+Every duty runs as its own job with its own interval. The variables, their defaults and
+their grammar (durations: ``90``, ``30s``, ``5m``, ``4h``, ``30d``, ``1h30m``) are declared in
+:mod:`fabric.settings_registry`; the defaults below are read from there.
 """
 
 from __future__ import annotations
 
-import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import time as dtime
 
+from fabric import settings_registry as registry
 from fabric.errors import ConfigError
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw]?)$")
-_UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-# Job name -> (environment variable of its interval, default interval in seconds).
-JOB_INTERVALS: dict[str, tuple[str, float]] = {
-    "leases": ("AGAP_KEEPER_LEASES_EVERY", 15.0),
-    "gaps": ("AGAP_KEEPER_GAPS_EVERY", 30.0),
-    "gestures": ("AGAP_KEEPER_GESTURES_EVERY", 20.0),
-    "inbox": ("AGAP_KEEPER_INBOX_EVERY", 30.0),
-    "deadlines": ("AGAP_KEEPER_DEADLINES_EVERY", 60.0),
-    "reminders": ("AGAP_KEEPER_REMINDERS_EVERY", 300.0),
-    "gc": ("AGAP_KEEPER_GC_EVERY", 86400.0),
-    "policy": ("AGAP_KEEPER_POLICY_EVERY", 60.0),
+# Job name -> the environment variable of its interval.
+JOB_INTERVALS: dict[str, str] = {
+    "leases": "AGAP_KEEPER_LEASES_EVERY",
+    "gaps": "AGAP_KEEPER_GAPS_EVERY",
+    "gestures": "AGAP_KEEPER_GESTURES_EVERY",
+    "inbox": "AGAP_KEEPER_INBOX_EVERY",
+    "deadlines": "AGAP_KEEPER_DEADLINES_EVERY",
+    "reminders": "AGAP_KEEPER_REMINDERS_EVERY",
+    "gc": "AGAP_KEEPER_GC_EVERY",
+    "policy": "AGAP_KEEPER_POLICY_EVERY",
 }
 JOBS = (*JOB_INTERVALS, "digest")
-
-
-def parse_duration(text: str, *, where: str) -> float:
-    """Seconds from ``90``, ``30s``, ``5m``, ``4h``, ``30d`` or ``1w``."""
-    m = _DURATION.match(text.strip().lower())
-    if not m:
-        raise ConfigError(f"cannot read {text!r} as a duration", where=where,
-                          hint="use seconds or a unit suffix: 30s, 5m, 4h, 30d")
-    return float(m.group(1)) * _UNIT[m.group(2)]
 
 
 def _hhmm(text: str, where: str) -> dtime:
@@ -47,33 +37,36 @@ def _hhmm(text: str, where: str) -> dtime:
     return dtime(int(m.group(1)), int(m.group(2)))
 
 
-def _csv(text: str) -> tuple[str, ...]:
-    return tuple(p.strip() for p in text.split(",") if p.strip())
+def _default(var: str) -> float:
+    return registry.get_duration(var, {})  # {}: no environment, the registered default
+
+
+_DIGEST_AT = _hhmm(registry.get_str("AGAP_KEEPER_DIGEST_AT", {}), "AGAP_KEEPER_DIGEST_AT")
 
 
 @dataclass(frozen=True)
 class KeeperConfig:
-    """What the keeper does, and how often."""
+    """What the keeper does, and how often (defaults: the registry's)."""
 
     intervals: dict[str, float] = field(
-        default_factory=lambda: {name: d for name, (_, d) in JOB_INTERVALS.items()})
+        default_factory=lambda: {job: _default(var) for job, var in JOB_INTERVALS.items()})
     # Leases are written with the worker's clock and judged with the keeper's: an
     # expired lease is requeued only this long after it ran out.
-    lease_grace: float = 5.0
+    lease_grace: float = _default("AGAP_KEEPER_LEASE_GRACE")
     # A card whose column disagrees with its record and was moved no later than
     # record.at + this is the fabric's own lagging projection, not a human's gesture.
-    move_tolerance: float = 5.0
+    move_tolerance: float = _default("AGAP_KEEPER_MOVE_TOLERANCE")
     # Half-submitted tasks (created, no records) are repaired after this long.
-    repair_after: float = 60.0
-    reminder_interval: float = 4 * 3600.0
-    retention: float = 30 * 86400.0
-    digest_at: dtime = dtime(7, 0)
-    digest_tz: str = "UTC"
+    repair_after: float = _default("AGAP_KEEPER_REPAIR_AFTER")
+    reminder_interval: float = _default("AGAP_KEEPER_REMIND_EVERY")
+    retention: float = _default("AGAP_KEEPER_RETENTION")
+    digest_at: dtime = _DIGEST_AT
+    digest_tz: str = registry.get_str("AGAP_KEEPER_DIGEST_TZ", {})
     escalate_to: str = ""  # a human card id or Kanboard username; "" = the first human
-    backoff_base: float = 5.0
-    backoff_cap: float = 300.0
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int = 0  # 0 = no metrics endpoint
+    backoff_base: float = _default("AGAP_KEEPER_BACKOFF")
+    backoff_cap: float = _default("AGAP_KEEPER_BACKOFF_CAP")
+    metrics_host: str = registry.get_str("AGAP_KEEPER_METRICS_HOST", {})
+    metrics_port: int = registry.get_int("AGAP_KEEPER_METRICS_PORT", {})  # 0 = no endpoint
     metrics_token: str = field(default="", repr=False)
     metrics_allow: tuple[str, ...] = ()  # client IPs/CIDRs allowed without a token
     notify_allow: tuple[str, ...] = ()  # private/loopback webhook targets allowed (CIDRs)
@@ -82,33 +75,26 @@ class KeeperConfig:
         return self.intervals[job]
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> KeeperConfig:
-        e = dict(os.environ if env is None else env)
-        intervals = {}
-        for name, (var, default) in JOB_INTERVALS.items():
-            intervals[name] = parse_duration(e[var], where=var) if e.get(var) else default
+    def from_env(cls, env: Mapping[str, str] | None = None) -> KeeperConfig:
+        """The settings from ``env`` (default: the process environment)."""
+        def dur(var: str) -> float:
+            return registry.get_duration(var, env)
 
-        def dur(var: str, default: float) -> float:
-            return parse_duration(e[var], where=var) if e.get(var) else default
-
-        port_text = e.get("AGAP_KEEPER_METRICS_PORT", "0") or "0"
-        if not port_text.isdigit():
-            raise ConfigError(f"not a port number: {port_text!r}", where="AGAP_KEEPER_METRICS_PORT")
         return cls(
-            intervals=intervals,
-            lease_grace=dur("AGAP_KEEPER_LEASE_GRACE", 5.0),
-            move_tolerance=dur("AGAP_KEEPER_MOVE_TOLERANCE", 5.0),
-            repair_after=dur("AGAP_KEEPER_REPAIR_AFTER", 60.0),
-            reminder_interval=dur("AGAP_KEEPER_REMIND_EVERY", 4 * 3600.0),
-            retention=dur("AGAP_KEEPER_RETENTION", 30 * 86400.0),
-            digest_at=_hhmm(e.get("AGAP_KEEPER_DIGEST_AT", "07:00"), "AGAP_KEEPER_DIGEST_AT"),
-            digest_tz=e.get("AGAP_KEEPER_DIGEST_TZ", "UTC") or "UTC",
-            escalate_to=e.get("AGAP_KEEPER_ESCALATE_TO", ""),
-            backoff_base=dur("AGAP_KEEPER_BACKOFF", 5.0),
-            backoff_cap=dur("AGAP_KEEPER_BACKOFF_CAP", 300.0),
-            metrics_host=e.get("AGAP_KEEPER_METRICS_HOST", "127.0.0.1") or "127.0.0.1",
-            metrics_port=int(port_text),
-            metrics_token=e.get("AGAP_KEEPER_METRICS_TOKEN", ""),
-            metrics_allow=_csv(e.get("AGAP_KEEPER_METRICS_ALLOW", "")),
-            notify_allow=_csv(e.get("AGAP_KEEPER_NOTIFY_ALLOW", "")),
+            intervals={job: dur(var) for job, var in JOB_INTERVALS.items()},
+            lease_grace=dur("AGAP_KEEPER_LEASE_GRACE"),
+            move_tolerance=dur("AGAP_KEEPER_MOVE_TOLERANCE"),
+            repair_after=dur("AGAP_KEEPER_REPAIR_AFTER"),
+            reminder_interval=dur("AGAP_KEEPER_REMIND_EVERY"),
+            retention=dur("AGAP_KEEPER_RETENTION"),
+            digest_at=_hhmm(registry.get_str("AGAP_KEEPER_DIGEST_AT", env), "AGAP_KEEPER_DIGEST_AT"),
+            digest_tz=registry.get_str("AGAP_KEEPER_DIGEST_TZ", env),
+            escalate_to=registry.get_str("AGAP_KEEPER_ESCALATE_TO", env),
+            backoff_base=dur("AGAP_KEEPER_BACKOFF"),
+            backoff_cap=dur("AGAP_KEEPER_BACKOFF_CAP"),
+            metrics_host=registry.get_str("AGAP_KEEPER_METRICS_HOST", env),
+            metrics_port=registry.get_int("AGAP_KEEPER_METRICS_PORT", env),
+            metrics_token=registry.get_str("AGAP_KEEPER_METRICS_TOKEN", env),
+            metrics_allow=registry.get_list("AGAP_KEEPER_METRICS_ALLOW", env),
+            notify_allow=registry.get_list("AGAP_KEEPER_NOTIFY_ALLOW", env),
         )

@@ -14,7 +14,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
-import os
 import random
 import socket
 import time
@@ -25,6 +24,7 @@ from urllib.parse import urlsplit
 
 import requests
 
+from fabric import settings_registry as registry
 from fabric.cards import Card, CardSet
 from fabric.cards import WebhookChannel as WebhookSpec
 from fabric.errors import ConfigError, FabricError
@@ -127,11 +127,11 @@ class Notifier:
     outbox: list[tuple[str, str, bool, str | None]] = field(default_factory=list)
 
     def channels(self, card: Card) -> list[Channel]:
-        env = os.environ if self.env is None else self.env
+        env = registry.environ(self.env)
         out: list[Channel] = []
         for spec in card.human.channels if card.human else []:
             if isinstance(spec, WebhookSpec):
-                token = env.get(spec.token_env, "") if spec.token_env else ""
+                token = registry.named(spec.token_env, env) if spec.token_env else ""
                 out.append(WebhookChannel(str(spec.url), token, allow=self.allow))
             else:
                 from fabric.notify_matrix import MatrixChannel

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
+from fabric import settings_registry as registry
 from fabric.cards import Card, CardSet
 from fabric.config import Settings
 from fabric.core import Fabric
@@ -41,7 +42,7 @@ PROBING_SHAPES = frozenset({"gpu", "on_demand"})
 
 def effective_mode(card: Card, env: Mapping[str, str]) -> str:
     """The model mode this worker runs in: AGAP_MODEL_MODE overrides the card."""
-    return (env.get("AGAP_MODEL_MODE") or "").strip().lower() or card.runtime.mode
+    return registry.get_str("AGAP_MODEL_MODE", env).strip().lower() or card.runtime.mode
 
 
 def availability_for(card: Card, env: Mapping[str, str]) -> Availability:
@@ -80,14 +81,14 @@ def owner_id(card: Card) -> str:
     """This process's worker identity."""
     import socket
 
-    return os.environ.get("AGAP_WORKER_ID") or f"{card.id}@{socket.gethostname()}:{os.getpid()}"
+    return registry.get_str("AGAP_WORKER_ID") or f"{card.id}@{socket.gethostname()}:{os.getpid()}"
 
 
 def build_worker(card_id: str, settings: Settings, cards: CardSet, *,
                  env: Mapping[str, str] | None = None, concurrency: int | None = None,
                  executor: Executor | None = None, drain: bool = False) -> Worker:
     """A ready-to-run worker for ``card_id``'s queue (model cards run the model executor)."""
-    env = os.environ if env is None else env
+    env = registry.environ(env)
     card = cards.get(card_id)
     if card.kind == "human" or card.runtime.mode in ("human", "external"):
         raise ConfigError(f"{card_id!r} is worked outside the fabric ({card.runtime.mode}): "
@@ -117,21 +118,22 @@ def build_worker(card_id: str, settings: Settings, cards: CardSet, *,
 
         executor = ModelExecutor(
             card=card, client=client_for(card, env),
-            results=store_for(env.get("AGAP_RESULT_STORE", ""), fab.board,
-                              env.get("AGAP_RESULT_DIR")),
-            refs=RefResolver(roots=[Path(p) for p in env.get("AGAP_REF_ROOTS", str(Path.cwd()))
-                                    .split(os.pathsep) if p], resolve_task=resolve_task),
+            results=store_for(registry.get_str("AGAP_RESULT_STORE", env), fab.board,
+                              registry.get_str("AGAP_RESULT_DIR", env) or None),
+            refs=RefResolver(roots=[Path(p) for p in registry.get_list("AGAP_REF_ROOTS", env)],
+                             resolve_task=resolve_task),
             availability=availability, outage=outage,
             persona=persona_text(card.persona, cards.base_dir or Path.cwd()) if card.persona else None,
             human_for=human_for)
     config = WorkerConfig(
         queue=card.queue_name, owner=owner_id(card),
         lease_seconds=float(card.runtime.lease_seconds),
-        poll_seconds=float(env.get("AGAP_POLL_SECONDS") or card.runtime.poll_seconds),
+        poll_seconds=registry.get_duration("AGAP_POLL_SECONDS", env,
+                                           fallback=float(card.runtime.poll_seconds)),
         concurrency=concurrency or card.runtime.concurrency,
         backoff_seconds=card.runtime.backoff_seconds, exit_when_idle=drain,
         interactive=card.runtime.interactive,
-        outage_grace=float(env["AGAP_OUTAGE_GRACE"]) if env.get("AGAP_OUTAGE_GRACE") else None)
+        outage_grace=registry.get_duration("AGAP_OUTAGE_GRACE", env, fallback=None))
     worker = Worker(connect, executor, config)
     worker.availability = availability
 

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import requests
 
+from fabric import settings_registry as registry
 from fabric.errors import ConfigError, FabricError
 
 if TYPE_CHECKING:
@@ -457,7 +458,9 @@ class SdkClient:
 
 
 def _import_litellm() -> Any:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # litellm reads this at import: the bundled price list, no download from the worker.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP",
+                          registry.var("LITELLM_LOCAL_MODEL_COST_MAP").default)
     try:
         import litellm  # type: ignore[import-untyped,unused-ignore]
     except ImportError:
@@ -603,9 +606,9 @@ def client_for(card: Card, env: Mapping[str, str] | None = None) -> ModelClient:
       endpoint); key from the variable named by ``api_key_env``.
     * demo: :class:`DemoClient`.
     """
-    env = os.environ if env is None else env
+    env = registry.environ(env)
     runtime = card.runtime
-    override = (env.get("AGAP_MODEL_MODE") or "").strip().lower()
+    override = registry.get_str("AGAP_MODEL_MODE", env).strip().lower()
     if override and override not in _MODES:
         raise ConfigError(f"AGAP_MODEL_MODE={override!r} is not a model mode",
                           hint="one of: " + ", ".join(_MODES))
@@ -614,11 +617,12 @@ def client_for(card: Card, env: Mapping[str, str] | None = None) -> ModelClient:
     if mode == "demo":
         return DemoClient()
     if mode == "gateway":
-        base = env.get("AGAP_LITELLM_URL") or (runtime.api_base if own else None) \
-            or DEFAULT_GATEWAY_URL
-        key = env.get("AGAP_LITELLM_KEY") or \
-            (env.get(runtime.api_key_env) if own and runtime.api_key_env else None) or \
-            env.get("LITELLM_MASTER_KEY")
+        # Unset means the card's own endpoint first: not the registered default at once.
+        base = registry.get_str("AGAP_LITELLM_URL", env, fallback="") \
+            or (runtime.api_base if own else None) or DEFAULT_GATEWAY_URL
+        key = registry.get_str("AGAP_LITELLM_KEY", env) or \
+            (registry.named(runtime.api_key_env, env) if own and runtime.api_key_env else None) \
+            or registry.get_str("LITELLM_MASTER_KEY", env)
         if not key:
             raise ConfigError(f"card {card.id!r} runs through the LiteLLM gateway at {base} "
                               "but no gateway key is set", where=f"cards/{card.id}.yaml",
@@ -626,16 +630,16 @@ def client_for(card: Card, env: Mapping[str, str] | None = None) -> ModelClient:
                               "(or AGAP_MODEL_MODE=demo to run offline)")
         return GatewayClient(base, key)
     if mode == "sdk":
-        key = None
+        sdk_key: str | None = None
         if runtime.api_key_env:
-            key = env.get(runtime.api_key_env)
-            if not key:
+            sdk_key = registry.named(runtime.api_key_env, env)
+            if not sdk_key:
                 raise ConfigError(f"card {card.id!r} calls its model in process but "
                                   f"{runtime.api_key_env} is not set",
                                   where=f"cards/{card.id}.yaml",
                                   hint=f"put the key in {runtime.api_key_env} (environment or "
                                   ".env), or AGAP_MODEL_MODE=demo to run offline")
-        return SdkClient(api_base=runtime.api_base, api_key=key)
+        return SdkClient(api_base=runtime.api_base, api_key=sdk_key)
     raise ConfigError(f"card {card.id!r} has runtime mode {mode!r}: its work is done outside "
                       "the worker (a persona runtime or a person), not by a model client",
                       where=f"cards/{card.id}.yaml")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fabric import settings_registry as registry
 from fabric.errors import ConfigError
 
 REALM = "agap"
@@ -107,10 +108,10 @@ def load_tokens(env: Mapping[str, str]) -> TokenTable:
     surface never runs unauthenticated.
     """
     pairs: list[tuple[str, str]] = []
-    inline = env.get("AGAP_A2A_TOKENS", "").strip()
+    inline = registry.get_str("AGAP_A2A_TOKENS", env).strip()
     if inline:
         pairs += _split_pairs(inline, where="AGAP_A2A_TOKENS", sep=r"[,\n]")
-    path = env.get("AGAP_A2A_TOKENS_FILE", "").strip()
+    path = registry.get_str("AGAP_A2A_TOKENS_FILE", env).strip()
     if path:
         try:
             text = Path(path).read_text(encoding="utf-8")

@@ -30,6 +30,8 @@ from a2a.types.a2a_pb2 import TaskPushNotificationConfig
 from a2a.utils.proto_utils import to_stream_response
 from a2a.utils.push_url_validator import validate_push_notification_url
 
+from fabric import settings_registry as registry
+
 from .convert import to_dict
 
 log = logging.getLogger("agap.a2a.push")
@@ -46,7 +48,7 @@ class PushPolicy:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> PushPolicy:
-        return cls.parse(env.get("AGAP_A2A_PUSH_ALLOW", "").split(","))
+        return cls.parse(registry.get_list("AGAP_A2A_PUSH_ALLOW", env))
 
     @classmethod
     def parse(cls, items: Iterable[str]) -> PushPolicy:

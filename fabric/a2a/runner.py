@@ -10,12 +10,12 @@ caller passed explicitly.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fabric import settings_registry as registry
 from fabric.cards import Card, CardSet
 from fabric.errors import FabricError
 from workers.executor import ASK_RULE, QUESTION_PREFIX
@@ -58,15 +58,14 @@ class Runner:
     def __init__(self, cards: CardSet, env: Mapping[str, str] | None = None, *,
                  resolve_task: Callable[[int], str] | None = None) -> None:
         self.cards = cards
-        self.env = dict(os.environ if env is None else env)
+        self.env = dict(registry.environ(env))
         self._clients: dict[str, ModelClient] = {}
         self._lock = threading.Lock()
-        roots = [Path(p) for p in self.env.get("AGAP_REF_ROOTS", str(Path.cwd())).split(os.pathsep)
-                 if p]
+        roots = [Path(p) for p in registry.get_list("AGAP_REF_ROOTS", self.env)]
         self.refs = RefResolver(roots=roots, resolve_task=resolve_task)
 
     def mode(self, card: Card) -> str:
-        return (self.env.get("AGAP_MODEL_MODE") or "").strip().lower() or card.runtime.mode
+        return registry.get_str("AGAP_MODEL_MODE", self.env).strip().lower() or card.runtime.mode
 
     def can_sync(self, card: Card) -> bool:
         """True for agents the server can run directly (model and persona cards)."""

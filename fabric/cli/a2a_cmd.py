@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
 import click
 
+from fabric import settings_registry as registry
 from fabric.cli import main
 from fabric.errors import ConfigError
 
@@ -48,7 +48,7 @@ def serve_cmd(agents: tuple[str, ...], host: str, port: int, public_url: str | N
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    env = dict(os.environ)
+    env = dict(registry.environ())
     tokens = load_tokens(env)  # first: no tokens, no server (exit 2)
     if (tls_cert is None) != (tls_key is None):
         raise ConfigError("give both --tls-cert and --tls-key", where="--tls-cert/--tls-key")

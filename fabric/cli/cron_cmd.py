@@ -5,18 +5,18 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 from datetime import UTC, datetime
 
 import click
 
+from fabric import settings_registry as registry
 from fabric.cli import main
 from fabric.core import Fabric
 from fabric.errors import InvalidInput
 
 
 @main.command("cron")
-@click.option("--file", "path", default=lambda: os.environ.get("AGAP_SCHEDULES", "schedules.yaml"),
+@click.option("--file", "path", default=lambda: registry.get_str("AGAP_SCHEDULES"),
               show_default="$AGAP_SCHEDULES or schedules.yaml", help="The schedule file.")
 @click.option("--once", "once", metavar="NAME",
               help="Fire this schedule now, for its latest planned time, and exit.")

@@ -17,6 +17,7 @@ from types import FrameType
 
 import click
 
+from fabric import settings_registry as registry
 from fabric.board.server import EmbeddedBoard
 from fabric.board.view import BoardView
 from fabric.bootstrap import init_board, save_layout_cache
@@ -71,7 +72,7 @@ class Supervisor:
 
 
 @main.command("up")
-@click.option("--port", type=int, default=lambda: int(os.environ.get("AGAP_BOARD_PORT", "8765")),
+@click.option("--port", type=int, default=lambda: registry.get_int("AGAP_BOARD_PORT"),
               help="Board port on 127.0.0.1 (AGAP_BOARD_PORT, default 8765; 0 = any).")
 @click.option("--no-workers", is_flag=True, help="Only the board (and init).")
 def up_cmd(port: int, no_workers: bool) -> None:
@@ -82,7 +83,7 @@ def up_cmd(port: int, no_workers: bool) -> None:
     state.mkdir(parents=True, exist_ok=True)
     try:
         board = EmbeddedBoard(state / "board.sqlite3", port=port,
-                              token=os.environ.get("AGAP_BOARD_TOKEN") or None).start()
+                              token=registry.get_str("AGAP_BOARD_TOKEN") or None).start()
     except OSError as exc:
         raise ConfigError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}",
                           hint="another `agap up` may be running; or set AGAP_BOARD_PORT") from None
@@ -93,8 +94,10 @@ def up_cmd(port: int, no_workers: bool) -> None:
     assert report.layout is not None
     save_layout_cache(settings, report.layout)
 
+    # The children get this process's whole environment, with the board and the demo
+    # model filled in (an empty AGAP_MODEL_MODE keeps the cards' own modes).
     env = {**os.environ, "KANBOARD_URL": board.url, "KANBOARD_API_TOKEN": board.token,
-           "AGAP_MODEL_MODE": os.environ.get("AGAP_MODEL_MODE", "demo"),
+           "AGAP_MODEL_MODE": registry.get_str("AGAP_MODEL_MODE", fallback="demo"),
            "AGAP_STATE_DIR": str(state.resolve()),
            "AGAP_CARDS_DIR": str(Path(settings.cards_dir).resolve())}
     sup = Supervisor(env)

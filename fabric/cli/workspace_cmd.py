@@ -17,13 +17,13 @@ See docs/WORKSPACES.md.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import click
 
+from fabric import settings_registry as registry
 from fabric.cli import main
 from fabric.core import Fabric
 from fabric.errors import ConfigError, InvalidInput
@@ -40,8 +40,7 @@ def _emit(data: dict[str, Any], as_json: bool, text: str) -> None:
 def _root(root: Path | None, fab: Fabric) -> Path:
     if root is not None:
         return root
-    env = os.environ.get("AGAP_WORKSPACE_ROOT")
-    return Path(env) if env else fab.settings.state_dir
+    return registry.get_path("AGAP_WORKSPACE_ROOT", fallback=fab.settings.state_dir)
 
 
 def _held(fab: Fabric, task_id: int, epoch: int, owner: str) -> Lease:
@@ -96,7 +95,7 @@ def checkpoint_cmd(task_id: int, epoch: int, owner: str, root: Path | None, as_j
 
 
 def _forge(url: str | None, token_env: str, repo: RepoRef) -> GiteaForge:
-    base = url or os.environ.get("AGAP_FORGE_URL")
+    base = url or registry.get_str("AGAP_FORGE_URL")
     if not base:
         parts = urlsplit(repo.url)
         if parts.scheme not in ("http", "https"):

@@ -7,19 +7,20 @@
   taken from the variable ``VAR``, never from the command line).
 * ``tcp HOST PORT`` — something listens there.
 
-Exit 0 when healthy, 1 otherwise (one line on stderr says why). Standard library only: a
-healthcheck must not pay for the fabric's imports.
+Exit 0 when healthy, 1 otherwise (one line on stderr says why). Standard library only (and
+the settings registry, which is too): a healthcheck must not pay for the fabric's imports.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+
+from fabric import settings_registry as registry
 
 
 def check_process(pid: int = 1, proc: Path = Path("/proc")) -> str | None:
@@ -38,7 +39,7 @@ def check_http(url: str, bearer_env: str | None = None, timeout: float = 4.0) ->
     """None when ``url`` answers 2xx."""
     request = urllib.request.Request(url, headers={"User-Agent": "agap-healthcheck"})
     if bearer_env:
-        token = os.environ.get(bearer_env, "")
+        token = registry.named(bearer_env)
         if not token:
             return f"{bearer_env} is not set"
         request.add_header("Authorization", f"Bearer {token}")

@@ -18,18 +18,17 @@ environment variables keep them out of process listings.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
+from fabric import settings_registry as registry
 from fabric.errors import ConfigError
 
 MIN_SECRET = 16
 _PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_TRUE = {"1", "true", "yes", "on"}
 
 Scheme = Literal["mqtt", "nats"]
 _SCHEMES: dict[str, tuple[Scheme, bool, int]] = {
@@ -68,11 +67,10 @@ class EventsConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> EventsConfig | None:
         """The settings, or None when ``AGAP_EVENTS_URL`` is unset (events off)."""
-        e = os.environ if env is None else env
-        raw = (e.get("AGAP_EVENTS_URL") or "").strip()
+        raw = registry.get_str("AGAP_EVENTS_URL", env).strip()
         if not raw:
             return None
-        secret = e.get("AGAP_EVENTS_SECRET") or ""
+        secret = registry.get_str("AGAP_EVENTS_SECRET", env)
         if not secret:
             raise ConfigError(
                 "AGAP_EVENTS_URL is set but AGAP_EVENTS_SECRET is not: events are never "
@@ -96,12 +94,12 @@ class EventsConfig:
             raise ConfigError("the event broker URL has a bad port", where="AGAP_EVENTS_URL") from None
         if not parts.hostname:
             raise ConfigError("the event broker URL has no host", where="AGAP_EVENTS_URL")
-        prefix = (e.get("AGAP_EVENTS_PREFIX") or "agap").strip()
+        prefix = registry.get_str("AGAP_EVENTS_PREFIX", env).strip()
         if not _PREFIX.match(prefix):
             raise ConfigError(f"bad topic prefix {prefix!r}", where="AGAP_EVENTS_PREFIX",
                               hint="letters, digits, '_' and '-' only (1-64)")
         webhook = None
-        if hook := (e.get("AGAP_EVENTS_WEBHOOK") or "").strip():
+        if hook := registry.get_str("AGAP_EVENTS_WEBHOOK", env).strip():
             host, _, hport = hook.rpartition(":")
             if not host or not hport.isdigit():
                 raise ConfigError(f"bad webhook address {hook!r}", where="AGAP_EVENTS_WEBHOOK",
@@ -109,15 +107,16 @@ class EventsConfig:
             webhook = (host, int(hport))
         return cls(
             scheme=scheme, host=parts.hostname, port=port, secret=secret.encode(), prefix=prefix,
-            username=e.get("AGAP_EVENTS_USERNAME") or (unquote(parts.username) if parts.username
-                                                        else None),
-            password=e.get("AGAP_EVENTS_PASSWORD") or (unquote(parts.password) if parts.password
-                                                        else None),
-            tls=tls_default or (e.get("AGAP_EVENTS_TLS") or "").strip().lower() in _TRUE,
-            ca_file=e.get("AGAP_EVENTS_CA") or None, cert_file=e.get("AGAP_EVENTS_CERT") or None,
-            key_file=e.get("AGAP_EVENTS_KEY") or None,
-            jetstream=(e.get("AGAP_EVENTS_JETSTREAM") or "1").strip().lower() in _TRUE,
-            webhook=webhook, webhook_token=e.get("AGAP_EVENTS_WEBHOOK_TOKEN") or None,
+            username=registry.get_str("AGAP_EVENTS_USERNAME", env)
+            or (unquote(parts.username) if parts.username else None),
+            password=registry.get_str("AGAP_EVENTS_PASSWORD", env)
+            or (unquote(parts.password) if parts.password else None),
+            tls=tls_default or registry.get_bool("AGAP_EVENTS_TLS", env),
+            ca_file=registry.get_str("AGAP_EVENTS_CA", env) or None,
+            cert_file=registry.get_str("AGAP_EVENTS_CERT", env) or None,
+            key_file=registry.get_str("AGAP_EVENTS_KEY", env) or None,
+            jetstream=registry.get_bool("AGAP_EVENTS_JETSTREAM", env),
+            webhook=webhook, webhook_token=registry.get_str("AGAP_EVENTS_WEBHOOK_TOKEN", env) or None,
         )
 
 

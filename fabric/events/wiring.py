@@ -28,7 +28,6 @@ import atexit
 import contextlib
 import hmac
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -177,7 +176,7 @@ def attach_worker(worker: Worker, queue: str | None = None, env: Mapping[str, st
                   *, config: EventsConfig | None = None, wake: bool = True,
                   transport: Transport | None = None) -> WorkerAttachment | None:
     """Publish ``worker``'s lifecycle and wake it on submits; None when events are off."""
-    config = config or EventsConfig.from_env(os.environ if env is None else env)
+    config = config or EventsConfig.from_env(env)
     if config is None:
         return None
     queue = queue or worker.config.queue
@@ -219,7 +218,7 @@ def attach_submitter(fab: Fabric, env: Mapping[str, str] | None = None, *,
     The cancel hook wraps this connection's ``ledger.cancel``: the transition is made
     first, then the event is queued. None when events are off.
     """
-    config = config or EventsConfig.from_env(os.environ if env is None else env)
+    config = config or EventsConfig.from_env(env)
     if config is None:
         return None
     pub = publisher or shared_publisher(config)
