@@ -139,12 +139,15 @@ def _term(f: Flavour, attr: str, value: str) -> tuple[str, list[object]]:
         if _digits(value):
             return "t.is_active = ?", [value]
         return "", []
+    # Names are matched in their own (small) tables, once per query: a collation or LIKE
+    # function evaluated for every task row makes a sweep's cost grow with history.
     if attr == "column":
         if _digits(value):
             return "t.column_id = ?", [value]
-        return eq_sql(f, "c.title"), [value]
+        return f"t.column_id IN (SELECT c2.id FROM columns c2 WHERE {eq_sql(f, 'c2.title')})", [value]
     if attr == "swimlane":
-        return like_sql(f, "s.name"), [value]
+        return (f"t.swimlane_id IN (SELECT s2.id FROM swimlanes s2 WHERE {like_sql(f, 's2.name')})",
+                [value])
     if attr == "assignee":
         return _people(f, "t.owner_id", "u", value)
     if attr == "creator":
