@@ -336,6 +336,7 @@ def _fold(ch: str) -> str:
     return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
 
 
+@functools.lru_cache(maxsize=65536)
 def ci_key(text: str) -> str:
     """Equal keys for strings utf8mb4_unicode_ci holds equal.
 
@@ -344,7 +345,10 @@ def ci_key(text: str) -> str:
     expand (``ﬁ`` = ``fi``), all emoji are equal, and trailing spaces do not count (PAD
     SPACE; a trailing tab does). ``Æ``/``ae``, ``ø``/``o`` and dotless/dotted i stay distinct.
     """
-    return "".join(_fold(c) for c in text.rstrip(" "))
+    text = text.rstrip(" ")
+    if text.isascii():
+        return text.lower()  # the common case, and the collation runs per compared row
+    return "".join(_fold(c) for c in text)
 
 
 def _weight(ch: str) -> tuple[int, str]:
@@ -354,9 +358,15 @@ def _weight(ch: str) -> tuple[int, str]:
     return rank, ch
 
 
+@functools.lru_cache(maxsize=65536)
+def _sort_key(text: str) -> tuple[tuple[int, str], ...]:
+    return tuple(_weight(c) for c in ci_key(text))
+
+
 def _collate(a: str, b: str) -> int:
-    ka = [_weight(c) for c in ci_key(a)]
-    kb = [_weight(c) for c in ci_key(b)]
+    if a == b:
+        return 0
+    ka, kb = _sort_key(a), _sort_key(b)
     return (ka > kb) - (ka < kb)
 
 
