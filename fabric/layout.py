@@ -68,6 +68,10 @@ META_GAP = "fabric.gap"  # an epoch seen locked with no record: {epoch, seen}
 META_ESCALATED = "fabric.escalated"  # the keeper raised a decision task about this one
 META_REMINDED = "fabric.reminded"  # when the keeper last reminded a gate's human
 META_NOTIFIED = "fabric.notified"  # the epoch whose inbox notice was sent
+# "<epoch>:<unix time>" of the fabric's latest move of the card made outside the record's
+# own batch (a re-sent or repaired move): with the record's time, it tells the fabric's
+# moves from a person's.
+META_PROJECTED = "fabric.projected"
 
 # -- project metadata keys ------------------------------------------------------------
 META_PARK_PREFIX = "fabric.park."  # work project: fabric.park.<queue> = park state (JSON)

@@ -178,8 +178,8 @@ REGISTRY: tuple[Var, ...] = (
     _v("AGAP_KEEPER_LEASE_GRACE", "duration", "keeper",
        "an expired lease is requeued only this long after it ran out", "5s"),
     _v("AGAP_KEEPER_MOVE_TOLERANCE", "duration", "keeper",
-       "a card moved within this of its record is the fabric's lagging move, not a gesture",
-       "5s"),
+       "a card moved within this of the fabric's own latest move is that move, not a "
+       "gesture (PostgreSQL's deadlock retries delay moves by seconds)", "15s"),
     _v("AGAP_KEEPER_REPAIR_AFTER", "duration", "keeper",
        "half-submitted tasks are repaired after this long", "60s"),
     _v("AGAP_KEEPER_REMIND_EVERY", "duration", "keeper",

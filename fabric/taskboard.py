@@ -33,6 +33,7 @@ from fabric.layout import (
     COLUMN_OF_STATE,
     META_GAP,
     META_PARK_PREFIX,
+    META_PROJECTED,
     META_SPEC,
     META_UID,
     Column,
@@ -63,9 +64,9 @@ RETRIES = 8  # re-sends of an idempotent write that failed ambiguously
 # it projects is still the task's latest (a later transition's writer checks its own).
 # Someone else's card is put right only when its record is REPAIR_AGE old, so that its
 # writer's own check comes first.
-MOVE_TOLERANCE = 5.0
+MOVE_TOLERANCE = 15.0  # covers a write batch's own re-sends (deadlocks cost ~1 s each)
 VERIFY_AFTER = 0.5
-MOVE_TRIES = 3
+MOVE_TRIES = 5
 REPAIR_AGE = 2.0
 
 
@@ -191,6 +192,23 @@ class TaskView:
     @property
     def is_open(self) -> bool:
         return bool(self.row.get("is_active", 1))
+
+    @property
+    def fabric_moved_at(self) -> float:
+        """The latest time the fabric itself moved the card for the current record.
+
+        The record's own time, or a later re-sent or repaired move (``META_PROJECTED``).
+        A card moved well after this was moved by someone else: a person's gesture.
+        """
+        rec = self.current
+        at = rec.at if rec is not None else 0.0
+        epoch, _, when = self.meta.get(META_PROJECTED, "").partition(":")
+        try:
+            if int(epoch) == self.epoch:
+                at = max(at, float(when))
+        except ValueError:
+            pass
+        return at
 
 
 def parse_view(task_id: int, row: dict[str, Any] | None, meta: Any, read_at: float) -> TaskView:
@@ -340,7 +358,8 @@ class TaskBoard:
                 continue  # moved again since (a person's gesture): theirs to keep
             if parse_view(tid, row.value, meta.value, 0.0).epoch != move.epoch:
                 continue  # a later transition: its writer projects it
-            again.append(self._move_call(tid, move.column_id, move.swimlane_id))
+            again += [self.stamp_call(tid, move.epoch),
+                      self._move_call(tid, move.column_id, move.swimlane_id)]
             if move.tries < MOVE_TRIES:
                 self._moved[tid] = self._new_move(move.column_id, move.swimlane_id,
                                                   move.epoch, move.tries + 1)
@@ -359,9 +378,10 @@ class TaskBoard:
         for _ in range(MOVE_TRIES):
             if not self._moved:
                 return
+            # Jittered: workers leaving together would otherwise move at the same moment
+            # and lose each other's moves again.
             wait = max(m.due for m in self._moved.values()) - time.monotonic()
-            if wait > 0:
-                time.sleep(min(wait, VERIFY_AFTER))
+            time.sleep(min(max(wait, 0.0), VERIFY_AFTER) + random.uniform(0, VERIFY_AFTER))
             due = list(self._moved)
             self._recheck_moves(due, self.port.batch(self._recheck_calls(due)))
 
@@ -381,11 +401,21 @@ class TaskBoard:
             return False
         calls = [c for c in self._projection_calls(fresh, rec, description=None)
                  if c.method == "moveTaskPosition"]
-        if not calls or float(fresh.row.get("date_moved") or 0) > rec.at + MOVE_TOLERANCE:
+        if not calls or float(fresh.row.get("date_moved") or 0) > \
+                fresh.fabric_moved_at + MOVE_TOLERANCE:
             return False
-        self._batch(calls)
+        self._batch([self.stamp_call(fresh.id, rec.epoch), *calls])
         self._remember_moves(calls, fresh.id, rec.epoch)
         return True
+
+    def stamp_call(self, task_id: int, epoch: int) -> Call:
+        """Mark a move the fabric makes outside a record's batch (see META_PROJECTED).
+
+        Sent in the same batch, just before the move, so the card's ``date_moved`` and
+        the stamp are the same moment.
+        """
+        return Call("saveTaskMetadata", {"task_id": task_id, "values": {
+            META_PROJECTED: f"{epoch}:{self.clock():.3f}"}})
 
     def _remember_moves(self, calls: Sequence[Call], task_id: int, epoch: int) -> None:
         for c in calls:

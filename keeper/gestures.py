@@ -85,7 +85,7 @@ def changed_at(view: TaskView, closed_mismatch: bool) -> float:
     return float(row.get("date_moved") or 0)
 
 
-def sweep_gestures(fab: Fabric, snap: Snapshot, *, tolerance: float = 5.0) -> GestureReport:
+def sweep_gestures(fab: Fabric, snap: Snapshot, *, tolerance: float = 15.0) -> GestureReport:
     """Act on human gestures, repair lagging projections (see the module doc)."""
     report = GestureReport()
     for view in (*snap.views, *snap.closed_active, *snap.vanished):
@@ -99,7 +99,7 @@ def sweep_gestures(fab: Fabric, snap: Snapshot, *, tolerance: float = 5.0) -> Ge
             continue
         if col is None:
             continue  # a column the fabric does not own: leave it alone
-        if changed_at(view, open_mismatch) <= rec.at + tolerance:
+        if changed_at(view, open_mismatch) <= view.fabric_moved_at + tolerance:
             guarded(view, report, partial(_repair, fab, view, rec, report))
             continue
         guarded(view, report, partial(_act, fab, view, rec, col, report))
@@ -148,6 +148,7 @@ def _repair(fab: Fabric, view: TaskView, rec: Record, report: SweepReport, *,
     want = expected_column(rec)
     calls: list[Call] = []
     if int(view.row.get("column_id") or 0) != layout.columns[want]:
+        calls.append(fab.board.stamp_call(view.id, rec.epoch))
         calls.append(Call("moveTaskPosition", {
             "project_id": layout.project_id, "task_id": view.id,
             "column_id": layout.columns[want], "position": BOTTOM,

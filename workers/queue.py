@@ -22,6 +22,11 @@ from fabric.taskboard import TaskBoard, TaskView
 # How many of the best candidates one poll reads records for. Contending workers
 # spread over them instead of all racing for the single best task.
 CANDIDATES = 8
+# A card in Queued whose record says otherwise (a lost move not yet put right, a
+# person's gesture the keeper has not read) is left out of polls this long, so it
+# neither costs a metadata read per poll nor keeps a draining worker from seeing an
+# empty queue.
+SKIP_SECONDS = 10.0
 
 
 def order_key(row: dict[str, Any]) -> tuple[int, float, int, int]:
@@ -55,12 +60,15 @@ class QueueReader:
         self.last_poll_size = 0
         self._rows: list[dict[str, Any]] = []
         self._polled_at = float("-inf")
+        self._skip: dict[int, float] = {}  # task id -> time.monotonic() it is polled again
 
     def poll(self) -> list[dict[str, Any]]:
         """The queue's queued open tasks that may be due, best first (one round trip)."""
         rows = self.board.open_in([Column.QUEUED], self.queue)
-        now = self.clock()
-        due = [r for r in rows if int(r.get("date_started") or 0) <= now]
+        now, mono = self.clock(), time.monotonic()
+        self._skip = {tid: until for tid, until in self._skip.items() if until > mono}
+        due = [r for r in rows if int(r.get("date_started") or 0) <= now
+               and int(r["id"]) not in self._skip]
         due.sort(key=order_key)
         self.last_poll_size = len(due)
         self._rows, self._polled_at = list(due), time.monotonic()
@@ -131,6 +139,7 @@ class QueueReader:
             # than at the keeper's next sweep; a person's later move is left alone.
             with contextlib.suppress(FabricError):
                 self.board.repair_projection(view)
+            self._skip[view.id] = time.monotonic() + SKIP_SECONDS
             return None
         if cur.not_before and cur.not_before > self.clock():
             return None
