@@ -38,7 +38,8 @@ integration: install
 contract: install
 	$(PY) -m pytest tests/contract -v
 
-## benchmarks (never part of the tests); results land in bench/results/
+## benchmarks (never part of the tests); results land in bench/results/. Real Kanboards come
+## from KANBOARD_URL/KANBOARD_API_TOKEN/KANBOARD_FLAVOUR and AGAP_BENCH_KANBOARDS (see bench/__init__.py)
 bench: install
 	$(PY) -m bench
 

@@ -1,4 +1,9 @@
-"""What every benchmark shares: targets (boards), counting clients, a counting proxy."""
+"""What every benchmark shares: targets (boards), counting clients, a counting proxy.
+
+The real Kanboards to measure come from the environment only (``KANBOARD_URL``,
+``KANBOARD_API_TOKEN``, ``KANBOARD_FLAVOUR``, ``AGAP_BENCH_KANBOARDS``): see
+:mod:`bench` for the syntax.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import secrets
 import sys
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -76,6 +81,7 @@ class Target:
     label: str  # column heading in the table
     run_id: str = field(default_factory=lambda: secrets.token_hex(3))
     real: bool = False
+    flavour: str = ""  # the database backend (real) or the imitated one (embedded)
     projects: list[int] = field(default_factory=list)
     users: list[int] = field(default_factory=list)
 
@@ -127,6 +133,72 @@ class Target:
             with contextlib.suppress(BoardError):
                 client.call("removeUser", {"user_id": uid})
         client.close()
+
+
+FLAVOUR_NAMES = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mysql": "MySQL/MariaDB"}
+_FLAVOUR_ALIASES = {"sqlite": "sqlite", "sqlite3": "sqlite", "postgres": "postgres",
+                    "postgresql": "postgres", "pg": "postgres", "pgsql": "postgres",
+                    "mysql": "mysql", "mariadb": "mysql"}
+
+
+class TargetSpecError(ValueError):
+    """A malformed ``AGAP_BENCH_KANBOARDS`` or ``KANBOARD_FLAVOUR``."""
+
+
+def flavour_of(text: str, where: str) -> str:
+    flavour = _FLAVOUR_ALIASES.get(text.strip().lower())
+    if flavour is None:
+        raise TargetSpecError(f"{where}: unknown database flavour {text.strip()!r} "
+                              f"(expected one of {', '.join(FLAVOUR_NAMES)})")
+    return flavour
+
+
+def parse_kanboards(spec: str, default_token: str | None = None) -> list[tuple[str, str, str]]:
+    """``AGAP_BENCH_KANBOARDS`` as (flavour, url, token) triples, in the order given."""
+    out: list[tuple[str, str, str]] = []
+    for raw in spec.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        flavour, eq, rest = entry.partition("=")
+        if not eq or not rest.strip():
+            raise TargetSpecError(f"AGAP_BENCH_KANBOARDS: {entry!r} is not <flavour>=<url>|<token>")
+        url, bar, token = rest.strip().partition("|")
+        url, token = url.strip(), token.strip()
+        if not bar or not token:
+            token = default_token or ""
+        if not token:
+            raise TargetSpecError(f"AGAP_BENCH_KANBOARDS: {flavour.strip()}= has no token "
+                                  "(add |<token>, or set KANBOARD_API_TOKEN)")
+        if not urlsplit(url).scheme.startswith("http"):
+            raise TargetSpecError(f"AGAP_BENCH_KANBOARDS: {url!r} is not an http(s) URL")
+        out.append((flavour_of(flavour, "AGAP_BENCH_KANBOARDS"), url, token))
+    return out
+
+
+def real_targets(environ: Mapping[str, str] | None = None) -> list[Target]:
+    """The real Kanboards named by the environment (see the module docstring)."""
+    env = os.environ if environ is None else environ
+    found: list[tuple[str, str, str]] = []
+    url, token = env.get("KANBOARD_URL"), env.get("KANBOARD_API_TOKEN")
+    if url and token:
+        found.append((flavour_of(env.get("KANBOARD_FLAVOUR") or "sqlite", "KANBOARD_FLAVOUR"),
+                      url, token))
+    found += parse_kanboards(env.get("AGAP_BENCH_KANBOARDS", ""), token)
+    targets: list[Target] = []
+    seen: set[str] = set()
+    per_flavour: Counter[str] = Counter()
+    for flavour, url, token in found:
+        if url.rstrip("/") in seen:
+            continue
+        seen.add(url.rstrip("/"))
+        per_flavour[flavour] += 1
+        n = per_flavour[flavour]
+        suffix = "" if n == 1 else f"-{n}"
+        label = f"real Kanboard ({FLAVOUR_NAMES[flavour]}{'' if n == 1 else f' #{n}'})"
+        targets.append(Target(f"kanboard-{flavour}{suffix}", url, token, label, real=True,
+                              flavour=flavour))
+    return targets
 
 
 class CountingProxy:

@@ -1,4 +1,4 @@
-"""Jobs the pool processes run: the fabric's own worker, and raw ``createTask``."""
+"""Jobs the pool processes run: the fabric's own worker, its settle poll, raw ``createTask``."""
 
 from __future__ import annotations
 
@@ -15,8 +15,14 @@ from fabric.core import Fabric
 from fabric.kanboard.port import BoardError
 from workers.drill import DrillExecutor
 from workers.loop import Worker, WorkerConfig
+from workers.queue import QueueReader
 
 Runner = Any
+
+# The connections of this process's last fabric job: the settle job polls once more
+# through them (a pool process runs the same index of every job).
+_LAST: list[tuple[Fabric, CountingClient]] = []
+_LAST_QUEUE: list[str] = []
 
 
 @cache
@@ -30,11 +36,17 @@ def fabric_job(p: dict[str, Any]) -> Runner:
                         project=p["project"], locks_project=p["locks_project"])
     cards = _cards()
     clients: list[CountingClient] = []
+    for _, old in _LAST:
+        old.close()
+    _LAST.clear()
+    _LAST_QUEUE[:] = [p["queue"]]
 
     def connect() -> Fabric:
         client = CountingClient(p["url"], p["token"])
         clients.append(client)
-        return Fabric.connect(settings, cards=cards, port=client)
+        fab = Fabric.connect(settings, cards=cards, port=client)
+        _LAST.append((fab, client))
+        return fab
 
     worker = Worker(connect, DrillExecutor(p["log"], effect=bool(p.get("effect", False))),
                     WorkerConfig(queue=p["queue"], owner=p["owner"], lease_seconds=60.0,
@@ -58,6 +70,35 @@ def fabric_job(p: dict[str, Any]) -> Runner:
                 "calls": sum(c.stats.calls for c in clients),
                 "by_method": dict(by_method), "errors": dict(errors),
                 "timed_out": worker.stop.is_set()}
+
+    return run
+
+
+def settle_job(p: dict[str, Any]) -> Runner:
+    """One more poll on each connection of this process's last fabric job, after it ended.
+
+    A poll also reads back the cards that connection moved a moment before and moves
+    again any whose move the board lost: what a worker still running would do next.
+    """
+    last = list(_LAST)
+    queue = _LAST_QUEUE[0] if _LAST_QUEUE else p["queue"]
+
+    def run() -> dict[str, Any]:
+        before = [(c.stats.trips, c.stats.by_method.get("moveTaskPosition", 0)) for _, c in last]
+        failed = 0
+        for fab, _ in last:
+            try:
+                QueueReader(fab.board, fab.ledger, queue).poll()
+            except BoardError:
+                failed += 1
+        trips = sum(c.stats.trips - t for (_, c), (t, _) in zip(last, before, strict=True))
+        moves = sum(c.stats.by_method.get("moveTaskPosition", 0) - m
+                    for (_, c), (_, m) in zip(last, before, strict=True))
+        for _, c in last:
+            c.close()
+        _LAST.clear()
+        return {"connections": len(last), "trips": trips, "moves_resent": moves,
+                "failed": failed}
 
     return run
 

@@ -42,6 +42,14 @@ def double_executions(path: str | Path) -> tuple[int, int, int]:
     return len(rows), sum(1 for _, n in rows if n > 1), sum(n for _, n in rows)
 
 
+def executed_ids(path: str | Path) -> set[int]:
+    """The task ids a naive log shows executed (at least once)."""
+    db = open_log(path)
+    rows = db.execute("SELECT DISTINCT task_id FROM executions").fetchall()
+    db.close()
+    return {int(tid) for (tid,) in rows}
+
+
 @dataclass(frozen=True)
 class NaiveLayout:
     """Kanboard ids the naive claimer needs."""
@@ -138,8 +146,10 @@ def naive_job(p: dict[str, Any]) -> Any:
                            p["log"])
 
     def run() -> dict[str, Any]:
-        claimer.drain(time.monotonic() + float(p["deadline"]))
+        deadline = time.monotonic() + float(p["deadline"])
+        claimer.drain(deadline)
         return {"completed": claimer.done, "claim_errors": claimer.claim_errors,
+                "timed_out": time.monotonic() >= deadline,
                 "polls": claimer.polls, "trips": client.stats.trips,
                 "calls": client.stats.calls, "errors": dict(client.errors)}
 

@@ -22,10 +22,10 @@ Setup = Callable[[dict[str, Any]], Runner]
 
 
 def _jobs() -> dict[str, Setup]:
-    from bench.jobs import fabric_job, raw_job
+    from bench.jobs import fabric_job, raw_job, settle_job
     from bench.naive import naive_job
 
-    return {"fabric": fabric_job, "naive": naive_job, "raw": raw_job}
+    return {"fabric": fabric_job, "naive": naive_job, "raw": raw_job, "settle": settle_job}
 
 
 def serve(index: int, commands: Any, results: Any, cache_dir: str) -> None:

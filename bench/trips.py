@@ -17,8 +17,7 @@ from bench.env import CARDS_DIR, QUEUE_AGENT, ROOT, CountingClient, CountingProx
 from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.kanboard.port import BoardError
-from fabric.ledger import Lease, Ledger, LedgerError
-from fabric.taskboard import TaskBoard
+from fabric.ledger import Lease, LedgerError
 from workers.queue import QueueReader
 
 T = TypeVar("T")
@@ -79,10 +78,9 @@ def _clean(xs: list[int | None]) -> list[int]:
 
 def measure_trips(target: Target, cards: CardSet, *, n: int, cli_runs: int,
                   tmp: Path) -> dict[str, Any]:
-    settings, layout = target.fresh("trips", cards)
+    settings, _ = target.fresh("trips", cards)
     client = target.client()
-    board = TaskBoard(client, layout)
-    fab = Fabric(settings, cards, client, board, Ledger(board), time.time)
+    fab = Fabric.connect(settings, cards=cards, port=client)  # as a worker connects
     queue = cards.get(QUEUE_AGENT).queue_name
     reader = QueueReader(fab.board, fab.ledger, queue)
     sample = _Sampler(client)
