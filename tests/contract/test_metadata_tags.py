@@ -104,30 +104,35 @@ def test_task_tags(board: Board, project: Project) -> None:
     assert board.call("getTaskTags", [2_000_000_000]) == {}
 
 
+def race_create_tags(clients: list[KanboardClient], project_id: int,
+                     names: list[str]) -> tuple[list[Any], list[int], list[RpcError]]:
+    """Client i creates tag names[i], all released at once: (results, ids, errors)."""
+    barrier = threading.Barrier(len(names))
+    results: list[Any] = [None] * len(names)
+
+    def race(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = clients[i].call("createTag", [project_id, names[i]])
+        except RpcError as exc:
+            results[i] = exc
+
+    workers = [threading.Thread(target=race, args=(i,)) for i in range(len(names))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    ids = [r for r in results if isinstance(r, int) and not isinstance(r, bool)]
+    return results, ids, [r for r in results if isinstance(r, RpcError)]
+
+
 def test_create_tag_race_has_one_winner(board: Board, project: Project) -> None:
     threads, trials = 8, 30
     clients = [KanboardClient(board.url, board.token, timeout=60) for _ in range(threads)]
     try:
         for trial in range(trials):
             name = f"lock-{trial}"
-            barrier = threading.Barrier(threads)
-            results: list[Any] = [None] * threads
-
-            def race(i: int, name: str = name, barrier: threading.Barrier = barrier,
-                     results: list[Any] = results) -> None:
-                barrier.wait()
-                try:
-                    results[i] = clients[i].call("createTag", [project.id, name])
-                except RpcError as exc:
-                    results[i] = exc
-
-            workers = [threading.Thread(target=race, args=(i,)) for i in range(threads)]
-            for w in workers:
-                w.start()
-            for w in workers:
-                w.join()
-            ids = [r for r in results if isinstance(r, int) and not isinstance(r, bool)]
-            errors = [r for r in results if isinstance(r, RpcError)]
+            results, ids, errors = race_create_tags(clients, project.id, [name] * threads)
             assert all(r is False or r in ids or r in errors for r in results), results
             # A real Kanboard on SQLite with several PHP workers may answer
             # "database is locked" (code 0) to some callers; never two winners.
@@ -151,24 +156,8 @@ def test_create_tag_race_across_case(board: Board, project: Project) -> None:
     clients = [KanboardClient(board.url, board.token, timeout=60) for _ in spellings]
     try:
         for trial in range(10):
-            barrier = threading.Barrier(len(spellings))
-            results: list[Any] = [None] * len(spellings)
-
-            def race(i: int, trial: int = trial, barrier: threading.Barrier = barrier,
-                     results: list[Any] = results) -> None:
-                barrier.wait()
-                try:
-                    results[i] = clients[i].call("createTag",
-                                                 [project.id, spellings[i].format(trial)])
-                except RpcError as exc:
-                    results[i] = exc
-            workers = [threading.Thread(target=race, args=(i,)) for i in range(len(spellings))]
-            for w in workers:
-                w.start()
-            for w in workers:
-                w.join()
-            ids = [r for r in results if isinstance(r, int) and not isinstance(r, bool)]
-            errors = [r for r in results if isinstance(r, RpcError)]
+            results, ids, errors = race_create_tags(
+                clients, project.id, [s.format(trial) for s in spellings])
             assert all(e.code == 0 for e in errors) and (board.is_real or not errors), results
             if board.ci:  # one winner (none only if SQL errors took every turn)
                 assert len(ids) <= 1 and (len(ids) == 1 or errors), results
