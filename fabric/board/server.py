@@ -149,6 +149,12 @@ class _Server(ThreadingHTTPServer):
             self._open.add(request)
         super().process_request(request, client_address)
 
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.api.store.release()  # the thread ends: its database connection is reused
+
     def shutdown_request(self, request: Any) -> None:
         with self._open_lock:
             self._open.discard(request)

@@ -232,6 +232,7 @@ class Store:
         self.path = str(path)
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
+        self._free: list[sqlite3.Connection] = []  # connections of threads that ended
         self._lock = threading.Lock()
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -265,6 +266,11 @@ class Store:
         if db is None and self.path == ":memory:" and self._all:
             # An in-memory board (unit tests) is one database: share its one connection.
             db = self._all[0]
+        if db is None:
+            with self._lock:
+                db = self._free.pop() if self._free else None
+            if db is not None:
+                self._local.db = db
         if db is None:
             db = sqlite3.connect(
                 self.path, timeout=30.0, isolation_level=None, check_same_thread=False
@@ -329,10 +335,24 @@ class Store:
         finally:
             db.execute("COMMIT")
 
+    def release(self) -> None:
+        """The calling thread is done (a served request): keep its connection for the next.
+
+        The HTTP server runs a thread per connection; without this every one of them
+        would keep an open database (three file descriptors) until the board stops.
+        """
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None or self.path == ":memory:":
+            return
+        self._local.db = None
+        with self._lock:
+            self._free.append(db)
+
     def close(self) -> None:
         """Close every connection this store handed out."""
         with self._lock:
             for db in self._all:
                 db.close()
             self._all.clear()
+            self._free.clear()
         self._local = threading.local()
