@@ -11,6 +11,7 @@ from keeper.config import KeeperConfig
 from keeper.daemon import Keeper
 from keeper.gestures import HUMAN
 from tests.conftest import FakeClock
+from tests.helpers import wait_until
 
 LEASE = 300.0
 
@@ -172,3 +173,43 @@ def test_a_reopened_closed_card_is_closed_again(local_fabric: Fabric, clock: Fak
     rep = gestures(k)
     assert rep.explained == [tid]
     assert not int(row(local_fabric, tid)["is_active"])
+
+
+def test_a_lost_re_sent_move_is_repaired_not_read_as_a_reopen(local_fabric: Fabric,
+                                                              clock: FakeClock) -> None:
+    """PostgreSQL: a move the fabric re-sent late, then lost to a concurrent one."""
+    fab = local_fabric
+    tid, keeper = setup(fab)
+    fab.ledger.complete(claim(fab, tid), "file:///r")
+    done = fab.board.read(tid)
+    clock.advance(20)  # the write batch's own re-sends (deadlocks) took this long
+    fab.port.batch([fab.board.stamp_call(tid, done.epoch)])
+    move(fab, tid, Column.QUEUED)  # where another mover's position rewrite put it back
+    assert keeper.run_job("gestures")
+    report = keeper.last["gestures"]
+    assert report.acted == {} and report.repaired == [tid]  # type: ignore[attr-defined]
+    view = fab.board.read(tid)
+    assert view.epoch == done.epoch and view.current.state == State.DONE  # type: ignore[union-attr]
+    assert view.row["column_id"] == fab.board.layout.columns[Column.DONE]
+
+
+def test_without_the_stamp_the_same_late_move_is_a_persons_reopen(local_fabric: Fabric,
+                                                                  clock: FakeClock) -> None:
+    fab = local_fabric
+    tid, keeper = setup(fab)
+    fab.ledger.complete(claim(fab, tid), "file:///r")
+    clock.advance(20)
+    move(fab, tid, Column.QUEUED)
+    assert keeper.run_job("gestures")
+    assert keeper.last["gestures"].acted == {tid: "reopen"}  # type: ignore[attr-defined]
+
+
+def test_a_worker_re_sends_its_own_lost_move_on_its_next_poll(local_fabric: Fabric,
+                                                              clock: FakeClock) -> None:
+    fab = local_fabric
+    tid, _ = setup(fab)
+    fab.ledger.complete(claim(fab, tid), "file:///r")
+    move(fab, tid, Column.WORKING)  # lost: a concurrent rewrite of the Working column
+    wait_until(lambda: fab.board.open_in([Column.QUEUED], "kimi") is not None and
+               fab.board.read(tid).row["column_id"] == fab.board.layout.columns[Column.DONE],
+               timeout=10, what="the worker's next poll to re-send its move")
