@@ -15,16 +15,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fabric.errors import InvalidInput
+from fabric.kanboard.fit import UNSTORABLE, clean_text
 from fabric.layout import PRIORITY_LEVELS, State
 
 _REF_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:")
-# No backend stores a NUL (PostgreSQL refuses it in text) or a lone surrogate (what
-# invalid UTF-8 in an argument decodes to; PHP's JSON refuses it).
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
 def _storable(value: Any, what: str) -> Any:
-    if isinstance(value, str) and _UNSTORABLE.search(value):
+    if isinstance(value, str) and UNSTORABLE.search(value):
         raise ValueError(f"{what} contains a NUL or invalid UTF-8, which Kanboard cannot store")
     if isinstance(value, dict):
         for k, v in value.items():
@@ -38,7 +34,7 @@ def _storable(value: Any, what: str) -> Any:
 
 def storable_text(value: str) -> str:
     """``value`` with NULs and lone surrogates replaced by U+FFFD (for free text in records)."""
-    return _UNSTORABLE.sub("\ufffd", value)
+    return str(clean_text(value))
 
 
 class TaskSpec(BaseModel):

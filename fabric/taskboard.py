@@ -303,11 +303,7 @@ class TaskBoard:
         task_ids = [t for t in task_ids if 0 < t < 2 ** 31]
         if not task_ids:
             return {}
-        calls: list[Call] = []
-        for tid in task_ids:
-            calls.append(Call("getTask", {"task_id": tid}))
-            calls.append(Call("getTaskMetadata", {"task_id": tid}))
-        out = self.port.batch(calls)
+        out = self.port.batch(self._read_calls(task_ids))
         now = self.clock()
         views: dict[int, TaskView] = {}
         for i, tid in enumerate(task_ids):
@@ -334,12 +330,13 @@ class TaskBoard:
         due = [tid for tid, m in self._moved.items() if now >= m.due]
         out = self.port.batch([
             Call("searchTasks", {"project_id": self.layout.project_id, "query": query}),
-            *self._recheck_calls(due)])
+            *self._read_calls(due)])
         self._recheck_moves(due, out[1:])
         return list(out[0].unwrap() or [])
 
     @staticmethod
-    def _recheck_calls(task_ids: Sequence[int]) -> list[Call]:
+    def _read_calls(task_ids: Sequence[int]) -> list[Call]:
+        """A task's row and metadata, per task: what a view is made of."""
         calls: list[Call] = []
         for tid in task_ids:
             calls += [Call("getTask", {"task_id": tid}), Call("getTaskMetadata", {"task_id": tid})]
@@ -359,7 +356,7 @@ class TaskBoard:
             if parse_view(tid, row.value, meta.value, 0.0).epoch != move.epoch:
                 continue  # a later transition: its writer projects it
             again += [self.stamp_call(tid, move.epoch),
-                      self._move_call(tid, move.column_id, move.swimlane_id)]
+                      self.move_call(tid, move.column_id, move.swimlane_id)]
             if move.tries < MOVE_TRIES:
                 self._moved[tid] = self._new_move(move.column_id, move.swimlane_id,
                                                   move.epoch, move.tries + 1)
@@ -383,7 +380,7 @@ class TaskBoard:
             wait = max(m.due for m in self._moved.values()) - time.monotonic()
             time.sleep(min(max(wait, 0.0), VERIFY_AFTER) + random.uniform(0, VERIFY_AFTER))
             due = list(self._moved)
-            self._recheck_moves(due, self.port.batch(self._recheck_calls(due)))
+            self._recheck_moves(due, self.port.batch(self._read_calls(due)))
 
     def repair_projection(self, view: TaskView) -> bool:
         """Move a card a lost move left behind to its record's column (True if moved).
@@ -425,7 +422,8 @@ class TaskBoard:
         if len(self._moved) > 1000:  # a bounded memory: the keeper's sweep is the backstop
             self._moved.clear()
 
-    def _move_call(self, task_id: int, column_id: int, swimlane_id: int) -> Call:
+    def move_call(self, task_id: int, column_id: int, swimlane_id: int) -> Call:
+        """Move a card to the bottom of a cell (swimlane 0: where it is)."""
         return Call("moveTaskPosition", {
             "project_id": self.layout.project_id, "task_id": task_id, "column_id": column_id,
             "position": BOTTOM, "swimlane_id": swimlane_id})
@@ -439,8 +437,11 @@ class TaskBoard:
 
     # -- locks ----------------------------------------------------------------------
 
-    def lock(self, name: str) -> bool:
+    def lock(self, name: str, *, owner: str | None = None) -> bool:
         """Try to create lock tag ``name``: True if this caller created it.
+
+        With ``owner`` (a fixed colour naming who may hold it), also True when the tag
+        already names that owner: an earlier call of the same owner created it.
 
         ``createTag`` is a plain INSERT under UNIQUE(project_id, name), so exactly one
         concurrent caller wins. The tag's ``color_id`` carries a nonce naming its creator
@@ -450,11 +451,14 @@ class TaskBoard:
         and may be tried again. If even that cannot be read, it counts as a loss; a lock
         that was in fact won then shows up as a gap and is resolved like one.
         """
-        nonce = secrets.token_hex(6)
+        nonce = owner or secrets.token_hex(6)
         params = {"project_id": self.layout.locks_project_id, "tag": name, "color_id": nonce}
         for attempt in range(RETRIES):
             try:
-                return bool(self.port.call("createTag", params))
+                if self.port.call("createTag", params):
+                    return True
+                if owner is None:
+                    return False
             except (MaybeDone, RpcError) as exc:
                 if isinstance(exc, RpcError) and not exc.maybe_done:
                     return False
@@ -630,13 +634,7 @@ class TaskBoard:
         Creates the tag when there is none. A block copied into another card names a uid
         already bound to its real task, so the copy is never adopted.
         """
-        try:
-            if self.port.call("createTag", self._bind_call(uid, task_id).params):
-                return True
-        except (MaybeDone, RpcError) as exc:
-            if isinstance(exc, RpcError) and not exc.maybe_done:
-                return False
-        return self._lock_holder(epoch_lock(uid, 0)) == f"t{task_id}"
+        return self.lock(epoch_lock(uid, 0), owner=f"t{task_id}")
 
     def _check_project(self, project: Any) -> None:
         if (
@@ -711,7 +709,7 @@ class TaskBoard:
         lane = int(view.row.get("swimlane_id") or 0)
         calls = []
         if int(view.row.get("column_id") or 0) != self.layout.columns[column]:
-            calls.append(self._move_call(view.id, self.layout.columns[column], lane))
+            calls.append(self.move_call(view.id, self.layout.columns[column], lane))
         update: dict[str, Any] = {}
         owner = self.layout.users.get(record.assignee or "", 0)
         if int(view.row.get("owner_id") or 0) != owner:

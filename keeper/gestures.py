@@ -39,7 +39,7 @@ from fabric.core import Fabric
 from fabric.kanboard.port import Call
 from fabric.layout import COLUMN_OF_STATE, TERMINAL, Column, State
 from fabric.models import Record
-from fabric.taskboard import BOTTOM, TaskView
+from fabric.taskboard import TaskView
 from keeper.snapshot import Snapshot, column_of
 from keeper.sweeps import SweepReport, guarded, usable
 
@@ -149,10 +149,8 @@ def _repair(fab: Fabric, view: TaskView, rec: Record, report: SweepReport, *,
     calls: list[Call] = []
     if int(view.row.get("column_id") or 0) != layout.columns[want]:
         calls.append(fab.board.stamp_call(view.id, rec.epoch))
-        calls.append(Call("moveTaskPosition", {
-            "project_id": layout.project_id, "task_id": view.id,
-            "column_id": layout.columns[want], "position": BOTTOM,
-            "swimlane_id": int(view.row.get("swimlane_id") or 0)}))
+        calls.append(fab.board.move_call(view.id, layout.columns[want],
+                                         int(view.row.get("swimlane_id") or 0)))
     if view.is_open and not expected_open(rec):
         calls.append(Call("closeTask", {"task_id": view.id}))
     elif not view.is_open and expected_open(rec):

@@ -175,13 +175,15 @@ def fit(port: RpcPort) -> RpcPort:
     return port if isinstance(port, FittedPort) else FittedPort(port)
 
 
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# No backend stores a NUL (PostgreSQL cuts text there) or a lone surrogate (what invalid
+# UTF-8 in an argument decodes to; PHP's JSON refuses it).
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def clean_text(value: Any) -> Any:
     """``value`` with NULs and lone surrogates replaced, in strings at any depth."""
     if isinstance(value, str):
-        return _UNSTORABLE.sub("\ufffd", value) if _UNSTORABLE.search(value) else value
+        return UNSTORABLE.sub("\ufffd", value) if UNSTORABLE.search(value) else value
     if isinstance(value, Mapping):
         return {clean_text(k): clean_text(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -208,7 +210,7 @@ def _fit_call(call: Call) -> Call:
 def _fit_outcome(call: Call, outcome: Outcome) -> Outcome:
     if call.method in GET_METADATA and isinstance(outcome.value, dict):
         return Outcome(call, value=unpack(outcome.value), error=outcome.error)
-    return Outcome(call, value=outcome.value, error=outcome.error)
+    return outcome
 
 
 def _param(params: Params, name: str, position: int) -> Any:
