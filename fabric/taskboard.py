@@ -580,13 +580,12 @@ class TaskBoard:
             # Certainly not created: give the receipt back, or the action id is stuck.
             if receipt is not None and won and isinstance(out[0].value, int):
                 self.port.call("removeTag", {"tag_id": out[0].value})
-            if created.error is not None and created.error.refused:
-                # PostgreSQL and MySQL refuse a missing project with an SQL error where
-                # SQLite answers 0 (every value the fabric sends a createTask fits its
-                # column): either way the cached layout is stale.
-                raise ConfigError(f"project #{self.layout.project_id} or one of its columns "
-                                  "is gone from the board",
-                                  hint="the cached board layout is stale: run `agap init`")
+            if created.error is not None and not created.error.refused:
+                created.unwrap()
+            # A missing project or column is 0 on every backend (an SQL error without a
+            # column): the cached layout is stale, which the caller can repair.
+            self._check_project(self.port.call("getProjectById",
+                                               {"project_id": self.layout.project_id}))
             task_id = created.unwrap()
         if not task_id:
             raise BoardRefused("createTask", task_id, f"create the task for queue {spec.queue!r}")
