@@ -22,17 +22,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fabric.a2a import store as st
-from fabric.a2a.auth import TokenTable
-from fabric.a2a.client import FabricA2AClient, text_message
-from fabric.a2a.runner import Runner
-from fabric.a2a.server import ServerThread, make_service
-from fabric.a2a.service import ServiceConfig
-from fabric.board.server import EmbeddedBoard
-from fabric.bootstrap import init_board
+from fabric.apps.a2a import store as st
+from fabric.apps.a2a.auth import TokenTable
+from fabric.apps.a2a.client import FabricA2AClient, text_message
+from fabric.apps.a2a.runner import Runner
+from fabric.apps.a2a.server import ServerThread, make_service
+from fabric.apps.a2a.service import ServiceConfig
 from fabric.cards import load_cards
 from fabric.config import Settings
 from fabric.core import Fabric
+from fabric.embedded.server import EmbeddedBoard
+from fabric.kanboard.bootstrap import init_board
 from fabric.kanboard.client import KanboardClient
 from tests.fakes.openai_stub import OpenAIStub
 
@@ -53,16 +53,24 @@ TOKEN = "bench-token-" + "x" * 24
 
 def _ms(xs: list[float]) -> dict[str, float]:
     xs = sorted(xs)
-    return {"median_ms": round(statistics.median(xs) * 1000, 2),
-            "p95_ms": round(xs[min(len(xs) - 1, int(len(xs) * 0.95))] * 1000, 2)}
+    return {
+        "median_ms": round(statistics.median(xs) * 1000, 2),
+        "p95_ms": round(xs[min(len(xs) - 1, int(len(xs) * 0.95))] * 1000, 2),
+    }
 
 
 def run(quick: bool) -> dict[str, Any]:
     n = 20 if quick else 100
-    with tempfile.TemporaryDirectory() as tmp, \
-            EmbeddedBoard(Path(tmp) / "board.sqlite3") as board, OpenAIStub() as stub:
-        gateway = {"AGAP_MODEL_MODE": "gateway", "AGAP_LITELLM_URL": stub.url,
-                   "AGAP_LITELLM_KEY": stub.api_key}
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        EmbeddedBoard(Path(tmp) / "board.sqlite3") as board,
+        OpenAIStub() as stub,
+    ):
+        gateway = {
+            "AGAP_MODEL_MODE": "gateway",
+            "AGAP_LITELLM_URL": stub.url,
+            "AGAP_LITELLM_KEY": stub.api_key,
+        }
         gw = _measure(board, Path(tmp) / "gw", gateway, n)
         demo = _measure(board, Path(tmp) / "demo", {"AGAP_MODEL_MODE": "demo"}, n)
     rows: list[list[Any]] = [["calls per model plane", n]]
@@ -70,17 +78,26 @@ def run(quick: bool) -> dict[str, Any]:
         d, v = m["direct"], m["a2a"]
         rows += [
             [f"{label}: model path alone, median / p95 ms", f"{d['median_ms']} / {d['p95_ms']}"],
-            [f"{label}: A2A SendMessage (SDK client → server), median / p95 ms",
-             f"{v['median_ms']} / {v['p95_ms']}"],
+            [
+                f"{label}: A2A SendMessage (SDK client → server), median / p95 ms",
+                f"{v['median_ms']} / {v['p95_ms']}",
+            ],
             [f"{label}: A2A overhead, median ms", round(v["median_ms"] - d["median_ms"], 2)],
             [f"{label}: board round trips before the answer (max)", max(m["before_answer"])],
-            [f"{label}: journal round trips after the answer (median)",
-             statistics.median(m["journal_trips"])],
-            [f"{label}: journal on the board, median ms after the reply (incl. 50 ms delay)",
-             round(statistics.median(m["journal_ms"]) * 1000, 2)],
+            [
+                f"{label}: journal round trips after the answer (median)",
+                statistics.median(m["journal_trips"]),
+            ],
+            [
+                f"{label}: journal on the board, median ms after the reply (incl. 50 ms delay)",
+                round(statistics.median(m["journal_ms"]) * 1000, 2),
+            ],
         ]
-    return {"title": "A2A sync SendMessage vs the model path alone (loopback)", "rows": rows,
-            "data": {"gateway": gw, "demo": demo}}
+    return {
+        "title": "A2A sync SendMessage vs the model path alone (loopback)",
+        "rows": rows,
+        "data": {"gateway": gw, "demo": demo},
+    }
 
 
 def _measure(board: EmbeddedBoard, tmp: Path, env: dict[str, str], n: int) -> dict[str, Any]:
@@ -88,8 +105,9 @@ def _measure(board: EmbeddedBoard, tmp: Path, env: dict[str, str], n: int) -> di
     cards_dir.mkdir(parents=True)
     (cards_dir / "bench-model.yaml").write_text(CARD)
     cards = load_cards(cards_dir, base_dir=cards_dir)
-    settings = Settings(board_url=board.url, board_token=board.token, cards_dir=cards_dir,
-                        state_dir=tmp / "state")
+    settings = Settings(
+        board_url=board.url, board_token=board.token, cards_dir=cards_dir, state_dir=tmp / "state"
+    )
     init_board(KanboardClient(board.url, board.token), settings, cards)
 
     # The model path alone, exactly as the server calls it.
@@ -105,8 +123,10 @@ def _measure(board: EmbeddedBoard, tmp: Path, env: dict[str, str], n: int) -> di
 
     def connect() -> Fabric:
         return Fabric.connect(settings, cards=cards, port=KanboardClient(board.url, board.token))
-    service = make_service(settings, cards, env, connect=connect,
-                           config=ServiceConfig(journal_retry_seconds=3600))
+
+    service = make_service(
+        settings, cards, env, connect=connect, config=ServiceConfig(journal_retry_seconds=3600)
+    )
     before_answer: list[int] = []
     baseline = [0]
     inner = service.runner.run
@@ -115,15 +135,16 @@ def _measure(board: EmbeddedBoard, tmp: Path, env: dict[str, str], n: int) -> di
     def counted(*a: Any, **kw: Any) -> Any:
         out = inner(*a, **kw)  # trips from the request's start to the model's answer:
         with lock:
-            before_answer.append(service.board.trips() + service.journal_lane.trips()
-                                 - baseline[0])
+            before_answer.append(service.board.trips() + service.journal_lane.trips() - baseline[0])
         return out
+
     service.runner.run = counted  # type: ignore[method-assign]
     via: list[float] = []
     journal_trips: list[int] = []
     journal_ms: list[float] = []
     tokens = TokenTable.from_pairs([("bench", TOKEN)], where="bench")
     with ServerThread(service, ["bench-model"], tokens) as server:
+
         async def calls() -> None:
             c = await FabricA2AClient.open(f"{server.url}/bench-model", TOKEN, timeout=30)
             async with c:
@@ -133,17 +154,21 @@ def _measure(board: EmbeddedBoard, tmp: Path, env: dict[str, str], n: int) -> di
                 for i in range(n):
                     baseline[0] = service.board.trips() + service.journal_lane.trips()
                     t0 = time.perf_counter()
-                    task = await c.send(text_message(f"Say hello {i}",
-                                                     message_id=uuid.uuid4().hex))
+                    task = await c.send(text_message(f"Say hello {i}", message_id=uuid.uuid4().hex))
                     via.append(time.perf_counter() - t0)
                     t1 = time.perf_counter()
                     _settle(service, task.id)
                     journal_ms.append(time.perf_counter() - t1)
-                    journal_trips.append(service.board.trips() + service.journal_lane.trips()
-                                         - baseline[0])
+                    journal_trips.append(service.board.trips() + service.journal_lane.trips() - baseline[0])
+
         asyncio.run(calls())
-    return {"direct": _ms(direct), "a2a": _ms(via), "before_answer": before_answer,
-            "journal_trips": journal_trips, "journal_ms": journal_ms}
+    return {
+        "direct": _ms(direct),
+        "a2a": _ms(via),
+        "before_answer": before_answer,
+        "journal_trips": journal_trips,
+        "journal_ms": journal_ms,
+    }
 
 
 def _settle(service: Any, task_id: str | None = None, timeout: float = 30.0) -> None:

@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from fabric.bootstrap import init_board, save_layout_cache
 from fabric.cards import CardSet, load_cards
 from fabric.config import Settings
+from fabric.kanboard.bootstrap import init_board, save_layout_cache
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.port import BoardError, Call, Outcome
-from fabric.taskboard import BoardLayout
+from fabric.kanboard.taskboard import BoardLayout
 
 ROOT = Path(__file__).resolve().parent.parent
 CARDS_DIR = ROOT / "cards"
@@ -55,8 +55,7 @@ class CountingClient(KanboardClient):
         try:
             out = super().batch(calls)
         except BoardError as exc:
-            self.errors[f"{calls[0].method if len(calls) == 1 else 'batch'}: "
-                        f"{type(exc).__name__}"] += 1
+            self.errors[f"{calls[0].method if len(calls) == 1 else 'batch'}: {type(exc).__name__}"] += 1
             raise
         for o in out:
             if o.error is not None:
@@ -87,8 +86,13 @@ class Target:
 
     def settings(self, tag: str) -> Settings:
         base = f"bench-{self.run_id}-{tag}"
-        return Settings(board_url=self.url, board_token=self.token, cards_dir=CARDS_DIR,
-                        project=base, locks_project=f"bench-locks-{self.run_id}-{tag}")
+        return Settings(
+            board_url=self.url,
+            board_token=self.token,
+            cards_dir=CARDS_DIR,
+            project=base,
+            locks_project=f"bench-locks-{self.run_id}-{tag}",
+        )
 
     def client(self) -> CountingClient:
         return CountingClient(self.url, self.token)
@@ -114,11 +118,11 @@ class Target:
         if isinstance(user, dict):
             uid = int(user["id"])
         else:
-            uid = int(client.call("createUser", {"username": username,
-                                                 "password": secrets.token_urlsafe(16)}))
+            uid = int(
+                client.call("createUser", {"username": username, "password": secrets.token_urlsafe(16)})
+            )
             self.users.append(uid)
-        client.call("addProjectUser", {"project_id": project_id, "user_id": uid,
-                                       "role": "project-member"})
+        client.call("addProjectUser", {"project_id": project_id, "user_id": uid, "role": "project-member"})
         return uid
 
     def cleanup(self) -> None:
@@ -136,9 +140,16 @@ class Target:
 
 
 FLAVOUR_NAMES = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mysql": "MySQL/MariaDB"}
-_FLAVOUR_ALIASES = {"sqlite": "sqlite", "sqlite3": "sqlite", "postgres": "postgres",
-                    "postgresql": "postgres", "pg": "postgres", "pgsql": "postgres",
-                    "mysql": "mysql", "mariadb": "mysql"}
+_FLAVOUR_ALIASES = {
+    "sqlite": "sqlite",
+    "sqlite3": "sqlite",
+    "postgres": "postgres",
+    "postgresql": "postgres",
+    "pg": "postgres",
+    "pgsql": "postgres",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+}
 
 
 class TargetSpecError(ValueError):
@@ -148,8 +159,9 @@ class TargetSpecError(ValueError):
 def flavour_of(text: str, where: str) -> str:
     flavour = _FLAVOUR_ALIASES.get(text.strip().lower())
     if flavour is None:
-        raise TargetSpecError(f"{where}: unknown database flavour {text.strip()!r} "
-                              f"(expected one of {', '.join(FLAVOUR_NAMES)})")
+        raise TargetSpecError(
+            f"{where}: unknown database flavour {text.strip()!r} (expected one of {', '.join(FLAVOUR_NAMES)})"
+        )
     return flavour
 
 
@@ -168,8 +180,10 @@ def parse_kanboards(spec: str, default_token: str | None = None) -> list[tuple[s
         if not bar or not token:
             token = default_token or ""
         if not token:
-            raise TargetSpecError(f"AGAP_BENCH_KANBOARDS: {flavour.strip()}= has no token "
-                                  "(add |<token>, or set KANBOARD_API_TOKEN)")
+            raise TargetSpecError(
+                f"AGAP_BENCH_KANBOARDS: {flavour.strip()}= has no token "
+                "(add |<token>, or set KANBOARD_API_TOKEN)"
+            )
         if not urlsplit(url).scheme.startswith("http"):
             raise TargetSpecError(f"AGAP_BENCH_KANBOARDS: {url!r} is not an http(s) URL")
         out.append((flavour_of(flavour, "AGAP_BENCH_KANBOARDS"), url, token))
@@ -182,8 +196,7 @@ def real_targets(environ: Mapping[str, str] | None = None) -> list[Target]:
     found: list[tuple[str, str, str]] = []
     url, token = env.get("KANBOARD_URL"), env.get("KANBOARD_API_TOKEN")
     if url and token:
-        found.append((flavour_of(env.get("KANBOARD_FLAVOUR") or "sqlite", "KANBOARD_FLAVOUR"),
-                      url, token))
+        found.append((flavour_of(env.get("KANBOARD_FLAVOUR") or "sqlite", "KANBOARD_FLAVOUR"), url, token))
     found += parse_kanboards(env.get("AGAP_BENCH_KANBOARDS", ""), token)
     targets: list[Target] = []
     seen: set[str] = set()
@@ -196,8 +209,7 @@ def real_targets(environ: Mapping[str, str] | None = None) -> list[Target]:
         n = per_flavour[flavour]
         suffix = "" if n == 1 else f"-{n}"
         label = f"real Kanboard ({FLAVOUR_NAMES[flavour]}{'' if n == 1 else f' #{n}'})"
-        targets.append(Target(f"kanboard-{flavour}{suffix}", url, token, label, real=True,
-                              flavour=flavour))
+        targets.append(Target(f"kanboard-{flavour}{suffix}", url, token, label, real=True, flavour=flavour))
     return targets
 
 
@@ -229,8 +241,9 @@ class CountingProxy:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 proxy.count(body)
                 conn = http.client.HTTPConnection(proxy.up_host, proxy.up_port, timeout=30)
-                headers = {k: v for k, v in self.headers.items()
-                           if k.lower() in ("authorization", "content-type")}
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")
+                }
                 conn.request("POST", proxy.path, body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()

@@ -29,17 +29,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fabric.board.server import EmbeddedBoard
-from fabric.bootstrap import init_board
 from fabric.cards import load_cards
 from fabric.config import Settings
 from fabric.core import Fabric
+from fabric.embedded.server import EmbeddedBoard
 from fabric.events.config import EventsConfig
 from fabric.events.wiring import attach_submitter, attach_worker
+from fabric.kanboard.bootstrap import init_board
 from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.taskboard import BoardLayout, TaskBoard
 from fabric.ledger import Lease, Ledger
-from fabric.taskboard import BoardLayout, TaskBoard
-from workers.job import Job, Outcome
+from workers.job import Job, JobOutcome
 from workers.loop import Worker, WorkerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,9 +78,13 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def _summary(xs: list[float]) -> dict[str, Any]:
-    return {"p50_s": _pct(xs, 0.5), "p95_s": _pct(xs, 0.95),
-            "mean_s": round(statistics.fmean(xs), 4) if xs else float("nan"),
-            "max_s": round(max(xs), 4) if xs else float("nan"), "samples": len(xs)}
+    return {
+        "p50_s": _pct(xs, 0.5),
+        "p95_s": _pct(xs, 0.95),
+        "mean_s": round(statistics.fmean(xs), 4) if xs else float("nan"),
+        "max_s": round(max(xs), 4) if xs else float("nan"),
+        "samples": len(xs),
+    }
 
 
 class _Rig:
@@ -89,8 +93,9 @@ class _Rig:
     def __init__(self, tmp: Path, poll: float, env: dict[str, str] | None) -> None:
         self.board_srv = EmbeddedBoard(tmp / f"board-{secrets.token_hex(3)}.sqlite3").start()
         cards = load_cards(ROOT / "cards", base_dir=ROOT)
-        self.settings = Settings(board_url=self.board_srv.url, board_token=self.board_srv.token,
-                                 cards_dir=ROOT / "cards")
+        self.settings = Settings(
+            board_url=self.board_srv.url, board_token=self.board_srv.token, cards_dir=ROOT / "cards"
+        )
         report = init_board(self._client(), self.settings, cards)
         assert report.layout is not None
         self.layout: BoardLayout = report.layout
@@ -99,9 +104,11 @@ class _Rig:
         self.clients: list[KanboardClient] = []
         self.started: dict[int, float] = {}
         self.claimed = threading.Condition()
-        self.worker = Worker(self._worker_connect, self._execute,
-                             WorkerConfig(queue=self.queue, owner="bench", lease_seconds=60,
-                                          poll_seconds=poll))
+        self.worker = Worker(
+            self._worker_connect,
+            self._execute,
+            WorkerConfig(queue=self.queue, owner="bench", lease_seconds=60, poll_seconds=poll),
+        )
         self.worker.listeners.append(self._on_event)
         self.attachment = attach_worker(self.worker, env=env) if env else None
         self.submitter = self._fabric(self._client())
@@ -122,8 +129,8 @@ class _Rig:
         return self._fabric(client)
 
     @staticmethod
-    def _execute(job: Job) -> Outcome:
-        return Outcome.done(f"bench://{job.lease.uid}")
+    def _execute(job: Job) -> JobOutcome:
+        return JobOutcome.done(f"bench://{job.lease.uid}")
 
     def _on_event(self, event: str, lease: Lease, detail: str) -> None:
         if event == "started":
@@ -179,8 +186,9 @@ def _cleanup(kind: str, host: str, port: int, prefix: str, task_ids: list[int]) 
         import nats
 
         async def drop() -> None:
-            nc = await nats.connect(f"nats://{host}:{port}", connect_timeout=2,
-                                    allow_reconnect=False, max_reconnect_attempts=1)
+            nc = await nats.connect(
+                f"nats://{host}:{port}", connect_timeout=2, allow_reconnect=False, max_reconnect_attempts=1
+            )
             try:
                 with contextlib.suppress(Exception):
                     await nc.jetstream(timeout=2).delete_stream(f"{prefix.upper()}_EVENTS")
@@ -203,23 +211,28 @@ def _cleanup(kind: str, host: str, port: int, prefix: str, task_ids: list[int]) 
         c.loop_stop()
 
 
-def _mode(tmp: Path, poll: float, env: dict[str, str] | None, cfg: dict[str, Any],
-          seed: int) -> dict[str, Any]:
+def _mode(
+    tmp: Path, poll: float, env: dict[str, str] | None, cfg: dict[str, Any], seed: int
+) -> dict[str, Any]:
     with _Rig(tmp, poll, env) as rig:
         gap = poll if env is None else WAKE_GAP
         lat, missed = _latencies(rig, cfg["tasks"], gap, random.Random(seed))
         idle = _idle_trips_per_minute(rig, cfg["idle_seconds"])
         hints = rig.attachment.waker.hints if rig.attachment and rig.attachment.waker else 0
-        return {"poll_s": poll, "latency": _summary(lat), "missed": missed,
-                "idle_board_trips": idle, "wake_hints": hints}
+        return {
+            "poll_s": poll,
+            "latency": _summary(lat),
+            "missed": missed,
+            "idle_board_trips": idle,
+            "wake_hints": hints,
+        }
 
 
 def run(quick: bool) -> dict[str, Any]:
     """Measure every mode on every broker that answers; returns plain data."""
     cfg = QUICK if quick else FULL
     started = time.monotonic()
-    out: dict[str, Any] = {"config": {**cfg, "poll_s": POLL, "safety_poll_s": SAFETY_POLL},
-                           "modes": {}}
+    out: dict[str, Any] = {"config": {**cfg, "poll_s": POLL, "safety_poll_s": SAFETY_POLL}, "modes": {}}
     with tempfile.TemporaryDirectory(prefix="agap-bench-events-") as d:
         tmp = Path(d)
         out["modes"]["polling"] = _mode(tmp, POLL, None, cfg, seed=1)
@@ -228,8 +241,11 @@ def run(quick: bool) -> dict[str, Any]:
         for kind, (host, port) in found.items():
             for name, poll in (("wake", POLL), ("wake_poll30", SAFETY_POLL)):
                 prefix = "bench" + secrets.token_hex(4)
-                env = {"AGAP_EVENTS_URL": f"{kind}://{host}:{port}", "AGAP_EVENTS_SECRET": SECRET,
-                       "AGAP_EVENTS_PREFIX": prefix}
+                env = {
+                    "AGAP_EVENTS_URL": f"{kind}://{host}:{port}",
+                    "AGAP_EVENTS_SECRET": SECRET,
+                    "AGAP_EVENTS_PREFIX": prefix,
+                }
                 assert EventsConfig.from_env(env) is not None
                 try:
                     out["modes"][f"{name}_{kind}"] = _mode(tmp, poll, env, cfg, seed=1)
@@ -242,12 +258,13 @@ def run(quick: bool) -> dict[str, Any]:
 
 def table(res: dict[str, Any]) -> str:
     """A Markdown table of the results."""
-    lines = ["| mode | poll | submit→start p50 | p95 | idle board trips/min |",
-             "|---|---|---|---|---|"]
+    lines = ["| mode | poll | submit→start p50 | p95 | idle board trips/min |", "|---|---|---|---|---|"]
     for name, m in res["modes"].items():
         lat = m["latency"]
-        lines.append(f"| {name} | {m['poll_s']:g} s | {lat['p50_s'] * 1000:.0f} ms | "
-                     f"{lat['p95_s'] * 1000:.0f} ms | {m['idle_board_trips']['per_minute']:g} |")
+        lines.append(
+            f"| {name} | {m['poll_s']:g} s | {lat['p50_s'] * 1000:.0f} ms | "
+            f"{lat['p95_s'] * 1000:.0f} ms | {m['idle_board_trips']['per_minute']:g} |"
+        )
     return "\n".join(lines)
 
 

@@ -32,8 +32,13 @@ def _cards() -> CardSet:
 
 def fabric_job(p: dict[str, Any]) -> Runner:
     """One worker process (drill executor, no sleep) draining a queue with the real ledger."""
-    settings = Settings(board_url=p["url"], board_token=p["token"], cards_dir=CARDS_DIR,
-                        project=p["project"], locks_project=p["locks_project"])
+    settings = Settings(
+        board_url=p["url"],
+        board_token=p["token"],
+        cards_dir=CARDS_DIR,
+        project=p["project"],
+        locks_project=p["locks_project"],
+    )
     cards = _cards()
     clients: list[CountingClient] = []
     for _, old in _LAST:
@@ -48,9 +53,13 @@ def fabric_job(p: dict[str, Any]) -> Runner:
         _LAST.append((fab, client))
         return fab
 
-    worker = Worker(connect, DrillExecutor(p["log"], effect=bool(p.get("effect", False))),
-                    WorkerConfig(queue=p["queue"], owner=p["owner"], lease_seconds=60.0,
-                                 poll_seconds=0.05, exit_when_idle=True))
+    worker = Worker(
+        connect,
+        DrillExecutor(p["log"], effect=bool(p.get("effect", False))),
+        WorkerConfig(
+            queue=p["queue"], owner=p["owner"], lease_seconds=60.0, poll_seconds=0.05, exit_when_idle=True
+        ),
+    )
 
     def run() -> dict[str, Any]:
         timer = threading.Timer(float(p["deadline"]), worker.stop.set)
@@ -64,12 +73,18 @@ def fabric_job(p: dict[str, Any]) -> Runner:
             by_method.update(c.stats.by_method)
             errors.update(c.errors)
         s = worker.stats
-        return {"completed": s.completed, "claimed": s.claimed, "failed": s.failed,
-                "fenced": s.fenced, "polls": s.polls,
-                "trips": sum(c.stats.trips for c in clients),
-                "calls": sum(c.stats.calls for c in clients),
-                "by_method": dict(by_method), "errors": dict(errors),
-                "timed_out": worker.stop.is_set()}
+        return {
+            "completed": s.completed,
+            "claimed": s.claimed,
+            "failed": s.failed,
+            "fenced": s.fenced,
+            "polls": s.polls,
+            "trips": sum(c.stats.trips for c in clients),
+            "calls": sum(c.stats.calls for c in clients),
+            "by_method": dict(by_method),
+            "errors": dict(errors),
+            "timed_out": worker.stop.is_set(),
+        }
 
     return run
 
@@ -92,13 +107,14 @@ def settle_job(p: dict[str, Any]) -> Runner:
             except BoardError:
                 failed += 1
         trips = sum(c.stats.trips - t for (_, c), (t, _) in zip(last, before, strict=True))
-        moves = sum(c.stats.by_method.get("moveTaskPosition", 0) - m
-                    for (_, c), (_, m) in zip(last, before, strict=True))
+        moves = sum(
+            c.stats.by_method.get("moveTaskPosition", 0) - m
+            for (_, c), (_, m) in zip(last, before, strict=True)
+        )
         for _, c in last:
             c.close()
         _LAST.clear()
-        return {"connections": len(last), "trips": trips, "moves_resent": moves,
-                "failed": failed}
+        return {"connections": len(last), "trips": trips, "moves_resent": moves, "failed": failed}
 
     return run
 
@@ -114,17 +130,26 @@ def raw_job(p: dict[str, Any]) -> Runner:
         while time.monotonic() < end:
             i += 1
             try:
-                result = client.call("createTask", {
-                    "title": f"raw {p['owner']} {i}", "project_id": p["project_id"],
-                    "column_id": p["column_id"], "swimlane_id": p["swimlane_id"],
-                })
+                result = client.call(
+                    "createTask",
+                    {
+                        "title": f"raw {p['owner']} {i}",
+                        "project_id": p["project_id"],
+                        "column_id": p["column_id"],
+                        "swimlane_id": p["swimlane_id"],
+                    },
+                )
             except BoardError:
                 continue  # counted by the client
             if result:
                 created += 1
             else:
                 refused += 1
-        return {"created": created, "refused": refused, "trips": client.stats.trips,
-                "errors": dict(client.errors)}
+        return {
+            "created": created,
+            "refused": refused,
+            "trips": client.stats.trips,
+            "errors": dict(client.errors),
+        }
 
     return run

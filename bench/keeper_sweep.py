@@ -18,16 +18,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fabric.board.server import EmbeddedBoard
 from fabric.cards import load_cards
 from fabric.config import Settings
 from fabric.core import Fabric
+from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.layout import META_SPEC, META_UID, Column, State, record_key
 from fabric.kanboard.port import Call
-from fabric.layout import META_SPEC, META_UID, Column, State, record_key
+from fabric.kanboard.taskboard import TaskBoard
 from fabric.ledger import Ledger
-from fabric.models import Record, TaskSpec
-from fabric.taskboard import TaskBoard
+from fabric.task import Record, TaskSpec
 from keeper.config import KeeperConfig
 from keeper.daemon import Keeper
 
@@ -38,7 +38,7 @@ BATCH = 500
 
 
 def _fabric(board: EmbeddedBoard) -> Fabric:
-    from fabric.bootstrap import init_board
+    from fabric.kanboard.bootstrap import init_board
 
     settings = Settings(board_url=board.url, board_token=board.token, cards_dir=ROOT / "cards")
     cards = load_cards(ROOT / "cards", base_dir=ROOT)
@@ -70,22 +70,38 @@ def _closed(fab: Fabric, n: int) -> float:
     made = 0
     while made < n:
         k = min(BATCH, n - made)
-        out = fab.port.batch([Call("createTask", {
-            "title": f"history {made + i}", "project_id": layout.project_id,
-            "column_id": done_col, "swimlane_id": lane, "reference": f"bench:{made + i}"})
-            for i in range(k)])
+        out = fab.port.batch(
+            [
+                Call(
+                    "createTask",
+                    {
+                        "title": f"history {made + i}",
+                        "project_id": layout.project_id,
+                        "column_id": done_col,
+                        "swimlane_id": lane,
+                        "reference": f"bench:{made + i}",
+                    },
+                )
+                for i in range(k)
+            ]
+        )
         ids = [int(o.unwrap()) for o in out]
         calls = []
         for j, tid in enumerate(ids):
             uid = f"{made + j:016x}"
-            spec = TaskSpec(intent=f"history {made + j}", target="gemma-local",
-                            queue="gemma-local", submitted_at=now)
-            recs = {record_key(0): Record(epoch=0, state=State.QUEUED, op="submit", by="bench",
-                                          at=now).to_meta(),
-                    record_key(1): Record(epoch=1, state=State.CLOSED, op="verify", by="bench",
-                                          at=now).to_meta()}
-            calls.append(Call("saveTaskMetadata", {"task_id": tid, "values": {
-                META_UID: uid, META_SPEC: spec.to_meta(), **recs}}))
+            spec = TaskSpec(
+                intent=f"history {made + j}", target="gemma-local", queue="gemma-local", submitted_at=now
+            )
+            recs = {
+                record_key(0): Record(epoch=0, state=State.QUEUED, op="submit", by="bench", at=now).to_meta(),
+                record_key(1): Record(epoch=1, state=State.CLOSED, op="verify", by="bench", at=now).to_meta(),
+            }
+            calls.append(
+                Call(
+                    "saveTaskMetadata",
+                    {"task_id": tid, "values": {META_UID: uid, META_SPEC: spec.to_meta(), **recs}},
+                )
+            )
             calls.append(Call("closeTask", {"task_id": tid}))
         for o in fab.port.batch(calls):
             o.unwrap()
@@ -103,8 +119,12 @@ def _measure(keeper: Keeper, job: str, runs: int) -> dict[str, Any]:
         assert keeper.run_job(job, ignore_backoff=True), keeper.metrics.jobs[job].last_error
         times.append(time.perf_counter() - t0)
         trips.append(fab.port.stats.trips - before)
-    return {"round_trips": max(trips), "median_ms": round(statistics.median(times) * 1000, 2),
-            "max_ms": round(max(times) * 1000, 2), "runs": runs}
+    return {
+        "round_trips": max(trips),
+        "median_ms": round(statistics.median(times) * 1000, 2),
+        "max_ms": round(max(times) * 1000, 2),
+        "runs": runs,
+    }
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -139,9 +159,13 @@ def keeper_rows(before: dict[str, Any], after: dict[str, Any], closed: int) -> l
     rows = []
     for job in before:
         b, a = before[job], after[job]
-        rows.append([f"`{job}` sweep: round trips / median time, 0 vs {closed:,} closed tasks",
-                     f"{b['round_trips']} / {b['median_ms']} ms vs {a['round_trips']} / "
-                     f"{a['median_ms']} ms ({a['median_ms'] / b['median_ms']:.2f}x time)"])
+        rows.append(
+            [
+                f"`{job}` sweep: round trips / median time, 0 vs {closed:,} closed tasks",
+                f"{b['round_trips']} / {b['median_ms']} ms vs {a['round_trips']} / "
+                f"{a['median_ms']} ms ({a['median_ms'] / b['median_ms']:.2f}x time)",
+            ]
+        )
     return rows
 
 

@@ -65,8 +65,16 @@ class NaiveLayout:
 class NaiveClaimer:
     """Poll → move to Working + assign to self → execute → move to Done."""
 
-    def __init__(self, client: CountingClient, layout: NaiveLayout, owner: str, user_id: int,
-                 log_path: str | Path, *, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        client: CountingClient,
+        layout: NaiveLayout,
+        owner: str,
+        user_id: int,
+        log_path: str | Path,
+        *,
+        rng: random.Random | None = None,
+    ) -> None:
         self.client = client
         self.layout = layout
         self.owner = owner
@@ -79,35 +87,58 @@ class NaiveClaimer:
 
     def poll(self) -> list[dict[str, Any]]:
         self.polls += 1
-        rows = self.client.call("searchTasks", {
-            "project_id": self.layout.project_id,
-            "query": f'status:open column:"Queued" swimlane:"{self.layout.queue}"',
-        }) or []
+        rows = (
+            self.client.call(
+                "searchTasks",
+                {
+                    "project_id": self.layout.project_id,
+                    "query": f'status:open column:"Queued" swimlane:"{self.layout.queue}"',
+                },
+            )
+            or []
+        )
         rows = list(rows)
         rows.sort(key=lambda r: (-int(r.get("priority") or 0), int(r["id"])))
         return rows
 
     def claim(self, task_id: int) -> bool:
         """Assign to self and move to Working, in one round trip. Trusts the board blindly."""
-        out = self.client.batch([
-            Call("moveTaskPosition", {"project_id": self.layout.project_id, "task_id": task_id,
-                                      "column_id": self.layout.working, "position": BOTTOM,
-                                      "swimlane_id": self.layout.swimlane_id}),
-            Call("updateTask", {"id": task_id, "owner_id": self.user_id}),
-        ])
+        out = self.client.batch(
+            [
+                Call(
+                    "moveTaskPosition",
+                    {
+                        "project_id": self.layout.project_id,
+                        "task_id": task_id,
+                        "column_id": self.layout.working,
+                        "position": BOTTOM,
+                        "swimlane_id": self.layout.swimlane_id,
+                    },
+                ),
+                Call("updateTask", {"id": task_id, "owner_id": self.user_id}),
+            ]
+        )
         # A naive design has no way to tell a lost race from a win: it only gives up on
         # an outright error.
         return all(o.error is None for o in out)
 
     def execute(self, db: sqlite3.Connection, task_id: int) -> None:
-        db.execute("INSERT INTO executions (task_id, owner, pid, at) VALUES (?,?,?,?)",
-                   (task_id, self.owner, os.getpid(), time.time()))
+        db.execute(
+            "INSERT INTO executions (task_id, owner, pid, at) VALUES (?,?,?,?)",
+            (task_id, self.owner, os.getpid(), time.time()),
+        )
 
     def finish(self, task_id: int) -> None:
-        self.client.call("moveTaskPosition", {
-            "project_id": self.layout.project_id, "task_id": task_id,
-            "column_id": self.layout.done, "position": BOTTOM,
-            "swimlane_id": self.layout.swimlane_id})
+        self.client.call(
+            "moveTaskPosition",
+            {
+                "project_id": self.layout.project_id,
+                "task_id": task_id,
+                "column_id": self.layout.done,
+                "position": BOTTOM,
+                "swimlane_id": self.layout.swimlane_id,
+            },
+        )
 
     def drain(self, deadline: float) -> None:
         """Work until a poll finds the Queued column empty (or the deadline passes)."""
@@ -142,15 +173,19 @@ class NaiveClaimer:
 def naive_job(p: dict[str, Any]) -> Any:
     """Pool job: one naive claimer process."""
     client = CountingClient(p["url"], p["token"])
-    claimer = NaiveClaimer(client, NaiveLayout(**p["layout"]), p["owner"], int(p["user_id"]),
-                           p["log"])
+    claimer = NaiveClaimer(client, NaiveLayout(**p["layout"]), p["owner"], int(p["user_id"]), p["log"])
 
     def run() -> dict[str, Any]:
         deadline = time.monotonic() + float(p["deadline"])
         claimer.drain(deadline)
-        return {"completed": claimer.done, "claim_errors": claimer.claim_errors,
-                "timed_out": time.monotonic() >= deadline,
-                "polls": claimer.polls, "trips": client.stats.trips,
-                "calls": client.stats.calls, "errors": dict(client.errors)}
+        return {
+            "completed": claimer.done,
+            "claim_errors": claimer.claim_errors,
+            "timed_out": time.monotonic() >= deadline,
+            "polls": claimer.polls,
+            "trips": client.stats.trips,
+            "calls": client.stats.calls,
+            "errors": dict(client.errors),
+        }
 
     return run

@@ -68,13 +68,21 @@ class Pool:
         ctx = mp.get_context("spawn")
         self.results: Any = ctx.Queue()
         self.commands: list[Any] = [ctx.Queue() for _ in range(size)]
-        self.procs = [ctx.Process(target=serve, args=(i, self.commands[i], self.results, cache_dir),
-                                  name=f"bench-{i}", daemon=True) for i in range(size)]
+        self.procs = [
+            ctx.Process(
+                target=serve,
+                args=(i, self.commands[i], self.results, cache_dir),
+                name=f"bench-{i}",
+                daemon=True,
+            )
+            for i in range(size)
+        ]
         for p in self.procs:
             p.start()
 
-    def run(self, kind: str, params: list[dict[str, Any]], *,
-            timeout: float) -> tuple[float, list[dict[str, Any]]]:
+    def run(
+        self, kind: str, params: list[dict[str, Any]], *, timeout: float
+    ) -> tuple[float, list[dict[str, Any]]]:
         """Run one job per params entry in parallel; returns (t0, results)."""
         n = len(params)
         for i, p in enumerate(params):

@@ -26,7 +26,7 @@ from bench.pool import Pool
 from bench.report import readme_block, table
 from bench.throughput import run_throughput
 from bench.trips import measure_trips
-from fabric.board.server import EmbeddedBoard
+from fabric.embedded.server import EmbeddedBoard
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -34,17 +34,40 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # other sections take about 15 minutes on a 2-CPU machine. PostgreSQL dominates: its
 # Kanboard costs ~20 ms a call idle and far more under 8 contending writers (lock
 # waits, deadlocks), so 8 processes drain only ~1 task/s there.
-FULL = {"procs": (1, 2, 4, 8), "embedded_tasks": 100, "real_tasks": 30, "repeats": 2,
-        "raw_seconds": 1.5, "trip_samples": 10, "cli_runs": 3, "deadline": 40.0,
-        "settle": 1.0}
-QUICK = {"procs": (1, 4), "embedded_tasks": 40, "real_tasks": 16, "repeats": 1,
-         "raw_seconds": 0.5, "trip_samples": 4, "cli_runs": 1, "deadline": 45.0,
-         "settle": 1.0}
+FULL = {
+    "procs": (1, 2, 4, 8),
+    "embedded_tasks": 100,
+    "real_tasks": 30,
+    "repeats": 2,
+    "raw_seconds": 1.5,
+    "trip_samples": 10,
+    "cli_runs": 3,
+    "deadline": 40.0,
+    "settle": 1.0,
+}
+QUICK = {
+    "procs": (1, 4),
+    "embedded_tasks": 40,
+    "real_tasks": 16,
+    "repeats": 1,
+    "raw_seconds": 0.5,
+    "trip_samples": 4,
+    "cli_runs": 1,
+    "deadline": 45.0,
+    "settle": 1.0,
+}
 # AGAP_BENCH_<KEY> overrides each size; every one is bounded (runs stay short).
 LIMITS: dict[str, tuple[float, float]] = {
-    "procs": (1, 16), "embedded_tasks": (1, 5000), "real_tasks": (1, 2000), "repeats": (1, 10),
-    "raw_seconds": (0.1, 30), "trip_samples": (1, 100), "cli_runs": (1, 20),
-    "deadline": (1, 600), "settle": (0, 30)}
+    "procs": (1, 16),
+    "embedded_tasks": (1, 5000),
+    "real_tasks": (1, 2000),
+    "repeats": (1, 10),
+    "raw_seconds": (0.1, 30),
+    "trip_samples": (1, 100),
+    "cli_runs": (1, 20),
+    "deadline": (1, 600),
+    "settle": (0, 30),
+}
 
 
 def config(base: dict[str, Any], environ: Any = None) -> dict[str, Any]:
@@ -67,8 +90,13 @@ def config(base: dict[str, Any], environ: Any = None) -> dict[str, Any]:
         except ValueError:
             ok = False
         if not ok:
-            kind = ("a comma-separated list of integers" if isinstance(default, tuple)
-                    else "an integer" if isinstance(default, int) else "a number")
+            kind = (
+                "a comma-separated list of integers"
+                if isinstance(default, tuple)
+                else "an integer"
+                if isinstance(default, int)
+                else "a number"
+            )
             raise TargetSpecError(f"{name}={text!r}: expected {kind} in {lo:g}..{hi:g}")
         cfg[key] = value
     return cfg
@@ -90,8 +118,10 @@ def check_loopback(targets: list[Target], environ: Any = None) -> None:
         except ValueError:
             loopback = False
         if not loopback:
-            raise TargetSpecError(f"{t.label} at {t.url} is not on loopback; set "
-                                  "AGAP_BENCH_ALLOW_REMOTE=1 to benchmark it anyway")
+            raise TargetSpecError(
+                f"{t.label} at {t.url} is not on loopback; set "
+                "AGAP_BENCH_ALLOW_REMOTE=1 to benchmark it anyway"
+            )
 
 
 def preflight(targets: list[Target]) -> None:
@@ -121,37 +151,61 @@ def embedded_label(board: EmbeddedBoard) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench", description=bench.__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=bench.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--quick", action="store_true", help="a small smoke run")
-    ap.add_argument("--embedded-only", action="store_true",
-                    help="skip the real Kanboards even when they are configured")
-    ap.add_argument("--no-sections", action="store_true",
-                    help="only the board tables (skip workers, keeper, events, A2A)")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="where results go (default bench/results, or bench/results/quick)")
-    ap.add_argument("--keep", action="store_true",
-                    help="keep the projects and users created on a real Kanboard")
+    ap.add_argument(
+        "--embedded-only", action="store_true", help="skip the real Kanboards even when they are configured"
+    )
+    ap.add_argument(
+        "--no-sections", action="store_true", help="only the board tables (skip workers, keeper, events, A2A)"
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where results go (default bench/results, or bench/results/quick)",
+    )
+    ap.add_argument(
+        "--keep", action="store_true", help="keep the projects and users created on a real Kanboard"
+    )
     return ap.parse_args(argv)
 
 
-def bench_target(target: Target, pool: Pool, cfg: dict[str, Any], tasks: int,
-                 tmp: Path) -> dict[str, Any]:
+def bench_target(target: Target, pool: Pool, cfg: dict[str, Any], tasks: int, tmp: Path) -> dict[str, Any]:
     cards = load_bench_cards()
     started = time.monotonic()
     print(f"[{target.name}] round trips …", flush=True)
     trips = measure_trips(target, cards, n=cfg["trip_samples"], cli_runs=cfg["cli_runs"], tmp=tmp)
     trips_seconds = round(time.monotonic() - started, 1)
     print(f"[{target.name}] throughput, {tasks} tasks per point …", flush=True)
-    thr = run_throughput(target, cards, pool, procs=cfg["procs"], n=tasks,
-                         repeats=cfg["repeats"], raw_seconds=cfg["raw_seconds"],
-                         deadline=cfg["deadline"], settle=cfg["settle"], tmp=tmp)
+    thr = run_throughput(
+        target,
+        cards,
+        pool,
+        procs=cfg["procs"],
+        n=tasks,
+        repeats=cfg["repeats"],
+        raw_seconds=cfg["raw_seconds"],
+        deadline=cfg["deadline"],
+        settle=cfg["settle"],
+        tmp=tmp,
+    )
     seconds = round(time.monotonic() - started, 1)
     print(f"[{target.name}] {seconds} s (round trips {trips_seconds} s)", flush=True)
-    return {"label": target.label, "flavour": target.flavour,
-            "url": target.url if target.real else "loopback (embedded)",
-            "tasks": tasks, "trips": trips, "throughput": thr, "seconds": seconds,
-            "trips_seconds": trips_seconds}
+    return {
+        "label": target.label,
+        "flavour": target.flavour,
+        "url": target.url if target.real else "loopback (embedded)",
+        "tasks": tasks,
+        "trips": trips,
+        "throughput": thr,
+        "seconds": seconds,
+        "trips_seconds": trips_seconds,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,28 +224,37 @@ def main(argv: list[str] | None = None) -> int:
     cache.mkdir()
     os.environ["XDG_CACHE_HOME"] = str(cache)  # the layout cache; pool processes inherit it
     command = "make bench" if not args.quick else "python -m bench --quick"
-    results: dict[str, Any] = {"machine": machine_info(), "command": command,
-                               "config": {k: list(v) if isinstance(v, tuple) else v
-                                          for k, v in cfg.items()},
-                               "targets": {}}
+    results: dict[str, Any] = {
+        "machine": machine_info(),
+        "command": command,
+        "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()},
+        "targets": {},
+    }
     started = time.monotonic()
     pool = Pool(max(cfg["procs"]), str(cache))
     try:
         with embedded_board(tmp / "board.sqlite3") as board:
-            target = Target("embedded", board.url, board.token, embedded_label(board),
-                            flavour=str(getattr(board, "flavour", "") or ""))
-            results["targets"]["embedded"] = bench_target(target, pool, cfg,
-                                                          cfg["embedded_tasks"], tmp)
+            target = Target(
+                "embedded",
+                board.url,
+                board.token,
+                embedded_label(board),
+                flavour=str(getattr(board, "flavour", "") or ""),
+            )
+            results["targets"]["embedded"] = bench_target(target, pool, cfg, cfg["embedded_tasks"], tmp)
         for real in reals:
             try:
-                results["targets"][real.name] = bench_target(real, pool, cfg,
-                                                             cfg["real_tasks"], tmp)
+                results["targets"][real.name] = bench_target(real, pool, cfg, cfg["real_tasks"], tmp)
             except Exception as exc:
                 # One backend failing must not lose the others' figures.
                 traceback.print_exc()
-                results["targets"][real.name] = {"label": real.label, "flavour": real.flavour,
-                                                 "url": real.url, "tasks": cfg["real_tasks"],
-                                                 "error": f"{type(exc).__name__}: {exc}"[:500]}
+                results["targets"][real.name] = {
+                    "label": real.label,
+                    "flavour": real.flavour,
+                    "url": real.url,
+                    "tasks": cfg["real_tasks"],
+                    "error": f"{type(exc).__name__}: {exc}"[:500],
+                }
                 pool.close()  # its processes may still be busy with the failed job
                 pool = Pool(max(cfg["procs"]), str(cache))
             finally:

@@ -24,12 +24,12 @@ from bench.env import QUEUE_AGENT, CountingClient, Target
 from bench.naive import NaiveLayout, double_executions, executed_ids
 from bench.naive import open_log as open_naive_log
 from bench.pool import Pool
-from fabric import taskboard
 from fabric.cards import CardSet
 from fabric.core import Fabric
+from fabric.kanboard import taskboard
+from fabric.kanboard.layout import COLUMN_OF_STATE, Column, State
 from fabric.kanboard.port import BoardError, Call
-from fabric.layout import COLUMN_OF_STATE, Column, State
-from fabric.taskboard import BoardLayout, TaskBoard, TaskView
+from fabric.kanboard.taskboard import BoardLayout, TaskBoard, TaskView
 from workers.drill import open_log as open_drill_log
 
 # When a mover may check its card (the competing moves have committed): the fabric's own
@@ -55,8 +55,10 @@ def _merge(results: list[dict[str, Any]], key: str) -> dict[str, int]:
 
 def _count_in(target: Target, layout: BoardLayout, column: Column) -> int:
     client = target.client()
-    rows = client.call("searchTasks", {"project_id": layout.project_id,
-                                       "query": f'column:"{column.value}"'}) or []
+    rows = (
+        client.call("searchTasks", {"project_id": layout.project_id, "query": f'column:"{column.value}"'})
+        or []
+    )
     client.close()
     return len(rows)
 
@@ -83,7 +85,7 @@ def audit_fabric(board: TaskBoard, task_ids: Sequence[int]) -> dict[str, Any]:
     by_id = {cid: col for col, cid in board.layout.columns.items()}
     views: dict[int, TaskView] = {}
     for start in range(0, len(task_ids), READ_CHUNK):
-        views.update(_retry(board.read_many, list(task_ids[start:start + READ_CHUNK])))
+        views.update(_retry(board.read_many, list(task_ids[start : start + READ_CHUNK])))
     states: Counter[str] = Counter()
     wrong: Counter[str] = Counter()
     for tid in task_ids:
@@ -99,9 +101,13 @@ def audit_fabric(board: TaskBoard, task_ids: Sequence[int]) -> dict[str, Any]:
         if have != want:
             wrong[f"{have.value if have else f'column #{column_id}'} -> {want.value}"] += 1
     not_done = len(task_ids) - states.get(str(State.DONE), 0)
-    return {"not_done": not_done, "wrong_column": sum(wrong.values()),
-            "stuck": len([t for t in task_ids if _stuck(views.get(t), by_id)]),
-            "states": dict(states), "wrong": dict(wrong)}
+    return {
+        "not_done": not_done,
+        "wrong_column": sum(wrong.values()),
+        "stuck": len([t for t in task_ids if _stuck(views.get(t), by_id)]),
+        "states": dict(states),
+        "wrong": dict(wrong),
+    }
 
 
 def _stuck(view: TaskView | None, by_id: dict[int, Column]) -> bool:
@@ -129,9 +135,13 @@ def audit_naive(target: Target, layout: BoardLayout, executed: set[int]) -> dict
         if tid in executed and col != Column.DONE:
             wrong[f"{col.value if col else '?'} -> {Column.DONE.value}"] += 1
     not_done = sum(1 for tid in columns if tid not in executed)
-    return {"not_done": not_done, "wrong_column": sum(wrong.values()),
-            "stuck": not_done + sum(wrong.values()),
-            "columns": dict(where), "wrong": dict(wrong)}
+    return {
+        "not_done": not_done,
+        "wrong_column": sum(wrong.values()),
+        "stuck": not_done + sum(wrong.values()),
+        "columns": dict(where),
+        "wrong": dict(wrong),
+    }
 
 
 def _settle_wait(ended: float, settle: float) -> None:
@@ -139,26 +149,49 @@ def _settle_wait(ended: float, settle: float) -> None:
     time.sleep(max(0.0, min(settle, ended + settle - time.time())))
 
 
-def raw_point(target: Target, cards: CardSet, pool: Pool, *, procs: int, duration: float,
-              tag: str) -> dict[str, Any]:
+def raw_point(
+    target: Target, cards: CardSet, pool: Pool, *, procs: int, duration: float, tag: str
+) -> dict[str, Any]:
     _, layout = target.fresh(f"raw{tag}", cards)
-    params = [{"url": target.url, "token": target.token, "owner": f"r{i}", "duration": duration,
-               "project_id": layout.project_id, "column_id": layout.columns[Column.QUEUED],
-               "swimlane_id": layout.swimlane(QUEUE_AGENT)}
-              for i in range(procs)]
+    params = [
+        {
+            "url": target.url,
+            "token": target.token,
+            "owner": f"r{i}",
+            "duration": duration,
+            "project_id": layout.project_id,
+            "column_id": layout.columns[Column.QUEUED],
+            "swimlane_id": layout.swimlane(QUEUE_AGENT),
+        }
+        for i in range(procs)
+    ]
     t0, results = pool.run("raw", params, timeout=duration + 60)
     elapsed = _elapsed(t0, results)
     created = sum(r["created"] for r in results)
-    return {"procs": procs, "created": created,
-            "refused": sum(r["refused"] for r in results),
-            "on_board": _count_in(target, layout, Column.QUEUED),
-            "seconds": round(elapsed, 3), "per_second": round(created / elapsed, 1),
-            "errors": _merge(results, "errors")}
+    return {
+        "procs": procs,
+        "created": created,
+        "refused": sum(r["refused"] for r in results),
+        "on_board": _count_in(target, layout, Column.QUEUED),
+        "seconds": round(elapsed, 3),
+        "per_second": round(created / elapsed, 1),
+        "errors": _merge(results, "errors"),
+    }
 
 
-def fabric_point(target: Target, cards: CardSet, pool: Pool, *, procs: int, n: int,
-                 deadline: float, tmp: Path, tag: str, effect: bool = False,
-                 settle: float = 1.0) -> dict[str, Any]:
+def fabric_point(
+    target: Target,
+    cards: CardSet,
+    pool: Pool,
+    *,
+    procs: int,
+    n: int,
+    deadline: float,
+    tmp: Path,
+    tag: str,
+    effect: bool = False,
+    settle: float = 1.0,
+) -> dict[str, Any]:
     settings, layout = target.fresh(f"fab{tag}", cards)
     client = target.client()
     fab = Fabric.connect(settings, cards=cards, port=client)
@@ -171,8 +204,9 @@ def fabric_point(target: Target, cards: CardSet, pool: Pool, *, procs: int, n: i
         # (the retry returns the original task, repairing it if it was left half-written).
         for attempt in range(3):
             try:
-                task_ids.append(fab.submit(f"bench task {i}", target=QUEUE_AGENT,
-                                           key=f"tp-{tag}-{i}").task_id)
+                task_ids.append(
+                    fab.submit(f"bench task {i}", target=QUEUE_AGENT, key=f"tp-{tag}-{i}").task_id
+                )
                 break
             except BoardError:
                 submit_errors += 1
@@ -181,10 +215,20 @@ def fabric_point(target: Target, cards: CardSet, pool: Pool, *, procs: int, n: i
     submit_seconds = time.perf_counter() - s0
     log = tmp / f"drill-{target.name}-{tag}.sqlite3"
     open_drill_log(log).close()  # created once here: concurrent first opens race on WAL mode
-    params = [{"url": target.url, "token": target.token, "project": settings.project,
-               "locks_project": settings.locks_project, "queue": queue, "owner": f"w{i}",
-               "log": str(log), "deadline": deadline, "effect": effect}
-              for i in range(procs)]
+    params = [
+        {
+            "url": target.url,
+            "token": target.token,
+            "project": settings.project,
+            "locks_project": settings.locks_project,
+            "queue": queue,
+            "owner": f"w{i}",
+            "log": str(log),
+            "deadline": deadline,
+            "effect": effect,
+        }
+        for i in range(procs)
+    ]
     t0, results = pool.run("fabric", params, timeout=deadline + 60)
     elapsed = _elapsed(t0, results)
     completed = sum(r["completed"] for r in results)
@@ -204,25 +248,35 @@ def fabric_point(target: Target, cards: CardSet, pool: Pool, *, procs: int, n: i
     if settle > 0:
         _settle_wait(ended, max(settle, VERIFY_AFTER))
         _, polls = pool.run("settle", [{"queue": queue} for _ in range(procs)], timeout=60)
-        settle_run = {k: sum(r[k] for r in polls)
-                      for k in ("connections", "trips", "moves_resent", "failed")}
+        settle_run = {k: sum(r[k] for r in polls) for k in ("connections", "trips", "moves_resent", "failed")}
         settled = audit_fabric(fab.board, task_ids)
     client.close()
     wins = claimed + completed + sum(r["failed"] for r in results)
-    return {"procs": procs, "tasks": n, "completed": completed, "claimed": claimed,
-            "done_on_board": _count_in(target, layout, Column.DONE),
-            "seconds": round(elapsed, 3), "per_second": round(completed / elapsed, 1),
-            "submit_per_second": round(n / submit_seconds, 1), "submit_errors": submit_errors,
-            "executions": sum(c for _, c in per_uid),
-            "double_executions": sum(1 for _, c in per_uid if c > 1),
-            "double_executed_epochs": per_epoch,
-            "at_end": at_end, "settled": settled, "settle": settle_run,
-            "trips": trips, "trips_per_task": round(trips / max(1, completed), 2),
-            "polls": sum(r["polls"] for r in results),
-            "lost_lock_races": by_method.get("createTag", 0) - wins,
-            "fenced": sum(r["fenced"] for r in results),
-            "timed_out": any(r["timed_out"] for r in results),
-            "by_method": by_method, "errors": _merge(results, "errors")}
+    return {
+        "procs": procs,
+        "tasks": n,
+        "completed": completed,
+        "claimed": claimed,
+        "done_on_board": _count_in(target, layout, Column.DONE),
+        "seconds": round(elapsed, 3),
+        "per_second": round(completed / elapsed, 1),
+        "submit_per_second": round(n / submit_seconds, 1),
+        "submit_errors": submit_errors,
+        "executions": sum(c for _, c in per_uid),
+        "double_executions": sum(1 for _, c in per_uid if c > 1),
+        "double_executed_epochs": per_epoch,
+        "at_end": at_end,
+        "settled": settled,
+        "settle": settle_run,
+        "trips": trips,
+        "trips_per_task": round(trips / max(1, completed), 2),
+        "polls": sum(r["polls"] for r in results),
+        "lost_lock_races": by_method.get("createTag", 0) - wins,
+        "fenced": sum(r["fenced"] for r in results),
+        "timed_out": any(r["timed_out"] for r in results),
+        "by_method": by_method,
+        "errors": _merge(results, "errors"),
+    }
 
 
 def _seed_naive(client: CountingClient, nl: NaiveLayout, n: int) -> None:
@@ -232,33 +286,68 @@ def _seed_naive(client: CountingClient, nl: NaiveLayout, n: int) -> None:
     for _ in range(5):
         missing = n - have
         for start in range(0, missing, 100):
-            client.batch([Call("createTask", {
-                "title": f"naive task {have + i}", "project_id": nl.project_id,
-                "column_id": nl.queued, "swimlane_id": nl.swimlane_id})
-                for i in range(start, min(missing, start + 100))])
+            client.batch(
+                [
+                    Call(
+                        "createTask",
+                        {
+                            "title": f"naive task {have + i}",
+                            "project_id": nl.project_id,
+                            "column_id": nl.queued,
+                            "swimlane_id": nl.swimlane_id,
+                        },
+                    )
+                    for i in range(start, min(missing, start + 100))
+                ]
+            )
         have = len(client.call("searchTasks", {"project_id": nl.project_id, "query": query}) or [])
         if have >= n:
             return
     raise RuntimeError(f"seeding the naive queue failed: {have}/{n} created")
 
 
-def naive_point(target: Target, cards: CardSet, pool: Pool, *, procs: int, n: int,
-                deadline: float, tmp: Path, tag: str, settle: float = 1.0) -> dict[str, Any]:
+def naive_point(
+    target: Target,
+    cards: CardSet,
+    pool: Pool,
+    *,
+    procs: int,
+    n: int,
+    deadline: float,
+    tmp: Path,
+    tag: str,
+    settle: float = 1.0,
+) -> dict[str, Any]:
     _, layout = target.fresh(f"naive{tag}", cards)
     client = target.client()
-    users = [target.add_user(client, f"bench-naive-{target.run_id}-{tag}-{i}", layout.project_id)
-             for i in range(procs)]
-    nl = NaiveLayout(project_id=layout.project_id, swimlane_id=layout.swimlane(QUEUE_AGENT),
-                     queue=cards.get(QUEUE_AGENT).queue_name,
-                     queued=layout.columns[Column.QUEUED], working=layout.columns[Column.WORKING],
-                     done=layout.columns[Column.DONE])
+    users = [
+        target.add_user(client, f"bench-naive-{target.run_id}-{tag}-{i}", layout.project_id)
+        for i in range(procs)
+    ]
+    nl = NaiveLayout(
+        project_id=layout.project_id,
+        swimlane_id=layout.swimlane(QUEUE_AGENT),
+        queue=cards.get(QUEUE_AGENT).queue_name,
+        queued=layout.columns[Column.QUEUED],
+        working=layout.columns[Column.WORKING],
+        done=layout.columns[Column.DONE],
+    )
     _seed_naive(client, nl, n)
     client.close()
     log = tmp / f"naive-{target.name}-{tag}.sqlite3"
     open_naive_log(log).close()
-    params = [{"url": target.url, "token": target.token, "layout": vars(nl), "owner": f"n{i}",
-               "user_id": users[i], "log": str(log), "deadline": deadline}
-              for i in range(procs)]
+    params = [
+        {
+            "url": target.url,
+            "token": target.token,
+            "layout": vars(nl),
+            "owner": f"n{i}",
+            "user_id": users[i],
+            "log": str(log),
+            "deadline": deadline,
+        }
+        for i in range(procs)
+    ]
     t0, results = pool.run("naive", params, timeout=deadline + 60)
     elapsed = _elapsed(t0, results)
     executed, doubles, executions = double_executions(log)
@@ -269,20 +358,39 @@ def naive_point(target: Target, cards: CardSet, pool: Pool, *, procs: int, n: in
     if settle > 0:
         _settle_wait(max(r["t_end"] for r in results), max(settle, VERIFY_AFTER))
         settled = audit_naive(target, layout, ran)
-    return {"procs": procs, "tasks": n, "done_on_board": done,
-            "seconds": round(elapsed, 3), "per_second": round(done / elapsed, 1),
-            "tasks_executed": executed, "executions": executions,
-            "double_executions": doubles, "at_end": at_end, "settled": settled,
-            "timed_out": any(r.get("timed_out") for r in results),
-            "claim_errors": sum(r["claim_errors"] for r in results),
-            "trips": sum(r["trips"] for r in results),
-            "trips_per_task": round(sum(r["trips"] for r in results) / max(1, done), 2),
-            "errors": _merge(results, "errors")}
+    return {
+        "procs": procs,
+        "tasks": n,
+        "done_on_board": done,
+        "seconds": round(elapsed, 3),
+        "per_second": round(done / elapsed, 1),
+        "tasks_executed": executed,
+        "executions": executions,
+        "double_executions": doubles,
+        "at_end": at_end,
+        "settled": settled,
+        "timed_out": any(r.get("timed_out") for r in results),
+        "claim_errors": sum(r["claim_errors"] for r in results),
+        "trips": sum(r["trips"] for r in results),
+        "trips_per_task": round(sum(r["trips"] for r in results) / max(1, done), 2),
+        "errors": _merge(results, "errors"),
+    }
 
 
-def run_throughput(target: Target, cards: CardSet, pool: Pool, *, procs: tuple[int, ...],
-                   n: int, repeats: int, raw_seconds: float, deadline: float, tmp: Path,
-                   settle: float = 1.0, log: Any = print) -> dict[str, Any]:
+def run_throughput(
+    target: Target,
+    cards: CardSet,
+    pool: Pool,
+    *,
+    procs: tuple[int, ...],
+    n: int,
+    repeats: int,
+    raw_seconds: float,
+    deadline: float,
+    tmp: Path,
+    settle: float = 1.0,
+    log: Any = print,
+) -> dict[str, Any]:
     """Every mode at every process count, interleaved so machine noise spreads evenly.
 
     Each point runs ``repeats`` times; the summary keeps the best rate of each mode (the
@@ -291,8 +399,10 @@ def run_throughput(target: Target, cards: CardSet, pool: Pool, *, procs: tuple[i
     docstring); 0 audits only at the end.
     """
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {
-        "raw": {p: [] for p in procs}, "fabric": {p: [] for p in procs},
-        "naive": {p: [] for p in procs}}
+        "raw": {p: [] for p in procs},
+        "fabric": {p: [] for p in procs},
+        "naive": {p: [] for p in procs},
+    }
     for rep in range(repeats):
         for p in procs:
             tag = f"{p}r{rep}"
@@ -302,46 +412,60 @@ def run_throughput(target: Target, cards: CardSet, pool: Pool, *, procs: tuple[i
             runs["raw"][p].append(r)
             log(f"  {target.name} #{rep + 1} p={p} raw createTask: {r['per_second']}/s")
             w = time.monotonic()
-            f = fabric_point(target, cards, pool, procs=p, n=n, deadline=deadline, tmp=tmp,
-                             tag=tag, settle=settle)
+            f = fabric_point(
+                target, cards, pool, procs=p, n=n, deadline=deadline, tmp=tmp, tag=tag, settle=settle
+            )
             f["wall_seconds"] = round(time.monotonic() - w, 2)
             runs["fabric"][p].append(f)
-            log(f"  {target.name} #{rep + 1} p={p} fabric:  {f['per_second']}/s "
+            log(
+                f"  {target.name} #{rep + 1} p={p} fabric:  {f['per_second']}/s "
                 f"({f['completed']}/{n}, {f['double_executions']} double, "
-                f"{_audit_line(f)}, {f['trips_per_task']} trips/task)")
+                f"{_audit_line(f)}, {f['trips_per_task']} trips/task)"
+            )
             w = time.monotonic()
-            v = naive_point(target, cards, pool, procs=p, n=n, deadline=deadline, tmp=tmp,
-                            tag=tag, settle=settle)
+            v = naive_point(
+                target, cards, pool, procs=p, n=n, deadline=deadline, tmp=tmp, tag=tag, settle=settle
+            )
             v["wall_seconds"] = round(time.monotonic() - w, 2)
             runs["naive"][p].append(v)
-            log(f"  {target.name} #{rep + 1} p={p} naive:   {v['per_second']}/s "
+            log(
+                f"  {target.name} #{rep + 1} p={p} naive:   {v['per_second']}/s "
                 f"({v['done_on_board']}/{n}, {v['double_executions']} double, "
-                f"{_audit_line(v)})")
-    best = {mode: {p: max(rs, key=lambda r: r["per_second"]) for p, rs in per.items()}
-            for mode, per in runs.items()}
-    totals = {p: {
-        "tasks": n * repeats,
-        "fabric_double_executions": sum(r["double_executions"] for r in runs["fabric"][p]),
-        "fabric_double_executed_epochs": sum(r["double_executed_epochs"]
-                                             for r in runs["fabric"][p]),
-        "fabric_done": sum(r["completed"] for r in runs["fabric"][p]),
-        "naive_double_executions": sum(r["double_executions"] for r in runs["naive"][p]),
-        "naive_done": sum(r["done_on_board"] for r in runs["naive"][p]),
-        **{f"{mode}_{key}": _total(runs[mode][p], phase, metric)
-           for mode in ("fabric", "naive")
-           for key, phase, metric in (
-               ("not_done", "at_end", "not_done"), ("wrong_column", "at_end", "wrong_column"),
-               ("stuck", "at_end", "stuck"),
-               ("not_done_settled", "settled", "not_done"),
-               ("wrong_column_settled", "settled", "wrong_column"),
-               ("stuck_settled", "settled", "stuck"))},
-        "fabric_moves_resent": _total(runs["fabric"][p], "settle", "moves_resent"),
-        "fabric_timed_out": sum(1 for r in runs["fabric"][p] if r["timed_out"]),
-        "naive_timed_out": sum(1 for r in runs["naive"][p] if r.get("timed_out")),
-        "fabric_errors": sum(sum(r["errors"].values()) for r in runs["fabric"][p]),
-        "naive_errors": sum(sum(r["errors"].values()) for r in runs["naive"][p]),
-        "raw_errors": sum(sum(r["errors"].values()) for r in runs["raw"][p]),
-    } for p in procs}
+                f"{_audit_line(v)})"
+            )
+    best = {
+        mode: {p: max(rs, key=lambda r: r["per_second"]) for p, rs in per.items()}
+        for mode, per in runs.items()
+    }
+    totals = {
+        p: {
+            "tasks": n * repeats,
+            "fabric_double_executions": sum(r["double_executions"] for r in runs["fabric"][p]),
+            "fabric_double_executed_epochs": sum(r["double_executed_epochs"] for r in runs["fabric"][p]),
+            "fabric_done": sum(r["completed"] for r in runs["fabric"][p]),
+            "naive_double_executions": sum(r["double_executions"] for r in runs["naive"][p]),
+            "naive_done": sum(r["done_on_board"] for r in runs["naive"][p]),
+            **{
+                f"{mode}_{key}": _total(runs[mode][p], phase, metric)
+                for mode in ("fabric", "naive")
+                for key, phase, metric in (
+                    ("not_done", "at_end", "not_done"),
+                    ("wrong_column", "at_end", "wrong_column"),
+                    ("stuck", "at_end", "stuck"),
+                    ("not_done_settled", "settled", "not_done"),
+                    ("wrong_column_settled", "settled", "wrong_column"),
+                    ("stuck_settled", "settled", "stuck"),
+                )
+            },
+            "fabric_moves_resent": _total(runs["fabric"][p], "settle", "moves_resent"),
+            "fabric_timed_out": sum(1 for r in runs["fabric"][p] if r["timed_out"]),
+            "naive_timed_out": sum(1 for r in runs["naive"][p] if r.get("timed_out")),
+            "fabric_errors": sum(sum(r["errors"].values()) for r in runs["fabric"][p]),
+            "naive_errors": sum(sum(r["errors"].values()) for r in runs["naive"][p]),
+            "raw_errors": sum(sum(r["errors"].values()) for r in runs["raw"][p]),
+        }
+        for p in procs
+    }
     return {"best": best, "totals": totals, "runs": runs, "settle_seconds": settle}
 
 

@@ -37,7 +37,7 @@ def agap_command() -> list[str]:
     script = Path(sys.executable).parent / "agap"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "from fabric.cli import main; main()"]
+    return [sys.executable, "-c", "from fabric.apps.cli import main; main()"]
 
 
 def _side_effect(fab: Fabric, lease: Lease) -> None:
@@ -57,8 +57,7 @@ class _Sampler:
         self.client = client
         self.spoiled: Counter[str] = Counter()
 
-    def __call__(self, what: str, fn: Callable[..., T], *args: Any,
-                 **kw: Any) -> tuple[int | None, T | None]:
+    def __call__(self, what: str, fn: Callable[..., T], *args: Any, **kw: Any) -> tuple[int | None, T | None]:
         before = sum(self.client.errors.values())
         self.client.stats.reset()
         try:
@@ -76,8 +75,7 @@ def _clean(xs: list[int | None]) -> list[int]:
     return [x for x in xs if x is not None]
 
 
-def measure_trips(target: Target, cards: CardSet, *, n: int, cli_runs: int,
-                  tmp: Path) -> dict[str, Any]:
+def measure_trips(target: Target, cards: CardSet, *, n: int, cli_runs: int, tmp: Path) -> dict[str, Any]:
     settings, _ = target.fresh("trips", cards)
     client = target.client()
     fab = Fabric.connect(settings, cards=cards, port=client)  # as a worker connects
@@ -86,16 +84,25 @@ def measure_trips(target: Target, cards: CardSet, *, n: int, cli_runs: int,
     sample = _Sampler(client)
 
     out: dict[str, Any] = {}
-    out["submit"] = _spread(_clean([
-        sample("submit", fab.submit, f"plain {i}", target=QUEUE_AGENT)[0] for i in range(n)]))
-    out["submit_key_new"] = _spread(_clean([
-        sample("submit_key_new", fab.submit, f"keyed {i}", target=QUEUE_AGENT,
-               key=f"bench-key-{i}")[0] for i in range(n)]))
+    out["submit"] = _spread(
+        _clean([sample("submit", fab.submit, f"plain {i}", target=QUEUE_AGENT)[0] for i in range(n)])
+    )
+    out["submit_key_new"] = _spread(
+        _clean(
+            [
+                sample("submit_key_new", fab.submit, f"keyed {i}", target=QUEUE_AGENT, key=f"bench-key-{i}")[
+                    0
+                ]
+                for i in range(n)
+            ]
+        )
+    )
     repeats: list[int | None] = []
     created_again = 0
     for i in range(min(n, 5)):
-        t, receipt = sample("submit_key_repeat", fab.submit, f"keyed {i}", target=QUEUE_AGENT,
-                            key=f"bench-key-{i}")
+        t, receipt = sample(
+            "submit_key_repeat", fab.submit, f"keyed {i}", target=QUEUE_AGENT, key=f"bench-key-{i}"
+        )
         repeats.append(t)
         created_again += int(bool(receipt and receipt.created))
     out["submit_key_repeat"] = {**_spread(_clean(repeats)), "created_again": created_again}
@@ -147,8 +154,7 @@ def measure_trips(target: Target, cards: CardSet, *, n: int, cli_runs: int,
         out["lifecycle_x_getTask"] = round(life_ms / get_ms, 1)
     out["spoiled_samples"] = dict(sample.spoiled)
     out["errors"] = dict(client.errors)
-    out["cli"] = measure_cli(target, settings.project, settings.locks_project, runs=cli_runs,
-                             tmp=tmp)
+    out["cli"] = measure_cli(target, settings.project, settings.locks_project, runs=cli_runs, tmp=tmp)
     client.close()
     return out
 
@@ -163,8 +169,7 @@ def _lifecycle(fab: Fabric, reader: QueueReader, intent: str) -> bool:
     return lease.task_id == receipt.task_id
 
 
-def measure_cli(target: Target, project: str, locks_project: str, *, runs: int,
-                tmp: Path) -> dict[str, Any]:
+def measure_cli(target: Target, project: str, locks_project: str, *, runs: int, tmp: Path) -> dict[str, Any]:
     """``agap submit --json`` end to end in a subprocess; trips counted by a proxy."""
     cache = tmp / f"cli-cache-{target.name}"
     cache.mkdir(parents=True, exist_ok=True)
@@ -172,16 +177,27 @@ def measure_cli(target: Target, project: str, locks_project: str, *, runs: int,
     failures: list[str] = []
     cold_failed = False
     with CountingProxy(target.url) as proxy:
-        env = {**os.environ, "KANBOARD_URL": proxy.url, "KANBOARD_API_TOKEN": target.token,
-               "AGAP_CARDS_DIR": str(CARDS_DIR), "AGAP_PROJECT": project,
-               "AGAP_LOCKS_PROJECT": locks_project, "XDG_CACHE_HOME": str(cache)}
+        env = {
+            **os.environ,
+            "KANBOARD_URL": proxy.url,
+            "KANBOARD_API_TOKEN": target.token,
+            "AGAP_CARDS_DIR": str(CARDS_DIR),
+            "AGAP_PROJECT": project,
+            "AGAP_LOCKS_PROJECT": locks_project,
+            "XDG_CACHE_HOME": str(cache),
+        }
         for i in range(runs + 1):  # the first run has a cold layout cache
             proxy.reset()
             s = time.perf_counter()
             proc = subprocess.run(
-                [*agap_command(), "submit", "--target", QUEUE_AGENT, "--intent", f"cli {i}",
-                 "--json"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
-                check=False)
+                [*agap_command(), "submit", "--target", QUEUE_AGENT, "--intent", f"cli {i}", "--json"],
+                env=env,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
             secs = time.perf_counter() - s
             if proc.returncode != 0:
                 failures.append(f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
@@ -189,14 +205,19 @@ def measure_cli(target: Target, project: str, locks_project: str, *, runs: int,
                     cold_failed = True
                 continue
             data = json.loads(proc.stdout)
-            results.append({"proxy_posts": proxy.posts, "proxy_calls": proxy.calls,
-                            "reported": data.get("round_trips"), "seconds": round(secs, 3)})
+            results.append(
+                {
+                    "proxy_posts": proxy.posts,
+                    "proxy_calls": proxy.calls,
+                    "reported": data.get("round_trips"),
+                    "seconds": round(secs, 3),
+                }
+            )
     warm = results if cold_failed else results[1:]
     return {
         "cold": None if cold_failed or not results else results[0],
         "warm_posts": _spread([r["proxy_posts"] for r in warm]),
         "warm_reported": _spread([int(r["reported"]) for r in warm]),
-        "warm_seconds_median": round(statistics.median(r["seconds"] for r in warm), 3)
-        if warm else None,
+        "warm_seconds_median": round(statistics.median(r["seconds"] for r in warm), 3) if warm else None,
         "failures": failures,
     }

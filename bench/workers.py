@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fabric.board.server import EmbeddedBoard
 from fabric.cards import load_cards
 from fabric.config import Settings
 from fabric.core import Fabric
+from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 from workers.drill import DrillExecutor
 from workers.loop import Worker, WorkerConfig
@@ -32,7 +32,7 @@ _PROBE = r"""
 import json, sys, time
 t0 = time.perf_counter()
 mode, url, key = sys.argv[1], sys.argv[2], sys.argv[3]
-from workers.models import GatewayClient, SdkClient
+from workers.llm import GatewayClient, SdkClient
 if mode == "gateway":
     client = GatewayClient(url, key)
     model = "stub"
@@ -51,18 +51,26 @@ print(json.dumps({"ready_s": ready, "first_answer_s": time.perf_counter() - t0,
 
 def _probe(mode: str, url: str, key: str) -> dict[str, Any]:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    out = subprocess.run([sys.executable, "-c", _PROBE, mode, url, key], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, mode, url, key],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def _bare_python() -> dict[str, float]:
     # VmHWM (peak RSS) starts afresh at exec; ru_maxrss would carry the parent's.
-    code = ("import json; s = dict(l.split(':', 1) for l in open('/proc/self/status')); "
-            "print(json.dumps({'maxrss_mb': int(s['VmHWM'].split()[0]) / 1024}))")
+    code = (
+        "import json; s = dict(l.split(':', 1) for l in open('/proc/self/status')); "
+        "print(json.dumps({'maxrss_mb': int(s['VmHWM'].split()[0]) / 1024}))"
+    )
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     return {"start_s": time.perf_counter() - t0, **json.loads(out.stdout)}
 
 
@@ -92,18 +100,21 @@ def idle_and_latency(idle_seconds: float, tasks: int, poll: float) -> dict[str, 
     tmp = Path(tempfile.mkdtemp(prefix="agap-bench-w-"))
     os.environ["XDG_CACHE_HOME"] = str(tmp / "cache")
     with EmbeddedBoard(tmp / "b.sqlite3") as board:
-        settings = Settings(board_url=board.url, board_token=board.token,
-                            cards_dir=ROOT / "cards", state_dir=tmp / "state")
-        from fabric.bootstrap import init_board, save_layout_cache
+        settings = Settings(
+            board_url=board.url, board_token=board.token, cards_dir=ROOT / "cards", state_dir=tmp / "state"
+        )
+        from fabric.kanboard.bootstrap import init_board, save_layout_cache
 
         cards = load_cards(ROOT / "cards", base_dir=ROOT)
         report = init_board(KanboardClient(board.url, board.token), settings, cards)
         assert report.layout is not None
         save_layout_cache(settings, report.layout)
         clients: list[KanboardClient] = []
-        worker = Worker(lambda: _connect(settings, clients),
-                        DrillExecutor(tmp / "drill.sqlite3", effect=False),
-                        WorkerConfig(queue="gemma-local", owner="bench", poll_seconds=poll))
+        worker = Worker(
+            lambda: _connect(settings, clients),
+            DrillExecutor(tmp / "drill.sqlite3", effect=False),
+            WorkerConfig(queue="gemma-local", owner="bench", poll_seconds=poll),
+        )
         thread = threading.Thread(target=worker.run, daemon=True)
         thread.start()
         time.sleep(0.5)
@@ -128,11 +139,15 @@ def idle_and_latency(idle_seconds: float, tasks: int, poll: float) -> dict[str, 
         worker.stop.set()
         thread.join(10)
     lat.sort()
-    return {"idle_seconds": idle_seconds, "idle_trips": idle_trips,
-            "idle_trips_per_minute": idle_trips * 60 / idle_seconds, "poll_seconds": poll,
-            "latency_p50_s": statistics.median(lat) if lat else None,
-            "latency_p95_s": lat[min(len(lat) - 1, int(0.95 * len(lat)))] if lat else None,
-            "latency_samples": len(lat)}
+    return {
+        "idle_seconds": idle_seconds,
+        "idle_trips": idle_trips,
+        "idle_trips_per_minute": idle_trips * 60 / idle_seconds,
+        "poll_seconds": poll,
+        "latency_p50_s": statistics.median(lat) if lat else None,
+        "latency_p95_s": lat[min(len(lat) - 1, int(0.95 * len(lat)))] if lat else None,
+        "latency_samples": len(lat),
+    }
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -141,23 +156,41 @@ def run(quick: bool) -> dict[str, Any]:
     idle = idle_and_latency(6.0 if quick else 20.0, 6 if quick else 12, 2.0)
     bare = cold["bare_python"]
     rows = [
-        ["bare `python -c pass`: start / peak RSS (baseline)",
-         f"{bare['start_s']:.3f} s / {bare['maxrss_mb']:.0f} MB"],
+        [
+            "bare `python -c pass`: start / peak RSS (baseline)",
+            f"{bare['start_s']:.3f} s / {bare['maxrss_mb']:.0f} MB",
+        ],
     ]
     for mode in ("gateway", "sdk"):
         m = cold[mode]
-        rows.append([f"{mode} mode: start → first answer (x baseline)",
-                     f"{m['first_answer_s']:.2f} s ({m['first_answer_s'] / bare['start_s']:.0f}x)"])
-        rows.append([f"{mode} mode: peak RSS (x baseline); litellm imported",
-                     f"{m['maxrss_mb']:.0f} MB ({m['maxrss_mb'] / bare['maxrss_mb']:.1f}x); "
-                     f"{'yes' if m['litellm_imported'] else 'no'}"])
-    rows.append(["idle worker: board round trips per minute (poll every "
-                 f"{idle['poll_seconds']:.0f} s)", f"{idle['idle_trips_per_minute']:.1f}"])
+        rows.append(
+            [
+                f"{mode} mode: start → first answer (x baseline)",
+                f"{m['first_answer_s']:.2f} s ({m['first_answer_s'] / bare['start_s']:.0f}x)",
+            ]
+        )
+        rows.append(
+            [
+                f"{mode} mode: peak RSS (x baseline); litellm imported",
+                f"{m['maxrss_mb']:.0f} MB ({m['maxrss_mb'] / bare['maxrss_mb']:.1f}x); "
+                f"{'yes' if m['litellm_imported'] else 'no'}",
+            ]
+        )
+    rows.append(
+        [
+            f"idle worker: board round trips per minute (poll every {idle['poll_seconds']:.0f} s)",
+            f"{idle['idle_trips_per_minute']:.1f}",
+        ]
+    )
     if idle["latency_p50_s"] is not None:
-        rows.append([f"submit → start latency p50 / p95 (x poll interval), {idle['latency_samples']} tasks",
-                     f"{idle['latency_p50_s']:.2f} s / {idle['latency_p95_s']:.2f} s "
-                     f"({idle['latency_p50_s'] / idle['poll_seconds']:.2f}x / "
-                     f"{idle['latency_p95_s'] / idle['poll_seconds']:.2f}x)"])
+        rows.append(
+            [
+                f"submit → start latency p50 / p95 (x poll interval), {idle['latency_samples']} tasks",
+                f"{idle['latency_p50_s']:.2f} s / {idle['latency_p95_s']:.2f} s "
+                f"({idle['latency_p50_s'] / idle['poll_seconds']:.2f}x / "
+                f"{idle['latency_p95_s'] / idle['poll_seconds']:.2f}x)",
+            ]
+        )
     return {"title": "Workers", "rows": rows, "data": {"cold_start": cold, "idle": idle}}
 
 

@@ -184,8 +184,7 @@ _SECRET_PREFIXES = ("sk-", "sk_", "ghp_", "gho_", "github_pat_", "xox", "glpat-"
 def _check_slug(value: str) -> str:
     if not _SLUG.match(value):
         raise ValueError(
-            f"{value!r} must be 2-39 characters of lowercase letters, digits and '-', "
-            "starting with a letter"
+            f"{value!r} must be 2-39 characters of lowercase letters, digits and '-', starting with a letter"
         )
     return value
 
@@ -247,9 +246,7 @@ def _check_url(value: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("must be an http:// or https:// URL")
     if parts.password:
-        raise ValueError(
-            "must not carry a password; put credentials in an environment variable instead"
-        )
+        raise ValueError("must not carry a password; put credentials in an environment variable instead")
     return value
 
 
@@ -665,8 +662,9 @@ class GoldenExpect(_Strict):
     def _one(self) -> GoldenExpect:
         given = [k for k in ("contains", "exact", "regex", "judge") if getattr(self, k) is not None]
         if len(given) != 1:
-            kinds = "contains, exact, regex or judge" if self.judge is not None else \
-                "contains, exact or regex"
+            kinds = (
+                "contains, exact, regex or judge" if self.judge is not None else "contains, exact or regex"
+            )
             _raise([("", f"give exactly one of {kinds}")])
         if self.regex is not None:
             try:
@@ -1084,9 +1082,7 @@ def load_cards(directory: str | Path = "cards", *, base_dir: Path | None = None)
             problems.extend(_problems(shown, exc))
             continue
         if card.id != path.stem:
-            problems.append(
-                CardProblem(shown, "id", f"{card.id!r} must equal the file name {path.stem!r}")
-            )
+            problems.append(CardProblem(shown, "id", f"{card.id!r} must equal the file name {path.stem!r}"))
             continue
         loaded.append((shown, card))
         broken.discard(path.stem)
@@ -1099,9 +1095,7 @@ def load_cards(directory: str | Path = "cards", *, base_dir: Path | None = None)
     return CardSet((c for _, c in loaded), base_dir=base, directory=directory)
 
 
-def _cross_card_problems(
-    loaded: list[tuple[str, Card]], base: Path, broken: set[str]
-) -> list[CardProblem]:
+def _cross_card_problems(loaded: list[tuple[str, Card]], base: Path, broken: set[str]) -> list[CardProblem]:
     """Rules that span cards. A reference that may point into a file that did not load
     (``broken``) is not reported: the fix for that file comes first."""
     problems: list[CardProblem] = []
@@ -1117,9 +1111,7 @@ def _cross_card_problems(
 
     for shown, card in loaded:
         if card.id in first_id:
-            problems.append(
-                CardProblem(shown, "id", f"{card.id!r} is also the id in {first_id[card.id]}")
-            )
+            problems.append(CardProblem(shown, "id", f"{card.id!r} is also the id in {first_id[card.id]}"))
         first_id.setdefault(card.id, shown)
         if card.queue_name in first_queue:
             problems.append(
@@ -1135,9 +1127,7 @@ def _cross_card_problems(
             user = card.human.username
             if user in first_user:
                 problems.append(
-                    CardProblem(
-                        shown, "human.username", f"{user!r} is also used by {first_user[user]}"
-                    )
+                    CardProblem(shown, "human.username", f"{user!r} is also used by {first_user[user]}")
                 )
             first_user.setdefault(user, shown)
 
@@ -1168,9 +1158,7 @@ def _cross_card_problems(
         if card.backbone is not None:
             problems.extend(_backbone_problems(shown, card, cards, broken))
         if card.persona is not None and not (base / card.persona).is_file():
-            problems.append(
-                CardProblem(shown, "persona", f"{card.persona} does not exist (under {base})")
-            )
+            problems.append(CardProblem(shown, "persona", f"{card.persona} does not exist (under {base})"))
         if card.golden is not None:
             problems.extend(_golden_problems(shown, card, base))
     return problems
@@ -1218,15 +1206,27 @@ def _gpu_problems(loaded: list[tuple[str, Card]], directory: Path, base: Path) -
     problems: list[CardProblem] = []
     for shown, card in loaded:
         if card.kind == "model" and "gpu" in card.shapes and card.gpu is None:
-            problems.append(CardProblem(shown, "gpu", "a local GPU model must declare its "
-                                        "residency: gpu: {vram_mb: …, never_evict: …}"))
+            problems.append(
+                CardProblem(
+                    shown,
+                    "gpu",
+                    "a local GPU model must declare its residency: gpu: {vram_mb: …, never_evict: …}",
+                )
+            )
     if not residents:
         return problems
     path = directory / GPU_REGISTRY
     shown_reg = _shown(path, base)
     if not path.is_file():
-        return [*problems, CardProblem(shown_reg, "", "missing: cards declare GPU residency, so "
-                                       "name the GPUs here (gpus: [{name, vram_mb, reserved_mb}])")]
+        return [
+            *problems,
+            CardProblem(
+                shown_reg,
+                "",
+                "missing: cards declare GPU residency, so "
+                "name the GPUs here (gpus: [{name, vram_mb, reserved_mb}])",
+            ),
+        ]
     data, found = _read_yaml(path, shown_reg)
     if found:
         return problems + found
@@ -1247,14 +1247,17 @@ def _gpu_problems(loaded: list[tuple[str, Card]], directory: Path, base: Path) -
     for shown, card in residents:
         assert card.gpu is not None
         if card.gpu.vram_mb > room:
-            problems.append(CardProblem(shown, "gpu.vram_mb",
-                                        f"{card.gpu.vram_mb} MiB does not fit {where}"))
+            problems.append(CardProblem(shown, "gpu.vram_mb", f"{card.gpu.vram_mb} MiB does not fit {where}"))
     if pinned and pinned_mb > room:
-        problems.append(CardProblem(shown_reg, "", f"the never-evict set ({pinned_names}: "
-                                    f"{pinned_mb} MiB) does not fit {where}"))
+        problems.append(
+            CardProblem(
+                shown_reg, "", f"the never-evict set ({pinned_names}: {pinned_mb} MiB) does not fit {where}"
+            )
+        )
         return problems
-    pinned_groups = {c.gpu.co_residency_group for c in pinned
-                     if c.gpu is not None and c.gpu.co_residency_group}
+    pinned_groups = {
+        c.gpu.co_residency_group for c in pinned if c.gpu is not None and c.gpu.co_residency_group
+    }
     for shown, card in residents:
         assert card.gpu is not None
         if card.gpu.never_evict:
@@ -1262,14 +1265,24 @@ def _gpu_problems(loaded: list[tuple[str, Card]], directory: Path, base: Path) -
         group = card.gpu.co_residency_group
         other = sorted(g for g in pinned_groups if group is not None and g != group)
         if other:
-            problems.append(CardProblem(shown, "gpu.co_residency_group",
-                                        f"{group!r} can never load: the never-evict model(s) of "
-                                        f"group {', '.join(other)} may not share the GPU with it"))
+            problems.append(
+                CardProblem(
+                    shown,
+                    "gpu.co_residency_group",
+                    f"{group!r} can never load: the never-evict model(s) of "
+                    f"group {', '.join(other)} may not share the GPU with it",
+                )
+            )
         elif pinned and card.gpu.vram_mb + pinned_mb > room:
-            problems.append(CardProblem(shown, "gpu.vram_mb",
-                                        f"{card.gpu.vram_mb} MiB does not fit alongside the "
-                                        f"never-evict set ({pinned_names}: {pinned_mb} MiB) on "
-                                        f"{where}"))
+            problems.append(
+                CardProblem(
+                    shown,
+                    "gpu.vram_mb",
+                    f"{card.gpu.vram_mb} MiB does not fit alongside the "
+                    f"never-evict set ({pinned_names}: {pinned_mb} MiB) on "
+                    f"{where}",
+                )
+            )
     groups: dict[str, list[tuple[str, Card]]] = {}
     for shown, card in residents:
         if card.gpu is not None and card.gpu.co_residency_group and not card.gpu.never_evict:
@@ -1278,15 +1291,17 @@ def _gpu_problems(loaded: list[tuple[str, Card]], directory: Path, base: Path) -
         total = need(c for _, c in members) + pinned_mb
         if len(members) > 1 and total > room:
             ids = ", ".join(c.id for _, c in members)
-            problems.append(CardProblem(members[0][0], "gpu.co_residency_group",
-                                        f"group {name!r} ({ids}) with the never-evict set needs "
-                                        f"{total} MiB, more than {where}"))
+            problems.append(
+                CardProblem(
+                    members[0][0],
+                    "gpu.co_residency_group",
+                    f"group {name!r} ({ids}) with the never-evict set needs {total} MiB, more than {where}",
+                )
+            )
     return problems
 
 
-def _backbone_problems(
-    shown: str, card: Card, cards: dict[str, Card], broken: set[str]
-) -> list[CardProblem]:
+def _backbone_problems(shown: str, card: Card, cards: dict[str, Card], broken: set[str]) -> list[CardProblem]:
     backbone = card.backbone
     assert backbone is not None
     if backbone.model is not None:
@@ -1344,11 +1359,7 @@ def _golden_problems(shown: str, card: Card, base: Path) -> list[CardProblem]:
     except CardErrors as exc:
         return exc.problems
     if golden.agent != card.id:
-        return [
-            CardProblem(
-                _shown(path, base), "agent", f"{golden.agent!r} but the card is {card.id!r}"
-            )
-        ]
+        return [CardProblem(_shown(path, base), "agent", f"{golden.agent!r} but the card is {card.id!r}")]
     return []
 
 

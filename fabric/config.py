@@ -37,14 +37,36 @@ _SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 
 # What `agap config show` lists without --all, in this order: the settings it has always
 # listed (the registry holds every other variable, and --all shows them).
-KNOWN: tuple[Var, ...] = tuple(registry.var(name) for name in (
-    "KANBOARD_URL", "KANBOARD_API_TOKEN", "AGAP_CARDS_DIR", "AGAP_STATE_DIR", "AGAP_PROJECT",
-    "AGAP_LOCKS_PROJECT", "AGAP_ACTOR", "AGAP_MODEL_MODE", "AGAP_LITELLM_URL",
-    "LITELLM_MASTER_KEY", "AGAP_LITELLM_KEY", "AGAP_RESULT_STORE", "AGAP_RESULT_DIR",
-    "AGAP_REF_ROOTS", "AGAP_POLL_SECONDS", "AGAP_OUTAGE_GRACE", "AGAP_BOARD_PORT",
-    "AGAP_BOARD_TOKEN", "AGAP_EVENTS_URL", "AGAP_EVENTS_SECRET", "AGAP_KEEPER_METRICS_PORT",
-    "AGAP_KEEPER_METRICS_TOKEN", "AGAP_A2A_TOKENS", "AGAP_A2A_TOKENS_FILE", ENV_FILE_VAR,
-))
+KNOWN: tuple[Var, ...] = tuple(
+    registry.var(name)
+    for name in (
+        "KANBOARD_URL",
+        "KANBOARD_API_TOKEN",
+        "AGAP_CARDS_DIR",
+        "AGAP_STATE_DIR",
+        "AGAP_PROJECT",
+        "AGAP_LOCKS_PROJECT",
+        "AGAP_ACTOR",
+        "AGAP_MODEL_MODE",
+        "AGAP_LITELLM_URL",
+        "LITELLM_MASTER_KEY",
+        "AGAP_LITELLM_KEY",
+        "AGAP_RESULT_STORE",
+        "AGAP_RESULT_DIR",
+        "AGAP_REF_ROOTS",
+        "AGAP_POLL_SECONDS",
+        "AGAP_OUTAGE_GRACE",
+        "AGAP_BOARD_PORT",
+        "AGAP_BOARD_TOKEN",
+        "AGAP_EVENTS_URL",
+        "AGAP_EVENTS_SECRET",
+        "AGAP_KEEPER_METRICS_PORT",
+        "AGAP_KEEPER_METRICS_TOKEN",
+        "AGAP_A2A_TOKENS",
+        "AGAP_A2A_TOKENS_FILE",
+        ENV_FILE_VAR,
+    )
+)
 
 
 def is_secret(name: str) -> bool:
@@ -65,16 +87,20 @@ def read_env_file(path: Path) -> dict[str, str]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read the env file: {exc.strerror}", where=str(path),
-                          hint=f"fix the path in {ENV_FILE_VAR} or unset it") from None
+        raise ConfigError(
+            f"cannot read the env file: {exc.strerror}",
+            where=str(path),
+            hint=f"fix the path in {ENV_FILE_VAR} or unset it",
+        ) from None
     values: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         m = _LINE.match(line)
         if not m:
-            raise ConfigError("not a KEY=VALUE line", where=f"{path}:{number}",
-                              hint="write NAME=value (quotes optional)")
+            raise ConfigError(
+                "not a KEY=VALUE line", where=f"{path}:{number}", hint="write NAME=value (quotes optional)"
+            )
         value = m.group(2)
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
             value = value[1:-1]
@@ -108,8 +134,11 @@ def resolve(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -
     if named:
         path = Path(named).expanduser()
         if not path.is_file():
-            raise ConfigError(f"{ENV_FILE_VAR} names a file that does not exist", where=str(path),
-                              hint="create it, fix the path, or unset the variable")
+            raise ConfigError(
+                f"{ENV_FILE_VAR} names a file that does not exist",
+                where=str(path),
+                hint="create it, fix the path, or unset the variable",
+            )
         layers.append((str(path), read_env_file(path)))
     project = find_project_file((cwd or Path.cwd()).resolve())
     if project is not None:
@@ -122,8 +151,7 @@ def resolve(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -
     return out
 
 
-def apply_config_files(environ: MutableMapping[str, str] | None = None,
-                       cwd: Path | None = None) -> Resolved:
+def apply_config_files(environ: MutableMapping[str, str] | None = None, cwd: Path | None = None) -> Resolved:
     """Add settings from the env files to ``environ`` (never overriding it)."""
     global _applied
     target = os.environ if environ is None else environ
@@ -156,8 +184,10 @@ def warn_if_plaintext(url: str, what: str) -> bool:
     if not plain or _is_loopback(host) or url in _warned:
         return False
     _warned.add(url)
-    sys.stderr.write(f"agap: warning: {what} at {host} is reached without TLS ({parts.scheme}://);"
-                     " tokens and tasks cross the network in clear text\n")
+    sys.stderr.write(
+        f"agap: warning: {what} at {host} is reached without TLS ({parts.scheme}://);"
+        " tokens and tasks cross the network in clear text\n"
+    )
     return True
 
 

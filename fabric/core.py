@@ -14,20 +14,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from fabric.bootstrap import cached_layout, forget_layout_cache
 from fabric.cards import Card, CardSet, load_cards
 from fabric.config import Settings
 from fabric.errors import ConfigError
+from fabric.kanboard.bootstrap import cached_layout, forget_layout_cache
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.fit import fit
+from fabric.kanboard.layout import COLUMN_ORDER
 from fabric.kanboard.port import RpcPort
-from fabric.layout import COLUMN_ORDER
+from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.ledger import Ledger
-from fabric.models import TaskSpec, parse_priority, parse_when
 from fabric.policy import default_policies
 from fabric.router import Constraints, note_route, route
 from fabric.submit import Receipt, Submitter, build_spec, seal_key
-from fabric.taskboard import TaskBoard, TaskView
+from fabric.task import TaskSpec, parse_priority, parse_when
 
 
 class SubmitPolicy(Protocol):
@@ -36,8 +36,7 @@ class SubmitPolicy(Protocol):
     Raises a :class:`~fabric.errors.FabricError` naming the rule and the limit to refuse.
     """
 
-    def check(self, fabric: Fabric, spec: TaskSpec, card: Card,
-              parent: TaskView | None) -> None: ...
+    def check(self, fabric: Fabric, spec: TaskSpec, card: Card, parent: TaskView | None) -> None: ...
 
 
 # Called after a task is created or found: (receipt, spec). Listeners must not raise.
@@ -102,17 +101,25 @@ class Fabric:
         """Validate, route and create a task; returns at once with its receipt."""
         now = self.clock()
         # direct, constraint set or auto; explained (fabric/router.py)
-        choice = route(self, intent=intent, target=target, constraints=constraints, refs=refs,
-                       priority=priority)
+        choice = route(
+            self, intent=intent, target=target, constraints=constraints, refs=refs, priority=priority
+        )
         card, cons = choice.card, choice.recorded()
         parent_view = self.board.read(parent) if parent is not None else None
         spec = build_spec(
-            intent=intent, target=card.id, queue=card.queue_name, refs=tuple(refs),
-            constraints=cons, priority=parse_priority(priority),
+            intent=intent,
+            target=card.id,
+            queue=card.queue_name,
+            refs=tuple(refs),
+            constraints=cons,
+            priority=parse_priority(priority),
             deadline=_when(deadline, now, "--deadline"),
             not_before=_when(not_before, now, "--not-before"),
-            actor=actor or self.settings.actor, action_id=key, parent=parent_view,
-            max_attempts=card.runtime.max_attempts, now=now,
+            actor=actor or self.settings.actor,
+            action_id=key,
+            parent=parent_view,
+            max_attempts=card.runtime.max_attempts,
+            now=now,
         )
         for policy in self.policies:
             policy.check(self, spec, card, parent_view)
@@ -147,20 +154,28 @@ class Fabric:
         out = []
         for r in rows:
             col = by_col.get(int(r["column_id"]))
-            out.append({
-                "id": int(r["id"]),
-                "title": r["title"],
-                "queue": self.board.layout.queue_of(int(r["swimlane_id"])) or r.get("swimlane_name"),
-                "column": col.value if col else r.get("column_name"),
-                "priority": int(r.get("priority") or 0),
-                "assignee": r.get("assignee_username"),
-                "age_seconds": max(0, int(now - int(r.get("date_creation") or now))),
-                "moved_seconds_ago": max(0, int(now - int(r.get("date_moved") or now))),
-                "open": bool(r.get("is_active", 1)),
-            })
+            out.append(
+                {
+                    "id": int(r["id"]),
+                    "title": r["title"],
+                    "queue": self.board.layout.queue_of(int(r["swimlane_id"])) or r.get("swimlane_name"),
+                    "column": col.value if col else r.get("column_name"),
+                    "priority": int(r.get("priority") or 0),
+                    "assignee": r.get("assignee_username"),
+                    "age_seconds": max(0, int(now - int(r.get("date_creation") or now))),
+                    "moved_seconds_ago": max(0, int(now - int(r.get("date_moved") or now))),
+                    "open": bool(r.get("is_active", 1)),
+                }
+            )
         order = {c.value: i for i, c in enumerate(COLUMN_ORDER)}
-        out.sort(key=lambda t: (str(t["queue"]), order.get(str(t["column"]), 99),
-                                -int(t["priority"]), int(t["id"])))
+        out.sort(
+            key=lambda t: (
+                str(t["queue"]),
+                order.get(str(t["column"]), 99),
+                -int(t["priority"]),
+                int(t["id"]),
+            )
+        )
         return out
 
 

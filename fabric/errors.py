@@ -16,7 +16,7 @@ EXIT_CODES: dict[int, str] = {
     5: "ACTION_ID_COLLISION, or a stuck receipt",
     6: "refused by policy (quota, depth, cycle, privacy, trust, taint)",
     7: "the board's database refused the call (an SQL error), or the fabric refused to "
-       "send what no backend can store; nothing was written",
+    "send what no backend can store; nothing was written",
 }
 
 

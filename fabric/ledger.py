@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fabric.errors import FabricError, InvalidInput
-from fabric.kanboard.port import BoardError
-from fabric.layout import (
+from fabric.kanboard.layout import (
     META_GAP,
     TERMINAL,
     State,
@@ -30,8 +29,9 @@ from fabric.layout import (
     evidence_key,
     record_key,
 )
-from fabric.models import Record, TaskSpec
-from fabric.taskboard import TaskBoard, TaskView
+from fabric.kanboard.port import BoardError
+from fabric.kanboard.taskboard import TaskBoard, TaskView
+from fabric.task import Record, TaskSpec
 
 Clock = Callable[[], float]
 
@@ -49,8 +49,11 @@ class LostRace(LedgerError):
         self.task_id = task_id
         self.epoch = epoch
         self.gap = gap
-        what = (f"epoch {epoch} is locked but has no record yet (a gap; it resolves by itself)"
-                if gap else f"another actor made transition to epoch {epoch} first")
+        what = (
+            f"epoch {epoch} is locked but has no record yet (a gap; it resolves by itself)"
+            if gap
+            else f"another actor made transition to epoch {epoch} first"
+        )
         super().__init__(what, where=f"task #{task_id}", hint="read the task again")
 
 
@@ -164,8 +167,10 @@ class Ledger:
 
     def _require(self, view: TaskView) -> tuple[str, Record]:
         if view.uid is None or view.current is None:
-            raise LedgerError("the task has no fabric records (not a fabric task, or its "
-                              "submit is still in flight)", where=f"task #{view.id}")
+            raise LedgerError(
+                "the task has no fabric records (not a fabric task, or its submit is still in flight)",
+                where=f"task #{view.id}",
+            )
         return view.uid, view.current
 
     # -- the transition core ----------------------------------------------------------
@@ -200,8 +205,16 @@ class Ledger:
             if fresh.epoch >= nxt:
                 raise LostRace(view.id, nxt)
         record = make(nxt, current)
-        self._write(view, record, comment=comment, close=close, reopen=reopen,
-                    description=description, files=tuple(files), extra_meta=extra_meta)
+        self._write(
+            view,
+            record,
+            comment=comment,
+            close=close,
+            reopen=reopen,
+            description=description,
+            files=tuple(files),
+            extra_meta=extra_meta,
+        )
         return record
 
     def _write(self, view: TaskView, record: Record, **kw: Any) -> None:
@@ -238,8 +251,7 @@ class Ledger:
             self._suspects.clear()
         raise LostRace(view.id, nxt, gap=True)
 
-    def _record(self, nxt: int, prev: Record, state: State, op: str, by: str,
-                **fields: Any) -> Record:
+    def _record(self, nxt: int, prev: Record, state: State, op: str, by: str, **fields: Any) -> Record:
         base: dict[str, Any] = {"attempt": prev.attempt, "checkpoint": prev.checkpoint}
         base.update(fields)
         return Record(epoch=nxt, state=state, op=op, by=by, at=self.clock(), **base)
@@ -252,17 +264,39 @@ class Ledger:
         assert view.spec is not None
         now = self.clock()
         if current.state == State.QUEUED and current.not_before and current.not_before > now:
-            raise IllegalTransition("the task is not due yet", where=f"task #{view.id}",
-                                    hint=f"it may start after {current.not_before:.0f}")
+            raise IllegalTransition(
+                "the task is not due yet",
+                where=f"task #{view.id}",
+                hint=f"it may start after {current.not_before:.0f}",
+            )
         lease_until = now + lease_seconds
         rec = self._transition(
-            view, "claim", worker,
-            lambda n, p: self._record(n, p, State.WORKING, "claim", worker, owner=worker,
-                                      lease_until=lease_until, attempt=p.attempt + 1),
+            view,
+            "claim",
+            worker,
+            lambda n, p: self._record(
+                n,
+                p,
+                State.WORKING,
+                "claim",
+                worker,
+                owner=worker,
+                lease_until=lease_until,
+                attempt=p.attempt + 1,
+            ),
             comment=None,
         )
-        return Lease(view.id, uid, rec.epoch, worker, lease_until, rec.attempt, view.spec,
-                     conversation(view), rec.checkpoint)
+        return Lease(
+            view.id,
+            uid,
+            rec.epoch,
+            worker,
+            lease_until,
+            rec.attempt,
+            view.spec,
+            conversation(view),
+            rec.checkpoint,
+        )
 
     def held(self, view: TaskView, epoch: int, owner: str) -> Lease:
         """The lease ``owner`` holds on ``epoch`` of a task, rebuilt from its records.
@@ -273,13 +307,29 @@ class Ledger:
         under it never drops where the work had got to.
         """
         rec = view.records.get(epoch)
-        if rec is None or rec.state != State.WORKING or rec.owner != owner or view.uid is None \
-                or view.spec is None:
-            raise InvalidInput(f"{owner!r} holds no working lease on epoch {epoch}",
-                               where=f"task #{view.id}",
-                               hint="use the epoch and owner that `agap claim` printed")
-        return Lease(view.id, view.uid, epoch, owner, rec.lease_until or 0.0, rec.attempt,
-                     view.spec, conversation(view), rec.checkpoint)
+        if (
+            rec is None
+            or rec.state != State.WORKING
+            or rec.owner != owner
+            or view.uid is None
+            or view.spec is None
+        ):
+            raise InvalidInput(
+                f"{owner!r} holds no working lease on epoch {epoch}",
+                where=f"task #{view.id}",
+                hint="use the epoch and owner that `agap claim` printed",
+            )
+        return Lease(
+            view.id,
+            view.uid,
+            epoch,
+            owner,
+            rec.lease_until or 0.0,
+            rec.attempt,
+            view.spec,
+            conversation(view),
+            rec.checkpoint,
+        )
 
     def check(self, lease: Lease) -> TaskView:
         """Raise :class:`Fenced` unless ``lease`` still holds the highest epoch."""
@@ -308,15 +358,31 @@ class Ledger:
         return self._rewrite_own(lease, lease.lease_until, ref)
 
     def _rewrite_own(self, lease: Lease, until: float, checkpoint: str | None) -> Lease:
-        record = Record(epoch=lease.epoch, state=State.WORKING, op="claim", by=lease.owner,
-                        at=self.clock(), owner=lease.owner, lease_until=until,
-                        attempt=lease.attempt, checkpoint=checkpoint)
-        view = self.board.save_meta_and_read(lease.task_id, {
-            record_key(lease.epoch): record.to_meta()})
+        record = Record(
+            epoch=lease.epoch,
+            state=State.WORKING,
+            op="claim",
+            by=lease.owner,
+            at=self.clock(),
+            owner=lease.owner,
+            lease_until=until,
+            attempt=lease.attempt,
+            checkpoint=checkpoint,
+        )
+        view = self.board.save_meta_and_read(lease.task_id, {record_key(lease.epoch): record.to_meta()})
         if view.epoch != lease.epoch:
             raise Fenced(lease.task_id, lease.epoch, view.epoch)
-        return Lease(lease.task_id, lease.uid, lease.epoch, lease.owner, until, lease.attempt,
-                     lease.spec, lease.conversation, checkpoint)
+        return Lease(
+            lease.task_id,
+            lease.uid,
+            lease.epoch,
+            lease.owner,
+            until,
+            lease.attempt,
+            lease.spec,
+            lease.conversation,
+            checkpoint,
+        )
 
     def _owner_view(self, lease: Lease) -> TaskView:
         """A view good enough to transition from the lease's epoch (no extra read).
@@ -324,14 +390,28 @@ class Ledger:
         If anyone moved past our epoch, its lock exists and our transition loses: the lock
         is the check, so the owner's transitions cost no read.
         """
-        record = Record(epoch=lease.epoch, state=State.WORKING, op="claim", by=lease.owner,
-                        at=self.clock(), owner=lease.owner, lease_until=lease.lease_until,
-                        attempt=lease.attempt, checkpoint=lease.checkpoint)
-        return TaskView(id=lease.task_id, row={}, uid=lease.uid, spec=lease.spec,
-                        records={lease.epoch: record}, meta={}, read_at=self.clock())
+        record = Record(
+            epoch=lease.epoch,
+            state=State.WORKING,
+            op="claim",
+            by=lease.owner,
+            at=self.clock(),
+            owner=lease.owner,
+            lease_until=lease.lease_until,
+            attempt=lease.attempt,
+            checkpoint=lease.checkpoint,
+        )
+        return TaskView(
+            id=lease.task_id,
+            row={},
+            uid=lease.uid,
+            spec=lease.spec,
+            records={lease.epoch: record},
+            meta={},
+            read_at=self.clock(),
+        )
 
-    def _as_owner(self, lease: Lease, op: str, make: Callable[[int, Record], Record],
-                  **kw: Any) -> Record:
+    def _as_owner(self, lease: Lease, op: str, make: Callable[[int, Record], Record], **kw: Any) -> Record:
         try:
             return self._transition(self._owner_view(lease), op, lease.owner, make, **kw)
         except LostRace as exc:
@@ -340,157 +420,201 @@ class Ledger:
             current = self.board.read(lease.task_id).epoch
             raise Fenced(lease.task_id, lease.epoch, current) from None
 
-    def complete(self, lease: Lease, result_ref: str, *, note: str | None = None,
-                 files: Iterable[tuple[str, str]] = (), description: str | None = None,
-                 extra_meta: dict[str, str] | None = None) -> Record:
+    def complete(
+        self,
+        lease: Lease,
+        result_ref: str,
+        *,
+        note: str | None = None,
+        files: Iterable[tuple[str, str]] = (),
+        description: str | None = None,
+        extra_meta: dict[str, str] | None = None,
+    ) -> Record:
         """Done, unverified: the owner reports its result by reference."""
         text = f"Done by {lease.owner} (epoch {lease.epoch + 1}). Result: {result_ref}"
         return self._as_owner(
-            lease, "complete",
-            lambda n, p: self._record(n, p, State.DONE, "complete", lease.owner,
-                                      result_ref=result_ref, reason=note),
-            comment=text + (f"\n\n{note}" if note else ""), files=files, description=description,
+            lease,
+            "complete",
+            lambda n, p: self._record(
+                n, p, State.DONE, "complete", lease.owner, result_ref=result_ref, reason=note
+            ),
+            comment=text + (f"\n\n{note}" if note else ""),
+            files=files,
+            description=description,
             extra_meta=extra_meta,
         )
 
-    def fail(self, lease: Lease, reason: str, *, poison: bool = False,
-             backoff_base: float = 5.0) -> Record:
+    def fail(self, lease: Lease, reason: str, *, poison: bool = False, backoff_base: float = 5.0) -> Record:
         """Failed attempt: retry after a backoff, or dead letter when attempts are spent."""
         spec = lease.spec
         dead = poison or lease.attempt >= spec.max_attempts
         if dead:
             why = "poison" if poison else f"attempts exhausted ({lease.attempt}/{spec.max_attempts})"
             return self._as_owner(
-                lease, "fail",
-                lambda n, p: self._record(n, p, State.DEAD, "fail", lease.owner,
-                                          reason=f"{why}: {reason}"),
+                lease,
+                "fail",
+                lambda n, p: self._record(n, p, State.DEAD, "fail", lease.owner, reason=f"{why}: {reason}"),
                 comment=f"Dead letter ({why}): {reason}",
             )
         not_before = self.clock() + backoff_delay(backoff_base, lease.attempt)
         return self._as_owner(
-            lease, "fail",
-            lambda n, p: self._record(n, p, State.QUEUED, "fail", lease.owner, reason=reason,
-                                      not_before=not_before),
-            comment=(f"Attempt {lease.attempt}/{spec.max_attempts} failed: {reason}. "
-                     f"Retrying after a backoff."),
+            lease,
+            "fail",
+            lambda n, p: self._record(
+                n, p, State.QUEUED, "fail", lease.owner, reason=reason, not_before=not_before
+            ),
+            comment=(
+                f"Attempt {lease.attempt}/{spec.max_attempts} failed: {reason}. Retrying after a backoff."
+            ),
         )
 
     def ask(self, lease: Lease, question: str, human: str) -> Record:
         """Input required: the task waits in ``human``'s inbox with the question."""
         return self._as_owner(
-            lease, "ask",
+            lease,
+            "ask",
             # Asking is not a failed attempt: give the attempt back, as release does.
-            lambda n, p: self._record(n, p, State.INPUT_REQUIRED, "ask", lease.owner,
-                                      assignee=human, reason=question,
-                                      attempt=max(0, p.attempt - 1)),
+            lambda n, p: self._record(
+                n,
+                p,
+                State.INPUT_REQUIRED,
+                "ask",
+                lease.owner,
+                assignee=human,
+                reason=question,
+                attempt=max(0, p.attempt - 1),
+            ),
             comment=f"Question for @{human}: {question}\n\n(Answer in a comment, then move "
-                    f"the card back to Queued.)",
+            f"the card back to Queued.)",
         )
 
     def release(self, lease: Lease, reason: str = "worker stopping") -> Record:
         """Give the task back to the queue without counting a failure (clean shutdown)."""
         return self._as_owner(
-            lease, "release",
-            lambda n, p: self._record(n, p, State.QUEUED, "release", lease.owner,
-                                      attempt=max(0, p.attempt - 1), reason=reason),
+            lease,
+            "release",
+            lambda n, p: self._record(
+                n, p, State.QUEUED, "release", lease.owner, attempt=max(0, p.attempt - 1), reason=reason
+            ),
             comment=f"Released by {lease.owner}: {reason}",
         )
 
     # -- everyone else's transitions --------------------------------------------------
 
-    def resume(self, task_id: int, by: str, answer: str | None = None,
-               view: TaskView | None = None) -> Record:
+    def resume(
+        self, task_id: int, by: str, answer: str | None = None, view: TaskView | None = None
+    ) -> Record:
         """A human answered: the task goes back to its queue."""
         view = view or self.board.read(task_id)
         return self._transition(
-            view, "resume", by,
+            view,
+            "resume",
+            by,
             lambda n, p: self._record(n, p, State.QUEUED, "resume", by, reason=answer),
             comment=f"Resumed by {by}" + (f": {answer}" if answer else ""),
         )
 
-    def cancel(self, task_id: int, by: str, reason: str = "",
-               view: TaskView | None = None) -> Record:
+    def cancel(self, task_id: int, by: str, reason: str = "", view: TaskView | None = None) -> Record:
         """Stop the task for good (closed, state canceled). A working owner gets fenced."""
         view = view or self.board.read(task_id)
         return self._transition(
-            view, "cancel", by,
+            view,
+            "cancel",
+            by,
             lambda n, p: self._record(n, p, State.CANCELED, "cancel", by, reason=reason),
-            comment=f"Canceled by {by}" + (f": {reason}" if reason else ""), close=True,
+            comment=f"Canceled by {by}" + (f": {reason}" if reason else ""),
+            close=True,
         )
 
     def requeue_expired(self, view: TaskView, by: str = "keeper") -> Record:
         """The owner's lease ran out: back to the queue, or dead letter if attempts are spent."""
         _, current = self._require(view)
         if current.state != State.WORKING:
-            raise IllegalTransition(f"cannot requeue a task that is {current.state.value}",
-                                    where=f"task #{view.id}")
+            raise IllegalTransition(
+                f"cannot requeue a task that is {current.state.value}", where=f"task #{view.id}"
+            )
         now = self.clock()
         if current.lease_until is not None and current.lease_until > now:
-            raise IllegalTransition("the lease has not expired", where=f"task #{view.id}",
-                                    hint=f"it runs until {current.lease_until:.0f}")
+            raise IllegalTransition(
+                "the lease has not expired",
+                where=f"task #{view.id}",
+                hint=f"it runs until {current.lease_until:.0f}",
+            )
         assert view.spec is not None
         if current.attempt >= view.spec.max_attempts:
             return self._transition(
-                view, "requeue", by,
-                lambda n, p: self._record(n, p, State.DEAD, "requeue", by,
-                                          reason=f"lease of {p.owner} expired on the last attempt"),
+                view,
+                "requeue",
+                by,
+                lambda n, p: self._record(
+                    n, p, State.DEAD, "requeue", by, reason=f"lease of {p.owner} expired on the last attempt"
+                ),
                 comment=f"Dead letter: the lease of {current.owner} expired on attempt "
-                        f"{current.attempt}/{view.spec.max_attempts}.",
+                f"{current.attempt}/{view.spec.max_attempts}.",
             )
         return self._transition(
-            view, "requeue", by,
-            lambda n, p: self._record(n, p, State.QUEUED, "requeue", by,
-                                      reason=f"lease of {p.owner} expired"),
+            view,
+            "requeue",
+            by,
+            lambda n, p: self._record(
+                n, p, State.QUEUED, "requeue", by, reason=f"lease of {p.owner} expired"
+            ),
             comment=f"Requeued: the lease of {current.owner} expired (attempt "
-                    f"{current.attempt}/{view.spec.max_attempts}).",
+            f"{current.attempt}/{view.spec.max_attempts}).",
         )
 
-    def dead_letter(self, task_id: int, by: str, reason: str,
-                    view: TaskView | None = None) -> Record:
+    def dead_letter(self, task_id: int, by: str, reason: str, view: TaskView | None = None) -> Record:
         """Move a task to the dead letter column (poison, or given up on)."""
         view = view or self.board.read(task_id)
         return self._transition(
-            view, "dead_letter", by,
+            view,
+            "dead_letter",
+            by,
             lambda n, p: self._record(n, p, State.DEAD, "dead_letter", by, reason=reason),
             comment=f"Dead letter ({by}): {reason}",
         )
 
-    def verify(self, task_id: int, by: str, note: str = "",
-               view: TaskView | None = None) -> Record:
+    def verify(self, task_id: int, by: str, note: str = "", view: TaskView | None = None) -> Record:
         """Close a done task as verified. The producer may not verify its own work."""
         view = view or self.board.read(task_id)
         _, current = self._require(view)
         producer = current.by if current.state == State.DONE else None
         if producer is not None and by == producer:
             raise IllegalTransition(
-                "the producer may not verify its own result", where=f"task #{task_id}",
+                "the producer may not verify its own result",
+                where=f"task #{task_id}",
                 hint="the submitter, a human or a reviewer closes it",
             )
         return self._transition(
-            view, "verify", by,
-            lambda n, p: self._record(n, p, State.CLOSED, "verify", by,
-                                      result_ref=p.result_ref, reason=note or None),
-            comment=f"Verified by {by}" + (f": {note}" if note else ""), close=True,
+            view,
+            "verify",
+            by,
+            lambda n, p: self._record(
+                n, p, State.CLOSED, "verify", by, result_ref=p.result_ref, reason=note or None
+            ),
+            comment=f"Verified by {by}" + (f": {note}" if note else ""),
+            close=True,
         )
 
-    def reopen(self, task_id: int, by: str, reason: str,
-               view: TaskView | None = None) -> Record:
+    def reopen(self, task_id: int, by: str, reason: str, view: TaskView | None = None) -> Record:
         """Verification failed: the done task goes back to its queue."""
         view = view or self.board.read(task_id)
         return self._transition(
-            view, "reopen", by,
+            view,
+            "reopen",
+            by,
             lambda n, p: self._record(n, p, State.QUEUED, "reopen", by, reason=reason),
             comment=f"Reopened by {by}: {reason}",
         )
 
-    def revive(self, task_id: int, by: str, reason: str = "",
-               view: TaskView | None = None) -> Record:
+    def revive(self, task_id: int, by: str, reason: str = "", view: TaskView | None = None) -> Record:
         """Give a dead-lettered task a fresh set of attempts."""
         view = view or self.board.read(task_id)
         return self._transition(
-            view, "revive", by,
-            lambda n, p: self._record(n, p, State.QUEUED, "revive", by, attempt=0,
-                                      reason=reason or None),
+            view,
+            "revive",
+            by,
+            lambda n, p: self._record(n, p, State.QUEUED, "revive", by, attempt=0, reason=reason or None),
             comment=f"Revived by {by}" + (f": {reason}" if reason else ""),
         )
 
@@ -499,8 +623,9 @@ class Ledger:
     def gap_due(self, view: TaskView) -> bool:
         """True when the task has a gap (lock without record) older than the timeout."""
         note = view.gap
-        return (note is not None and note.epoch == view.epoch + 1
-                and self.clock() - note.seen >= self.gap_timeout)
+        return (
+            note is not None and note.epoch == view.epoch + 1 and self.clock() - note.seen >= self.gap_timeout
+        )
 
     def resolve_gap(self, view: TaskView, by: str = "keeper") -> Record:
         """Step over a gap: win epoch n+2 and restate the task (working becomes queued)."""
@@ -517,15 +642,26 @@ class Ledger:
             state, attempt = current.state, current.attempt
             owner, lease = current.owner, current.lease_until
         record = Record(
-            epoch=nxt, state=state, op="resolve_gap", by=by, at=self.clock(), owner=owner,
-            lease_until=lease, attempt=attempt, not_before=current.not_before,
-            assignee=current.assignee, result_ref=current.result_ref,
+            epoch=nxt,
+            state=state,
+            op="resolve_gap",
+            by=by,
+            at=self.clock(),
+            owner=owner,
+            lease_until=lease,
+            attempt=attempt,
+            not_before=current.not_before,
+            assignee=current.assignee,
+            result_ref=current.result_ref,
             checkpoint=current.checkpoint,
             reason=f"epoch {note.epoch} was locked but never recorded",
         )
-        self._write(view, record,
-                    comment=f"Gap at epoch {note.epoch} resolved by {by}: the task is "
-                            f"{state.value} again (epoch {nxt}).")
+        self._write(
+            view,
+            record,
+            comment=f"Gap at epoch {note.epoch} resolved by {by}: the task is "
+            f"{state.value} again (epoch {nxt}).",
+        )
         return record
 
     # -- side effects ----------------------------------------------------------------
@@ -547,23 +683,33 @@ class Ledger:
             except (ValueError, KeyError, TypeError):
                 pass
         key = lease.idempotency_key(op)
-        view = self.board.save_meta_and_read(lease.task_id, {key_name: json.dumps(
-            {"key": key, "epoch": lease.epoch, "intent_at": self.clock()})})
+        view = self.board.save_meta_and_read(
+            lease.task_id,
+            {key_name: json.dumps({"key": key, "epoch": lease.epoch, "intent_at": self.clock()})},
+        )
         if view.epoch != lease.epoch:
             raise Fenced(lease.task_id, lease.epoch, view.epoch)
         return Effect(op, key, None)
 
     def effect_done(self, lease: Lease, effect: Effect, receipt: str) -> None:
         """After a side effect: keep its receipt so no later owner repeats it."""
-        self.board.save_meta(lease.task_id, {effect_key(effect.op): json.dumps(
-            {"key": effect.key, "epoch": lease.epoch, "receipt": receipt,
-             "done_at": self.clock()})})
+        self.board.save_meta(
+            lease.task_id,
+            {
+                effect_key(effect.op): json.dumps(
+                    {"key": effect.key, "epoch": lease.epoch, "receipt": receipt, "done_at": self.clock()}
+                )
+            },
+        )
 
     def keep_evidence(self, lease: Lease, text: str) -> None:
         """Keep a fenced owner's late output as evidence, never as the result."""
         self.board.save_meta(lease.task_id, {evidence_key(lease.epoch): text[:8000]})
-        self.board.comment(lease.task_id, f"Late output from {lease.owner} (epoch "
-                           f"{lease.epoch}, fenced): kept as evidence, not as the result.")
+        self.board.comment(
+            lease.task_id,
+            f"Late output from {lease.owner} (epoch "
+            f"{lease.epoch}, fenced): kept as evidence, not as the result.",
+        )
 
 
 def conversation(view: TaskView) -> tuple[tuple[str, str], ...]:

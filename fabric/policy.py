@@ -33,14 +33,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fabric.cards import Card, CardSet, parse_duration, trust_rank
 from fabric.errors import ConfigError, FabricError, InvalidInput
+from fabric.kanboard.layout import State, is_uid, receipt_reference
 from fabric.kanboard.port import Call
-from fabric.layout import State, is_uid, receipt_reference
-from fabric.models import TaskSpec
+from fabric.task import TaskSpec
 
 if TYPE_CHECKING:
     from fabric.core import Fabric
+    from fabric.kanboard.taskboard import TaskView
     from fabric.submit import Receipt
-    from fabric.taskboard import TaskView
 
 POLICY_FILE = "_policy.yaml"
 GATE_ACTOR = "fabric-policy"
@@ -99,9 +99,13 @@ class TaintGated(PolicyRefused):
     def __init__(self, rule: str, what: str, *, limit: str, gate: Receipt, human: str) -> None:
         self.gate = gate
         self.human = human
-        super().__init__(rule, what, limit=limit, where="--ref",
-                         hint=f"gate task {gate.ref} waits on {human}; once approved, submit "
-                              f"again with --ref {gate.ref}")
+        super().__init__(
+            rule,
+            what,
+            limit=limit,
+            where="--ref",
+            hint=f"gate task {gate.ref} waits on {human}; once approved, submit again with --ref {gate.ref}",
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -207,16 +211,21 @@ def _load(path: str, _mtime: int) -> PolicyConfig:
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
-        raise ConfigError(f"{loc}: {first['msg'].removeprefix('Value error, ')}",
-                          where=path) from None
+        raise ConfigError(f"{loc}: {first['msg'].removeprefix('Value error, ')}", where=path) from None
 
     def by_length(m: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         return tuple(sorted(m.items(), key=lambda kv: (-len(kv[0]), kv[0])))
 
-    return PolicyConfig(_quota(data.quota.default),
-                        {k: _quota(v) for k, v in data.quota.agents.items()}, data.max_depth,
-                        data.gate_to, data.default_domain, by_length(data.domains),
-                        by_length(data.tainted), path)
+    return PolicyConfig(
+        _quota(data.quota.default),
+        {k: _quota(v) for k, v in data.quota.agents.items()},
+        data.max_depth,
+        data.gate_to,
+        data.default_domain,
+        by_length(data.domains),
+        by_length(data.tainted),
+        path,
+    )
 
 
 def policy_config(cards_dir: str | Path) -> PolicyConfig:
@@ -242,8 +251,9 @@ def ref_domain(ref: str, cfg: PolicyConfig | None = None) -> str:
                 try:
                     return _check_domain(unquote(v))
                 except ValueError as exc:
-                    raise PrivacyViolation("privacy.annotation", str(exc), limit="shared or "
-                                           "private:<human>", where=ref) from None
+                    raise PrivacyViolation(
+                        "privacy.annotation", str(exc), limit="shared or private:<human>", where=ref
+                    ) from None
     for prefix, domain in cfg.domains:
         if ref.startswith(prefix):
             return domain
@@ -274,8 +284,9 @@ def find_by_uid(fabric: Fabric, uids: Iterable[str]) -> dict[str, tuple[int, Tas
     if not wanted:
         return {}
     project = fabric.board.layout.project_id
-    out = fabric.port.batch([Call("searchTasks", {"project_id": project, "query": f"desc:{u}"})
-                             for u in wanted])
+    out = fabric.port.batch(
+        [Call("searchTasks", {"project_id": project, "query": f"desc:{u}"}) for u in wanted]
+    )
     found: dict[str, tuple[int, TaskSpec, str | None]] = {}
     for o in out:
         for row in o.unwrap() or []:
@@ -298,8 +309,7 @@ def recall_scope(cards: CardSet, human: str) -> frozenset[str]:
     shared domains, nothing of another human's."""
     card = human_of(cards, human)
     own = f"private:{card.id if card else human}"
-    return frozenset({own} | {d for c in cards for d in c.privacy_domains
-                              if not d.startswith("private:")})
+    return frozenset({own} | {d for c in cards for d in c.privacy_domains if not d.startswith("private:")})
 
 
 def _norm(intent: str) -> str:
@@ -328,13 +338,18 @@ class CreationQuota:
         used = sum(1 for r in rows if int(r.get("date_creation") or 0) >= since)
         if used < quota.limit:
             return
-        if spec.action_id and fabric.board.find_by_reference(
-                receipt_reference(actor, spec.action_id)) is not None:
+        if (
+            spec.action_id
+            and fabric.board.find_by_reference(receipt_reference(actor, spec.action_id)) is not None
+        ):
             return  # a replay: submit returns the existing task
         raise QuotaExceeded(
-            "creation-quota", f"agent {actor!r} created {used} tasks in the last "
-            f"{quota.text.split(' per ')[1]}", limit=quota.text, where="--actor",
-            hint="wait for the window to roll, or raise quota.agents in cards/_policy.yaml")
+            "creation-quota",
+            f"agent {actor!r} created {used} tasks in the last {quota.text.split(' per ')[1]}",
+            limit=quota.text,
+            where="--actor",
+            hint="wait for the window to roll, or raise quota.agents in cards/_policy.yaml",
+        )
 
 
 class DepthCap:
@@ -344,10 +359,13 @@ class DepthCap:
         cap = policy_config(fabric.settings.cards_dir).max_depth
         depth = len(spec.ancestry)
         if depth > cap:
-            raise DepthExceeded("ancestry-depth", f"the task would be at depth {depth} of its "
-                                f"provenance chain (root {spec.ancestry[0]})", limit=str(cap),
-                                where="--parent",
-                                hint="agents submitting tasks that submit tasks look like a loop")
+            raise DepthExceeded(
+                "ancestry-depth",
+                f"the task would be at depth {depth} of its provenance chain (root {spec.ancestry[0]})",
+                limit=str(cap),
+                where="--parent",
+                hint="agents submitting tasks that submit tasks look like a loop",
+            )
 
 
 class Lineage:
@@ -361,26 +379,35 @@ class Lineage:
         for uid, (tid, a) in ancestors.items():
             if a.target == spec.target and _norm(a.intent) == _norm(spec.intent):
                 raise CycleDetected(
-                    "provenance-cycle", f"ancestor {f'#{tid}' if tid else uid} already asked "
-                    f"{a.target!r} for the same intent", where="--parent",
+                    "provenance-cycle",
+                    f"ancestor {f'#{tid}' if tid else uid} already asked {a.target!r} for the same intent",
+                    where="--parent",
                     limit="no target+intent twice in one chain",
-                    hint="a task that re-submits itself is a loop; change the intent or the target")
+                    hint="a task that re-submits itself is a loop; change the intent or the target",
+                )
         cfg = policy_config(fabric.settings.cards_dir)
-        humans = {h.id for h in (human_of(fabric.cards, a.actor)
-                                 for a in [*(x for _, x in ancestors.values()), spec]) if h}
+        humans = {
+            h.id
+            for h in (human_of(fabric.cards, a.actor) for a in [*(x for _, x in ancestors.values()), spec])
+            if h
+        }
         for h in sorted(humans):
             scope = recall_scope(fabric.cards, h)
             for ref in spec.refs:
                 d = ref_domain(ref, cfg)
                 if d.startswith("private:") and d not in scope:
                     raise PrivacyViolation(
-                        "privacy.interlocutor", f"work for {h} may not reference {d} ({ref})",
-                        limit=f"{h}: " + ", ".join(sorted(scope)), where="--ref",
-                        hint="content from one human's conversations never reaches another")
+                        "privacy.interlocutor",
+                        f"work for {h} may not reference {d} ({ref})",
+                        limit=f"{h}: " + ", ".join(sorted(scope)),
+                        where="--ref",
+                        hint="content from one human's conversations never reaches another",
+                    )
 
     @staticmethod
-    def ancestors(fabric: Fabric, spec: TaskSpec,
-                  parent: TaskView | None) -> dict[str, tuple[int | None, TaskSpec]]:
+    def ancestors(
+        fabric: Fabric, spec: TaskSpec, parent: TaskView | None
+    ) -> dict[str, tuple[int | None, TaskSpec]]:
         if parent is None or parent.spec is None or parent.uid is None:
             return {}
         out: dict[str, tuple[int | None, TaskSpec]] = {parent.uid: (parent.id, parent.spec)}
@@ -391,8 +418,7 @@ class Lineage:
             from fabric.submit import parse_description
 
             for row in rows:
-                parsed = parse_description(str(row.get("description", "")),
-                                           fabric.board.seal_key)
+                parsed = parse_description(str(row.get("description", "")), fabric.board.seal_key)
                 if parsed and parsed[0] in rest:
                     out[parsed[0]] = (int(row["id"]), parsed[1])
         return out
@@ -410,13 +436,20 @@ def check_domains(card: Card, refs: Sequence[str], cfg: PolicyConfig) -> None:
     for ref in refs:
         d = ref_domain(ref, cfg)
         if d.startswith("private:") and trust_rank(card.trust) <= trust_rank("sandboxed"):
-            raise PrivacyViolation("privacy.sandboxed", f"{card.id} is {card.trust} and may not "
-                                   f"receive {ref} ({d})", limit="shared domains only",
-                                   where="--ref")
+            raise PrivacyViolation(
+                "privacy.sandboxed",
+                f"{card.id} is {card.trust} and may not receive {ref} ({d})",
+                limit="shared domains only",
+                where="--ref",
+            )
         if d not in card.privacy_domains:
-            raise PrivacyViolation("privacy.card-domains", f"{card.id} may not see {d} ({ref})",
-                                   limit=", ".join(card.privacy_domains), where="--ref",
-                                   hint=f"send it to an agent whose card lists {d}")
+            raise PrivacyViolation(
+                "privacy.card-domains",
+                f"{card.id} may not see {d} ({ref})",
+                limit=", ".join(card.privacy_domains),
+                where="--ref",
+                hint=f"send it to an agent whose card lists {d}",
+            )
 
 
 @dataclass(frozen=True)
@@ -433,8 +466,9 @@ def is_tainted(fabric: Fabric, spec: TaskSpec) -> bool:
     return spec.target in fabric.cards and fabric.cards.get(spec.target).trust == "untrusted"
 
 
-def tainted_refs(fabric: Fabric, refs: Sequence[str],
-                 views: dict[int, TaskView] | None = None) -> list[TaintedRef]:
+def tainted_refs(
+    fabric: Fabric, refs: Sequence[str], views: dict[int, TaskView] | None = None
+) -> list[TaintedRef]:
     """The refs that point at tainted output (at most two round trips, none without task refs)."""
     cfg = policy_config(fabric.settings.cards_dir)
     out: list[TaintedRef] = []
@@ -489,17 +523,29 @@ class TaintGate:
         human = gate_human(fabric, spec)
         producers = ", ".join(sorted({t.producer for t in tainted}))
         refs = sorted(t.ref for t in tainted)
-        intent = (f"Approve tainted input for {card.id}? Output of {producers} (untrusted)\n\n"
-                  f"{spec.actor} asked {card.id} ({card.trust}) to: {spec.title()}\n"
-                  f"using output of untrusted work: {', '.join(refs)}.\n\n"
-                  "Approve: move this card to Done. Refuse: close it. After approval the "
-                  f"request passes when it cites this gate task as a ref.")
-        gate = fabric.submit(intent, target=human, refs=refs, priority="high",
-                             key=gate_key(card.id, tainted, spec.canonical()), actor=GATE_ACTOR)
-        raise TaintGated("taint.promotion", f"{', '.join(refs)} is output of untrusted work by "
-                         f"{producers}; it may reach {card.id} only through an approved gate",
-                         limit="tainted output stays in its producer's own context",
-                         gate=gate, human=human)
+        intent = (
+            f"Approve tainted input for {card.id}? Output of {producers} (untrusted)\n\n"
+            f"{spec.actor} asked {card.id} ({card.trust}) to: {spec.title()}\n"
+            f"using output of untrusted work: {', '.join(refs)}.\n\n"
+            "Approve: move this card to Done. Refuse: close it. After approval the "
+            f"request passes when it cites this gate task as a ref."
+        )
+        gate = fabric.submit(
+            intent,
+            target=human,
+            refs=refs,
+            priority="high",
+            key=gate_key(card.id, tainted, spec.canonical()),
+            actor=GATE_ACTOR,
+        )
+        raise TaintGated(
+            "taint.promotion",
+            f"{', '.join(refs)} is output of untrusted work by "
+            f"{producers}; it may reach {card.id} only through an approved gate",
+            limit="tainted output stays in its producer's own context",
+            gate=gate,
+            human=human,
+        )
 
 
 def ungated_taint(fabric: Fabric, spec: TaskSpec, card: Card) -> list[TaintedRef]:
@@ -514,9 +560,13 @@ def ungated_taint(fabric: Fabric, spec: TaskSpec, card: Card) -> list[TaintedRef
     prefix = gate_key(card.id, tainted)
     for v in views.values():
         s, cur = v.spec, v.current
-        if (s is not None and cur is not None and s.actor == GATE_ACTOR
-                and (s.action_id or "").startswith(prefix)
-                and cur.state in (State.DONE, State.CLOSED)):
+        if (
+            s is not None
+            and cur is not None
+            and s.actor == GATE_ACTOR
+            and (s.action_id or "").startswith(prefix)
+            and cur.state in (State.DONE, State.CLOSED)
+        ):
             return []  # an approved gate covers exactly these refs into this target
     return tainted
 
@@ -532,8 +582,7 @@ def gate_human(fabric: Fabric, spec: TaskSpec) -> str:
         return cfg.gate_to
     humans = sorted(c.id for c in fabric.cards.humans())
     if not humans:
-        raise ConfigError("no human card to send a gate to", where="cards/",
-                          hint="add a kind: human card")
+        raise ConfigError("no human card to send a gate to", where="cards/", hint="add a kind: human card")
     return humans[0]
 
 
@@ -553,9 +602,11 @@ def vet_unrecorded(fabric: Fabric, view: TaskView, spec: TaskSpec) -> None:
     card = fabric.cards.get(spec.target)
     lane = fabric.board.layout.swimlanes.get(spec.queue)
     if card.queue_name != spec.queue or int(view.row.get("swimlane_id") or 0) != lane:
-        raise InvalidInput(f"its spec names queue {spec.queue!r}, which is not where it is "
-                           "or not its target's", where=f"task #{view.id}",
-                           hint="submit it again")
+        raise InvalidInput(
+            f"its spec names queue {spec.queue!r}, which is not where it is or not its target's",
+            where=f"task #{view.id}",
+            hint="submit it again",
+        )
     parent = None
     if spec.parent:
         found = find_by_uid(fabric, [spec.parent])
@@ -565,9 +616,12 @@ def vet_unrecorded(fabric: Fabric, view: TaskView, spec: TaskSpec) -> None:
         policy.check(fabric, spec, card, parent)
     tainted = ungated_taint(fabric, spec, card)
     if tainted:
-        raise TaintRefused("taint.repair", f"{', '.join(sorted(t.ref for t in tainted))} is "
-                           "output of untrusted work", limit="no ungated taint",
-                           where=f"task #{view.id}")
+        raise TaintRefused(
+            "taint.repair",
+            f"{', '.join(sorted(t.ref for t in tainted))} is output of untrusted work",
+            limit="no ungated taint",
+            where=f"task #{view.id}",
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -587,13 +641,18 @@ def check_claim(card: Card, spec: TaskSpec, cfg: PolicyConfig | None = None) -> 
     """
     cfg = cfg or PolicyConfig()
     if spec.queue != card.queue_name:
-        raise ClaimRefused("claim.queue", f"the task is for queue {spec.queue!r}, not "
-                           f"{card.queue_name!r}", limit=spec.queue, where=card.id)
+        raise ClaimRefused(
+            "claim.queue",
+            f"the task is for queue {spec.queue!r}, not {card.queue_name!r}",
+            limit=spec.queue,
+            where=card.id,
+        )
     check_domains(card, spec.refs, cfg)
     floor = spec.constraints.get("trust")
     if isinstance(floor, str) and trust_rank(card.trust) < trust_rank(floor):
-        raise TrustViolation("trust.floor", f"{card.id} is {card.trust}; the task needs {floor}",
-                             limit=floor, where=card.id)
+        raise TrustViolation(
+            "trust.floor", f"{card.id} is {card.trust}; the task needs {floor}", limit=floor, where=card.id
+        )
 
 
 def check_claim_on_board(fabric: Fabric, card: Card, spec: TaskSpec) -> None:
@@ -604,9 +663,12 @@ def check_claim_on_board(fabric: Fabric, card: Card, spec: TaskSpec) -> None:
     tainted = ungated_taint(fabric, spec, card)
     if tainted:
         raise TaintRefused(
-            "taint.claim", f"{', '.join(t.ref for t in tainted)} is output of untrusted work "
+            "taint.claim",
+            f"{', '.join(t.ref for t in tainted)} is output of untrusted work "
             f"by {', '.join(sorted({t.producer for t in tainted}))} with no approved gate",
-            limit="tainted output stays in its producer's own context", where=card.id)
+            limit="tainted output stays in its producer's own context",
+            where=card.id,
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -637,20 +699,27 @@ def escalate_dead_letter(fabric: Fabric, view: TaskView, *, actor: str = "keeper
     card = fabric.cards.get(spec.target) if spec.target in fabric.cards else None
     on = f"{spec.target} (tier {card.tier})" if card and card.tier else spec.target
     title = str(view.row.get("title") or spec.title())
-    intent = (f"Decide: task #{view.id} died on {spec.target}\n\n"
-              f"#{view.id} \"{title}\" dead-lettered on {on}: {cur.reason or 'no reason given'}.\n"
-              "The fabric does not retry it on a bigger model by itself. Options: move "
-              f"#{view.id} back to Queued to retry it as is; submit it again with wider "
-              f"constraints (e.g. a bigger tier); or close #{view.id} to drop it. "
-              "Close this decision task when you have decided.")
-    return fabric.submit(intent, target=human, refs=[f"task:{view.id}"], priority="high",
-                         key=f"escalate/{view.uid}/e{view.epoch}", actor=actor)
+    intent = (
+        f"Decide: task #{view.id} died on {spec.target}\n\n"
+        f'#{view.id} "{title}" dead-lettered on {on}: {cur.reason or "no reason given"}.\n'
+        "The fabric does not retry it on a bigger model by itself. Options: move "
+        f"#{view.id} back to Queued to retry it as is; submit it again with wider "
+        f"constraints (e.g. a bigger tier); or close #{view.id} to drop it. "
+        "Close this decision task when you have decided."
+    )
+    return fabric.submit(
+        intent,
+        target=human,
+        refs=[f"task:{view.id}"],
+        priority="high",
+        key=f"escalate/{view.uid}/e{view.epoch}",
+        actor=actor,
+    )
 
 
 def explain_refusal(exc: PolicyRefused) -> dict[str, Any]:
     """A refusal as plain data (for ``--json`` outputs)."""
-    d: dict[str, Any] = {"code": exc.code, "rule": exc.rule, "limit": exc.limit,
-                         "message": exc.line()}
+    d: dict[str, Any] = {"code": exc.code, "rule": exc.rule, "limit": exc.limit, "message": exc.line()}
     if isinstance(exc, TaintGated):
         d["gate"] = exc.gate.ref
         d["human"] = exc.human

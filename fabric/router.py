@@ -48,13 +48,12 @@ from fabric.errors import ConfigError, InvalidInput
 
 if TYPE_CHECKING:
     from fabric.core import Fabric
+    from fabric.kanboard.taskboard import TaskView
     from fabric.submit import Receipt
-    from fabric.taskboard import TaskView
 
 AUTO = "auto"
 #: The ranking rule among qualifying agents, as recorded on routed tasks.
-RULE = ("available first, then the cheapest cost class, then the smallest sufficient tier, "
-        "then the id")
+RULE = "available first, then the cheapest cost class, then the smallest sufficient tier, then the id"
 #: Keys of a spec's constraints that describe a constraint set (the rest are annotations).
 CONSTRAINT_KEYS = ("tier", "capabilities", "trust", "cost_class", "max_cost_usd")
 ROUTER_FILE = "_router.yaml"
@@ -107,6 +106,7 @@ class Constraints:
 
     def merged(self, other: Constraints) -> Constraints:
         """Both sets at once: the stronger tier and trust, all capabilities, the lower costs."""
+
         def hi(a: str | None, b: str | None, rank: Any) -> str | None:
             return a if b is None else b if a is None else (a if rank(a) >= rank(b) else b)
 
@@ -135,8 +135,9 @@ def parse_constraints(text: str) -> Constraints:
         key, op, value = _split(part)
         if key == "tier" and op in (">=", "="):
             if value not in TIERS:
-                raise InvalidInput(f"unknown tier {value!r}", where="--constraints",
-                                   hint=f"tiers: {', '.join(TIERS)}")
+                raise InvalidInput(
+                    f"unknown tier {value!r}", where="--constraints", hint=f"tiers: {', '.join(TIERS)}"
+                )
             tier = value
         elif key in ("cap", "caps", "capabilities") and op == "=":
             caps.update(filter(None, value.split("+")))
@@ -152,11 +153,15 @@ def parse_constraints(text: str) -> Constraints:
             except ValueError:
                 max_cost = -1.0
             if not max_cost > 0 or math.isinf(max_cost):
-                raise InvalidInput(f"max_cost must be a positive number of dollars, not {value!r}",
-                                   where="--constraints", hint=_CONSTRAINT_HINT)
+                raise InvalidInput(
+                    f"max_cost must be a positive number of dollars, not {value!r}",
+                    where="--constraints",
+                    hint=_CONSTRAINT_HINT,
+                )
         else:
-            raise InvalidInput(f"cannot read constraint {part!r}", where="--constraints",
-                               hint=_CONSTRAINT_HINT)
+            raise InvalidInput(
+                f"cannot read constraint {part!r}", where="--constraints", hint=_CONSTRAINT_HINT
+            )
     return Constraints(tier, frozenset(caps), trust, cost, max_cost)
 
 
@@ -183,8 +188,11 @@ def _split(part: str) -> tuple[str, str, str]:
         if op in part:
             key, _, value = part.partition(op)
             return key.strip().lower(), op, value.strip()
-    raise InvalidInput(f"cannot read constraint {part!r}", where="--constraints",
-                       hint="write key>=value, key<=value or key=value")
+    raise InvalidInput(
+        f"cannot read constraint {part!r}",
+        where="--constraints",
+        hint="write key>=value, key<=value or key=value",
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -206,9 +214,15 @@ class Candidate:
         return not self.misses
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "qualifies": self.qualifies, "available": self.parked is None,
-                "misses": self.misses, "parked": self.parked, "until": self.until,
-                "verdict": self.verdict}
+        return {
+            "id": self.id,
+            "qualifies": self.qualifies,
+            "available": self.parked is None,
+            "misses": self.misses,
+            "parked": self.parked,
+            "until": self.until,
+            "verdict": self.verdict,
+        }
 
 
 @dataclass
@@ -233,13 +247,17 @@ class Choice:
         """One line recorded on the routed task."""
         if self.mode == "direct":
             return f"direct: {self.card.id} was named" + (
-                f" (parked: {self.reasons[self.card.id]})" if self.waiting else "")
+                f" (parked: {self.reasons[self.card.id]})" if self.waiting else ""
+            )
         head = f"auto rule {self.auto_rule!r} → " if self.mode == "auto" else ""
         ctext = self.constraints.text() if self.constraints else ""
         fit = [c for c in self.candidates if c.qualifies]
         free = [c for c in fit if c.parked is None]
-        tail = (f"every qualifying agent is parked; {self.card.id} resumes first" if self.waiting
-                else f"{len(free)} of {len(fit)} qualifying agents available")
+        tail = (
+            f"every qualifying agent is parked; {self.card.id} resumes first"
+            if self.waiting
+            else f"{len(free)} of {len(fit)} qualifying agents available"
+        )
         return f"{head}{ctext or 'any agent'}: {self.card.id} ({RULE}; {tail})"
 
     def recorded(self) -> dict[str, object]:
@@ -270,23 +288,34 @@ class Choice:
         for c in self.candidates:
             mark = "*" if c.id == self.card.id else ("+" if c.qualifies else "-")
             lines.append(f"  {mark} {c.id:<{width}}  {c.verdict}")
-        lines.append(f"pick: {self.card.id} (queue {self.card.queue_name})"
-                     + ("  [parked: the task will wait]" if self.waiting else ""))
+        lines.append(
+            f"pick: {self.card.id} (queue {self.card.queue_name})"
+            + ("  [parked: the task will wait]" if self.waiting else "")
+        )
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "pick": self.card.id, "queue": self.card.queue_name,
-                "constraints": self.constraints.as_dict() if self.constraints else None,
-                "rule": RULE if self.mode != "direct" else None, "auto_rule": self.auto_rule,
-                "auto_trace": self.auto_trace, "size": self.size, "waiting": self.waiting,
-                "why": self.why(), "candidates": [c.as_dict() for c in self.candidates]}
+        return {
+            "mode": self.mode,
+            "pick": self.card.id,
+            "queue": self.card.queue_name,
+            "constraints": self.constraints.as_dict() if self.constraints else None,
+            "rule": RULE if self.mode != "direct" else None,
+            "auto_rule": self.auto_rule,
+            "auto_trace": self.auto_trace,
+            "size": self.size,
+            "waiting": self.waiting,
+            "why": self.why(),
+            "candidates": [c.as_dict() for c in self.candidates],
+        }
 
 
 RESERVED = "reserved for interactive work"
 
 
-def park_of(card: Card, parks: Mapping[str, Mapping[str, Any]] | None,
-            now: float, *, interactive: bool = False) -> tuple[str, float | None] | None:
+def park_of(
+    card: Card, parks: Mapping[str, Mapping[str, Any]] | None, now: float, *, interactive: bool = False
+) -> tuple[str, float | None] | None:
     """(reason, until) when ``card``'s queue is published as parked at ``now``, else None.
 
     A queue parked only to keep the tail of its window for interactive work (the budget
@@ -333,10 +362,16 @@ def _until(ts: float | None) -> str:
     return "" if ts is None else " until " + datetime.fromtimestamp(ts, UTC).strftime("%H:%M UTC")
 
 
-def choose(cards: CardSet | Iterable[Card], c: Constraints, *,
-           parks: Mapping[str, Mapping[str, Any]] | None = None, now: float | None = None,
-           domains: Iterable[str] = (), exclude: Iterable[str] = (),
-           interactive: bool = False) -> Choice:
+def choose(
+    cards: CardSet | Iterable[Card],
+    c: Constraints,
+    *,
+    parks: Mapping[str, Mapping[str, Any]] | None = None,
+    now: float | None = None,
+    domains: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+    interactive: bool = False,
+) -> Choice:
     """The deterministic pick for constraint set ``c`` (raises when nobody qualifies).
 
     ``parks`` are the published park states (``TaskBoard.park_states()``); without them
@@ -361,8 +396,11 @@ def choose(cards: CardSet | Iterable[Card], c: Constraints, *,
         if not cand.qualifies:
             cand.verdict = "no: " + "; ".join(cand.misses)
     if not fit:
-        raise InvalidInput("no agent satisfies the constraints", where="--constraints",
-                           hint="; ".join(f"{x.id}: {'; '.join(x.misses)}" for x, _ in cands))
+        raise InvalidInput(
+            "no agent satisfies the constraints",
+            where="--constraints",
+            hint="; ".join(f"{x.id}: {'; '.join(x.misses)}" for x, _ in cands),
+        )
 
     def rank(pair: tuple[Candidate, Card]) -> tuple[int, int, str]:
         card = pair[1]
@@ -373,21 +411,29 @@ def choose(cards: CardSet | Iterable[Card], c: Constraints, *,
     if free:
         ordered = free + sorted((p for p in fit if p[0].parked is not None), key=rank)
     else:
-        ordered = sorted(fit, key=lambda p: (p[0].until if p[0].until is not None else math.inf,
-                                             *rank(p)))
+        ordered = sorted(fit, key=lambda p: (p[0].until if p[0].until is not None else math.inf, *rank(p)))
     for i, (cand, card) in enumerate(ordered):
         if i == 0:
-            cand.verdict = ("chosen: every qualifying agent is parked and this one resumes first "
-                            f"({cand.parked}{_until(cand.until)})" if waiting
-                            else f"chosen: available, {card.cost_class}, tier {card.tier or 'none'}")
+            cand.verdict = (
+                "chosen: every qualifying agent is parked and this one resumes first "
+                f"({cand.parked}{_until(cand.until)})"
+                if waiting
+                else f"chosen: available, {card.cost_class}, tier {card.tier or 'none'}"
+            )
         elif cand.parked is not None and not waiting:
             cand.verdict = f"qualifies but parked: {cand.parked}{_until(cand.until)}"
         else:
             best = ordered[0][1]
             cand.verdict = f"qualifies, ranked {i + 1}: " + _behind(card, best, cand, waiting)
     pick = ordered[0][1]
-    return Choice(pick, {cand.id: cand.verdict for cand, _ in cands}, "constraints", c,
-                  [cand for cand, _ in cands], waiting=waiting)
+    return Choice(
+        pick,
+        {cand.id: cand.verdict for cand, _ in cands},
+        "constraints",
+        c,
+        [cand for cand, _ in cands],
+        waiting=waiting,
+    )
 
 
 def _behind(card: Card, best: Card, cand: Candidate, waiting: bool) -> str:
@@ -497,20 +543,25 @@ class RouterPolicy:
                 return name
         return "large"
 
-    def pick(self, intent: str, refs: Sequence[str],
-             asked: Constraints) -> tuple[RouterRule, Constraints, str, list[str]]:
+    def pick(
+        self, intent: str, refs: Sequence[str], asked: Constraints
+    ) -> tuple[RouterRule, Constraints, str, list[str]]:
         """(rule, its constraints merged with what was asked, size, trace of rules tried)."""
         size = self.size_of(intent, refs)
         trace: list[str] = []
         for rule in self.rules:
             why_not = rule.test(intent, size, asked.capabilities)
             if why_not is None:
-                trace.append(f"* {rule.name}: matches ({rule.condition()}) → "
-                             f"{rule.constraints.text() or 'any agent'}")
+                trace.append(
+                    f"* {rule.name}: matches ({rule.condition()}) → {rule.constraints.text() or 'any agent'}"
+                )
                 return rule, rule.constraints.merged(asked), size, trace
             trace.append(f"- {rule.name}: {why_not}")
-        raise ConfigError("no router rule matches the task", where=self.source,
-                          hint="end the rules with a catch-all rule that has no `when`")
+        raise ConfigError(
+            "no router rule matches the task",
+            where=self.source,
+            hint="end the rules with a catch-all rule that has no `when`",
+        )
 
 
 DEFAULT_POLICY = RouterPolicy((RouterRule("default", Constraints()),))
@@ -544,13 +595,16 @@ def _load_router_policy(path: str, _mtime: int) -> RouterPolicy:
         except InvalidInput as exc:
             raise ConfigError(exc.what, where=f"{path}: rules.{i}.constraints") from None
         w = r.when
-        rules.append(RouterRule(r.name, c, w.intent, frozenset(w.size or ()),
-                                frozenset(w.capabilities or ())))
+        rules.append(
+            RouterRule(r.name, c, w.intent, frozenset(w.size or ()), frozenset(w.capabilities or ()))
+        )
     small, medium = data.sizes.get("small"), data.sizes.get("medium")
-    return RouterPolicy(tuple(rules),
-                        (small.max_chars, small.max_refs) if small else DEFAULT_POLICY.small,
-                        (medium.max_chars, medium.max_refs) if medium else DEFAULT_POLICY.medium,
-                        path)
+    return RouterPolicy(
+        tuple(rules),
+        (small.max_chars, small.max_refs) if small else DEFAULT_POLICY.small,
+        (medium.max_chars, medium.max_refs) if medium else DEFAULT_POLICY.medium,
+        path,
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -566,23 +620,38 @@ def is_auto(cards: CardSet, target: str | None) -> bool:
     return target in cards and cards.get(target).kind == "router"
 
 
-def route(fabric: Fabric, *, intent: str, target: str | None = None,
-          constraints: str | Constraints | None = None, refs: Sequence[str] = (),
-          priority: str | int = "normal", exclude: Iterable[str] = ()) -> Choice:
+def route(
+    fabric: Fabric,
+    *,
+    intent: str,
+    target: str | None = None,
+    constraints: str | Constraints | None = None,
+    refs: Sequence[str] = (),
+    priority: str | int = "normal",
+    exclude: Iterable[str] = (),
+) -> Choice:
     """Resolve a submit's target to a card, explained. Reads the park states (one round
     trip) for constraint and auto targets; a direct target costs nothing."""
     from fabric.policy import policy_config, ref_domain
 
     auto = is_auto(fabric.cards, target)
     if target is None and constraints is None:
-        raise InvalidInput("give exactly one of a target agent or constraints",
-                           where="--target/--constraints")
+        raise InvalidInput(
+            "give exactly one of a target agent or constraints", where="--target/--constraints"
+        )
     if target is not None and constraints is not None and not auto:
-        raise InvalidInput("give exactly one of a target agent or constraints",
-                           where="--target/--constraints",
-                           hint="with --target auto, --constraints adds requirements")
-    asked = (constraints if isinstance(constraints, Constraints)
-             else parse_constraints(str(constraints)) if constraints is not None else None)
+        raise InvalidInput(
+            "give exactly one of a target agent or constraints",
+            where="--target/--constraints",
+            hint="with --target auto, --constraints adds requirements",
+        )
+    asked = (
+        constraints
+        if isinstance(constraints, Constraints)
+        else parse_constraints(str(constraints))
+        if constraints is not None
+        else None
+    )
     if target is not None and not auto:
         card = fabric.cards.get(target)
         cand = Candidate(card.id, verdict="named directly")
@@ -597,10 +666,17 @@ def route(fabric: Fabric, *, intent: str, target: str | None = None,
         wanted = asked
     # Nobody qualifying is an error whatever the park states: refuse before reading them.
     choose(fabric.cards, wanted, domains=domains, exclude=exclude)
-    from fabric.models import parse_priority
+    from fabric.task import parse_priority
 
-    choice = choose(fabric.cards, wanted, parks=fabric.board.park_states(), now=fabric.clock(),
-                    domains=domains, exclude=exclude, interactive=parse_priority(priority) >= 2)
+    choice = choose(
+        fabric.cards,
+        wanted,
+        parks=fabric.board.park_states(),
+        now=fabric.clock(),
+        domains=domains,
+        exclude=exclude,
+        interactive=parse_priority(priority) >= 2,
+    )
     if auto:
         choice.mode, choice.auto_rule, choice.auto_trace, choice.size = "auto", rule.name, trace, size
     return choice
@@ -615,16 +691,20 @@ def note_route(fabric: Fabric, receipt: Receipt, choice: Choice) -> None:
     except Exception:  # the spec already records the constraint set; this is for humans
         import logging
 
-        logging.getLogger("agap.route").warning("could not record the route of task #%s",
-                                                receipt.task_id)
+        logging.getLogger("agap.route").warning("could not record the route of task #%s", receipt.task_id)
 
 
 # ---------------------------------------------------------------------------------------
 # Re-routing a constraint task whose agent parked
 
 
-def reroute_parked(fabric: Fabric, view: TaskView, *, by: str = "router",
-                   parks: Mapping[str, Mapping[str, Any]] | None = None) -> Receipt | None:
+def reroute_parked(
+    fabric: Fabric,
+    view: TaskView,
+    *,
+    by: str = "router",
+    parks: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Receipt | None:
     """Move a queued, constraint-routed task off a parked queue to an available agent.
 
     Returns the new task's receipt, or None when nothing is to be done: a direct target
@@ -635,14 +715,13 @@ def reroute_parked(fabric: Fabric, view: TaskView, *, by: str = "router",
     id derived from the old uid, so a crash between the two steps is finished by calling
     again.
     """
-    from fabric.layout import State
+    from fabric.kanboard.layout import State
 
     spec, cur = view.spec, view.current
     if spec is None or cur is None or view.uid is None or not is_routed(spec.constraints):
         return None
     key = f"reroute/{view.uid}"
-    resuming = (cur.state == State.CANCELED and cur.by == by
-                and (cur.reason or "").startswith("re-routed"))
+    resuming = cur.state == State.CANCELED and cur.by == by and (cur.reason or "").startswith("re-routed")
     if not resuming:
         if cur.state != State.QUEUED:
             return None
@@ -658,26 +737,45 @@ def reroute_parked(fabric: Fabric, view: TaskView, *, by: str = "router",
         if choice.waiting:
             return None  # every other qualifier is parked too: stay put
         reason, until = park_of(card, parks, now) or ("parked", None)
-        fabric.ledger.cancel(view.id, by, reason=f"re-routed: {spec.target} is parked ({reason}"
-                             f"{_until(until)}); continued on {choice.card.id}", view=view)
+        fabric.ledger.cancel(
+            view.id,
+            by,
+            reason=f"re-routed: {spec.target} is parked ({reason}"
+            f"{_until(until)}); continued on {choice.card.id}",
+            view=view,
+        )
     parent_id = _task_id_of_uid(fabric, spec.parent) if spec.parent else None
     # The same constraint set, routed afresh (an auto task keeps the set its rule gave).
-    return fabric.submit(spec.intent, constraints=constraints_from_dict(spec.constraints),
-                         refs=spec.refs, priority=spec.priority, deadline=spec.deadline,
-                         not_before=spec.not_before, key=key, actor=spec.actor,
-                         parent=parent_id)
+    return fabric.submit(
+        spec.intent,
+        constraints=constraints_from_dict(spec.constraints),
+        refs=spec.refs,
+        priority=spec.priority,
+        deadline=spec.deadline,
+        not_before=spec.not_before,
+        key=key,
+        actor=spec.actor,
+        parent=parent_id,
+    )
 
 
-def _reroute_choice(fabric: Fabric, view: TaskView, parks: Mapping[str, Mapping[str, Any]],
-                    now: float) -> Choice:
+def _reroute_choice(
+    fabric: Fabric, view: TaskView, parks: Mapping[str, Mapping[str, Any]], now: float
+) -> Choice:
     from fabric.policy import policy_config, ref_domain
 
     assert view.spec is not None
     cfg = policy_config(fabric.settings.cards_dir)
     domains = {ref_domain(r, cfg) for r in view.spec.refs}
-    return choose(fabric.cards, constraints_from_dict(view.spec.constraints), parks=parks,
-                  now=now, domains=domains, exclude=(view.spec.target,),
-                  interactive=view.spec.priority >= 2)
+    return choose(
+        fabric.cards,
+        constraints_from_dict(view.spec.constraints),
+        parks=parks,
+        now=now,
+        domains=domains,
+        exclude=(view.spec.target,),
+        interactive=view.spec.priority >= 2,
+    )
 
 
 def _task_id_of_uid(fabric: Fabric, uid: str) -> int | None:
@@ -693,7 +791,22 @@ def digest(text: str) -> str:
 
 
 __all__ = [
-    "AUTO", "RULE", "Candidate", "Choice", "Constraints", "RouterPolicy", "RouterRule",
-    "choose", "constraints_from_dict", "is_auto", "is_routed", "load_router_policy",
-    "note_route", "park_of", "parse_constraints", "reroute_parked", "route", "unmet",
+    "AUTO",
+    "RULE",
+    "Candidate",
+    "Choice",
+    "Constraints",
+    "RouterPolicy",
+    "RouterRule",
+    "choose",
+    "constraints_from_dict",
+    "is_auto",
+    "is_routed",
+    "load_router_policy",
+    "note_route",
+    "park_of",
+    "parse_constraints",
+    "reroute_parked",
+    "route",
+    "unmet",
 ]

@@ -32,10 +32,18 @@ from urllib.parse import urlsplit
 from fabric.errors import ConfigError, InvalidInput
 
 Kind = Literal["str", "int", "float", "duration", "bool", "path", "url", "list", "secret"]
-Component = Literal["cli", "worker", "keeper", "events", "a2a", "cron", "deploy", "workspace",
-                    "board"]
-COMPONENTS: tuple[Component, ...] = ("cli", "worker", "keeper", "events", "a2a", "cron",
-                                     "deploy", "workspace", "board")
+Component = Literal["cli", "worker", "keeper", "events", "a2a", "cron", "deploy", "workspace", "board"]
+COMPONENTS: tuple[Component, ...] = (
+    "cli",
+    "worker",
+    "keeper",
+    "events",
+    "a2a",
+    "cron",
+    "deploy",
+    "workspace",
+    "board",
+)
 Env = Mapping[str, str] | None
 Value = str | int | float | bool | Path | tuple[str, ...]
 
@@ -58,8 +66,13 @@ _FLOAT = re.compile(r"^[+-]?\d+(?:\.\d+)?$")
 # user:password@ in a URL, with or without the // (a value that is not a URL yet).
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:)?(//)?[^@/]*@")
 # How an error names what it could not read the value as.
-_AS = {"int": "a whole number", "float": "a number", "duration": "a duration",
-       "bool": "a yes/no value", "url": "a URL"}
+_AS = {
+    "int": "a whole number",
+    "float": "a number",
+    "duration": "a duration",
+    "bool": "a yes/no value",
+    "url": "a URL",
+}
 
 
 @dataclass(frozen=True)
@@ -90,11 +103,29 @@ class Var:
         return GRAMMAR[self.kind]
 
 
-def _v(name: str, kind: Kind, readers: Component | tuple[Component, ...], meaning: str,
-       default: str = "", *, note: str = "", grammar: str = "", sep: str = ",",
-       empty: str = "") -> Var:
-    return Var(name, kind, readers if isinstance(readers, tuple) else (readers,), meaning,
-               default, note, grammar, sep, empty)
+def _v(
+    name: str,
+    kind: Kind,
+    readers: Component | tuple[Component, ...],
+    meaning: str,
+    default: str = "",
+    *,
+    note: str = "",
+    grammar: str = "",
+    sep: str = ",",
+    empty: str = "",
+) -> Var:
+    return Var(
+        name,
+        kind,
+        readers if isinstance(readers, tuple) else (readers,),
+        meaning,
+        default,
+        note,
+        grammar,
+        sep,
+        empty,
+    )
 
 
 _EVERY = "how often the keeper's {} duty runs"
@@ -109,116 +140,263 @@ REGISTRY: tuple[Var, ...] = (
     _v("AGAP_LOCKS_PROJECT", "str", "cli", "the locks project's name", "Agent Fabric Locks"),
     _v("AGAP_ACTOR", "str", "cli", "who the CLI acts as", "cli"),
     _v("AGAP_ENV_FILE", "path", "cli", "an env file with more settings (must exist if named)"),
-    _v("XDG_CACHE_HOME", "path", "cli", "where the board layout cache lives (in agap/)",
-       note="~/.cache"),
+    _v("XDG_CACHE_HOME", "path", "cli", "where the board layout cache lives (in agap/)", note="~/.cache"),
     # The embedded board (agap board serve, agap up)
     _v("AGAP_BOARD_PORT", "int", "board", "the embedded board's port under agap up", "8765"),
     _v("AGAP_BOARD_TOKEN", "secret", "board", "the embedded board's token (default: generated)"),
     # Workers (and the A2A server, which runs the same model clients)
-    _v("AGAP_MODEL_MODE", "str", ("worker", "a2a", "board"),
-       "gateway, sdk or demo for every card (overrides cards)",
-       note="the card's; demo under agap up", grammar="gateway, sdk or demo",
-       empty="each card's own mode, under agap up too"),
-    _v("AGAP_LITELLM_URL", "url", ("worker", "a2a"), "the LiteLLM proxy",
-       "http://127.0.0.1:4000"),
+    _v(
+        "AGAP_MODEL_MODE",
+        "str",
+        ("worker", "a2a", "board"),
+        "gateway, sdk or demo for every card (overrides cards)",
+        note="the card's; demo under agap up",
+        grammar="gateway, sdk or demo",
+        empty="each card's own mode, under agap up too",
+    ),
+    _v("AGAP_LITELLM_URL", "url", ("worker", "a2a"), "the LiteLLM proxy", "http://127.0.0.1:4000"),
     _v("LITELLM_MASTER_KEY", "secret", ("worker", "a2a"), "the LiteLLM proxy's key"),
     _v("AGAP_LITELLM_KEY", "secret", ("worker", "a2a"), "a LiteLLM virtual key for the fabric"),
-    _v("AGAP_RESULT_STORE", "str", "worker", "attachment or dir", "attachment",
-       grammar="attachment or dir"),
+    _v("AGAP_RESULT_STORE", "str", "worker", "attachment or dir", "attachment", grammar="attachment or dir"),
     _v("AGAP_RESULT_DIR", "path", "worker", "where dir results go"),
-    _v("AGAP_REF_ROOTS", "list", ("worker", "a2a"),
-       "directories file:// refs may read (:-separated)", ".", sep=os.pathsep,
-       empty="no directory"),
+    _v(
+        "AGAP_REF_ROOTS",
+        "list",
+        ("worker", "a2a"),
+        "directories file:// refs may read (:-separated)",
+        ".",
+        sep=os.pathsep,
+        empty="no directory",
+    ),
     _v("AGAP_POLL_SECONDS", "duration", "worker", "worker poll interval (default: the card's)"),
-    _v("AGAP_OUTAGE_GRACE", "duration", "worker",
-       "how long running work goes on while the board is away", note="one lease"),
-    _v("AGAP_WORKER_ID", "str", ("worker", "cli"),
-       "this process's worker identity (agap worker; agap claim's owner)",
-       note="agent@host:pid"),
-    _v("LITELLM_LOCAL_MODEL_COST_MAP", "str", "worker",
-       "read by litellm (sdk mode): use its bundled price list, never fetch one at import",
-       "True"),
+    _v(
+        "AGAP_OUTAGE_GRACE",
+        "duration",
+        "worker",
+        "how long running work goes on while the board is away",
+        note="one lease",
+    ),
+    _v(
+        "AGAP_WORKER_ID",
+        "str",
+        ("worker", "cli"),
+        "this process's worker identity (agap worker; agap claim's owner)",
+        note="agent@host:pid",
+    ),
+    _v(
+        "LITELLM_LOCAL_MODEL_COST_MAP",
+        "str",
+        "worker",
+        "read by litellm (sdk mode): use its bundled price list, never fetch one at import",
+        "True",
+    ),
     # Live events
-    _v("AGAP_EVENTS_URL", "url", "events", "live events broker (mqtt://, mqtts://, nats://, tls://)",
-       grammar="mqtt://, mqtts://, nats:// or tls://HOST[:PORT]"),
-    _v("AGAP_EVENTS_SECRET", "secret", "events", "the fabric secret events are signed with",
-       grammar="16 or more characters, never printed"),
-    _v("AGAP_EVENTS_PREFIX", "str", "events", "the events' topic prefix", "agap",
-       grammar="letters, digits, _ and -, 1 to 64"),
+    _v(
+        "AGAP_EVENTS_URL",
+        "url",
+        "events",
+        "live events broker (mqtt://, mqtts://, nats://, tls://)",
+        grammar="mqtt://, mqtts://, nats:// or tls://HOST[:PORT]",
+    ),
+    _v(
+        "AGAP_EVENTS_SECRET",
+        "secret",
+        "events",
+        "the fabric secret events are signed with",
+        grammar="16 or more characters, never printed",
+    ),
+    _v(
+        "AGAP_EVENTS_PREFIX",
+        "str",
+        "events",
+        "the events' topic prefix",
+        "agap",
+        grammar="letters, digits, _ and -, 1 to 64",
+    ),
     _v("AGAP_EVENTS_USERNAME", "str", "events", "the broker user (else the URL's)"),
     _v("AGAP_EVENTS_PASSWORD", "secret", "events", "the broker password (else the URL's)"),
-    _v("AGAP_EVENTS_TLS", "bool", "events",
-       "TLS for an mqtt:// or nats:// URL (mqtts:// and tls:// always use it)", "0"),
+    _v(
+        "AGAP_EVENTS_TLS",
+        "bool",
+        "events",
+        "TLS for an mqtt:// or nats:// URL (mqtts:// and tls:// always use it)",
+        "0",
+    ),
     _v("AGAP_EVENTS_CA", "path", "events", "CA bundle that verifies the broker"),
     _v("AGAP_EVENTS_CERT", "path", "events", "client certificate for the broker"),
     _v("AGAP_EVENTS_KEY", "path", "events", "the client certificate's key file"),
-    _v("AGAP_EVENTS_JETSTREAM", "bool", "events",
-       "NATS: use JetStream when the server has it (0: core NATS only)", "1"),
-    _v("AGAP_EVENTS_WEBHOOK", "str", "events",
-       "a worker's Kanboard webhook listener (wake-up hints only)", grammar="HOST:PORT"),
-    _v("AGAP_EVENTS_WEBHOOK_TOKEN", "secret", "events",
-       "the token Kanboard's webhook URL must carry (?token=…)"),
+    _v(
+        "AGAP_EVENTS_JETSTREAM",
+        "bool",
+        "events",
+        "NATS: use JetStream when the server has it (0: core NATS only)",
+        "1",
+    ),
+    _v(
+        "AGAP_EVENTS_WEBHOOK",
+        "str",
+        "events",
+        "a worker's Kanboard webhook listener (wake-up hints only)",
+        grammar="HOST:PORT",
+    ),
+    _v(
+        "AGAP_EVENTS_WEBHOOK_TOKEN",
+        "secret",
+        "events",
+        "the token Kanboard's webhook URL must carry (?token=…)",
+    ),
     # The keeper
-    _v("AGAP_KEEPER_LEASES_EVERY", "duration", "keeper",
-       _EVERY.format("leases") + " (requeue expired leases)", "15s"),
-    _v("AGAP_KEEPER_GAPS_EVERY", "duration", "keeper",
-       _EVERY.format("gaps") + " (resolve epoch gaps)", "30s"),
-    _v("AGAP_KEEPER_GESTURES_EVERY", "duration", "keeper",
-       _EVERY.format("gestures") + " (card moves by people)", "20s"),
-    _v("AGAP_KEEPER_INBOX_EVERY", "duration", "keeper",
-       _EVERY.format("inbox") + " (notify gates and questions)", "30s"),
-    _v("AGAP_KEEPER_DEADLINES_EVERY", "duration", "keeper",
-       _EVERY.format("deadlines") + " (escalate overdue tasks)", "60s"),
-    _v("AGAP_KEEPER_REMINDERS_EVERY", "duration", "keeper",
-       _EVERY.format("reminders") + " (re-remind ignored gates)", "5m"),
-    _v("AGAP_KEEPER_GC_EVERY", "duration", "keeper",
-       _EVERY.format("gc") + " (remove old lock tags)", "24h"),
-    _v("AGAP_KEEPER_POLICY_EVERY", "duration", "keeper",
-       _EVERY.format("policy") + " (dead letters, parked queues)", "60s"),
-    _v("AGAP_KEEPER_LEASE_GRACE", "duration", "keeper",
-       "an expired lease is requeued only this long after it ran out", "5s"),
-    _v("AGAP_KEEPER_MOVE_TOLERANCE", "duration", "keeper",
-       "a card moved within this of the fabric's own latest move is that move, not a "
-       "gesture (PostgreSQL's deadlock retries delay moves by seconds)", "15s"),
-    _v("AGAP_KEEPER_REPAIR_AFTER", "duration", "keeper",
-       "half-submitted tasks are repaired after this long", "60s"),
-    _v("AGAP_KEEPER_REMIND_EVERY", "duration", "keeper",
-       "a gate or question ignored this long is reminded again", "4h"),
-    _v("AGAP_KEEPER_RETENTION", "duration", "keeper",
-       "lock tags of tasks closed longer than this are removed", "30d"),
-    _v("AGAP_KEEPER_DIGEST_AT", "str", "keeper", "when the daily digest is written", "07:00",
-       grammar="HH:MM, 24-hour"),
-    _v("AGAP_KEEPER_DIGEST_TZ", "str", "keeper", "the digest's time zone", "UTC",
-       grammar="an IANA time zone, e.g. Europe/Paris"),
-    _v("AGAP_KEEPER_ESCALATE_TO", "str", "keeper",
-       "who overdue tasks go to when no human is responsible (card id or username)",
-       note="the first human card"),
-    _v("AGAP_KEEPER_BACKOFF", "duration", "keeper",
-       "the keeper's first retry delay after a board failure (doubles each time)", "5s"),
-    _v("AGAP_KEEPER_BACKOFF_CAP", "duration", "keeper", "the keeper's longest retry delay",
-       "5m"),
+    _v(
+        "AGAP_KEEPER_LEASES_EVERY",
+        "duration",
+        "keeper",
+        _EVERY.format("leases") + " (requeue expired leases)",
+        "15s",
+    ),
+    _v(
+        "AGAP_KEEPER_GAPS_EVERY", "duration", "keeper", _EVERY.format("gaps") + " (resolve epoch gaps)", "30s"
+    ),
+    _v(
+        "AGAP_KEEPER_GESTURES_EVERY",
+        "duration",
+        "keeper",
+        _EVERY.format("gestures") + " (card moves by people)",
+        "20s",
+    ),
+    _v(
+        "AGAP_KEEPER_INBOX_EVERY",
+        "duration",
+        "keeper",
+        _EVERY.format("inbox") + " (notify gates and questions)",
+        "30s",
+    ),
+    _v(
+        "AGAP_KEEPER_DEADLINES_EVERY",
+        "duration",
+        "keeper",
+        _EVERY.format("deadlines") + " (escalate overdue tasks)",
+        "60s",
+    ),
+    _v(
+        "AGAP_KEEPER_REMINDERS_EVERY",
+        "duration",
+        "keeper",
+        _EVERY.format("reminders") + " (re-remind ignored gates)",
+        "5m",
+    ),
+    _v("AGAP_KEEPER_GC_EVERY", "duration", "keeper", _EVERY.format("gc") + " (remove old lock tags)", "24h"),
+    _v(
+        "AGAP_KEEPER_POLICY_EVERY",
+        "duration",
+        "keeper",
+        _EVERY.format("policy") + " (dead letters, parked queues)",
+        "60s",
+    ),
+    _v(
+        "AGAP_KEEPER_LEASE_GRACE",
+        "duration",
+        "keeper",
+        "an expired lease is requeued only this long after it ran out",
+        "5s",
+    ),
+    _v(
+        "AGAP_KEEPER_MOVE_TOLERANCE",
+        "duration",
+        "keeper",
+        "a card moved within this of the fabric's own latest move is that move, not a "
+        "gesture (PostgreSQL's deadlock retries delay moves by seconds)",
+        "15s",
+    ),
+    _v(
+        "AGAP_KEEPER_REPAIR_AFTER",
+        "duration",
+        "keeper",
+        "half-submitted tasks are repaired after this long",
+        "60s",
+    ),
+    _v(
+        "AGAP_KEEPER_REMIND_EVERY",
+        "duration",
+        "keeper",
+        "a gate or question ignored this long is reminded again",
+        "4h",
+    ),
+    _v(
+        "AGAP_KEEPER_RETENTION",
+        "duration",
+        "keeper",
+        "lock tags of tasks closed longer than this are removed",
+        "30d",
+    ),
+    _v(
+        "AGAP_KEEPER_DIGEST_AT",
+        "str",
+        "keeper",
+        "when the daily digest is written",
+        "07:00",
+        grammar="HH:MM, 24-hour",
+    ),
+    _v(
+        "AGAP_KEEPER_DIGEST_TZ",
+        "str",
+        "keeper",
+        "the digest's time zone",
+        "UTC",
+        grammar="an IANA time zone, e.g. Europe/Paris",
+    ),
+    _v(
+        "AGAP_KEEPER_ESCALATE_TO",
+        "str",
+        "keeper",
+        "who overdue tasks go to when no human is responsible (card id or username)",
+        note="the first human card",
+    ),
+    _v(
+        "AGAP_KEEPER_BACKOFF",
+        "duration",
+        "keeper",
+        "the keeper's first retry delay after a board failure (doubles each time)",
+        "5s",
+    ),
+    _v("AGAP_KEEPER_BACKOFF_CAP", "duration", "keeper", "the keeper's longest retry delay", "5m"),
     _v("AGAP_KEEPER_METRICS_HOST", "str", "keeper", "keeper metrics address", "127.0.0.1"),
     _v("AGAP_KEEPER_METRICS_PORT", "int", "keeper", "keeper metrics port (0 = off)", "0"),
     _v("AGAP_KEEPER_METRICS_TOKEN", "secret", "keeper", "bearer token for keeper metrics"),
-    _v("AGAP_KEEPER_METRICS_ALLOW", "list", "keeper",
-       "client addresses or CIDRs that may read the metrics without the token"),
-    _v("AGAP_KEEPER_NOTIFY_ALLOW", "list", "keeper",
-       "private or loopback webhook targets notifications may reach (CIDRs)"),
+    _v(
+        "AGAP_KEEPER_METRICS_ALLOW",
+        "list",
+        "keeper",
+        "client addresses or CIDRs that may read the metrics without the token",
+    ),
+    _v(
+        "AGAP_KEEPER_NOTIFY_ALLOW",
+        "list",
+        "keeper",
+        "private or loopback webhook targets notifications may reach (CIDRs)",
+    ),
     # The A2A server and client
     _v("AGAP_A2A_TOKENS", "secret", "a2a", "A2A clients: caller:token,…"),
     _v("AGAP_A2A_TOKENS_FILE", "path", "a2a", "file with A2A clients' tokens"),
-    _v("AGAP_A2A_PUSH_ALLOW", "list", "a2a",
-       "push targets allowed on private addresses (hosts or CIDRs)"),
+    _v("AGAP_A2A_PUSH_ALLOW", "list", "a2a", "push targets allowed on private addresses (hosts or CIDRs)"),
     _v("AGAP_A2A_TOKEN", "secret", "a2a", "the bearer token agap a2a call sends (or --token)"),
     # Schedules
     _v("AGAP_SCHEDULES", "path", "cron", "the schedule file agap cron reads", "schedules.yaml"),
     # Coding workspaces
-    _v("AGAP_WORKSPACE_ROOT", "path", ("workspace", "cli"),
-       "where workspaces/<agent>/<task uid> live", note="AGAP_STATE_DIR"),
-    _v("AGAP_FORGE_URL", "url", "workspace", "the Gitea base URL pull requests go to",
-       note="the repository's host"),
-    _v("GITEA_TOKEN", "secret", "workspace",
-       "the forge's access token (--token-env names another variable)"),
+    _v(
+        "AGAP_WORKSPACE_ROOT",
+        "path",
+        ("workspace", "cli"),
+        "where workspaces/<agent>/<task uid> live",
+        note="AGAP_STATE_DIR",
+    ),
+    _v(
+        "AGAP_FORGE_URL",
+        "url",
+        "workspace",
+        "the Gitea base URL pull requests go to",
+        note="the repository's host",
+    ),
+    _v("GITEA_TOKEN", "secret", "workspace", "the forge's access token (--token-env names another variable)"),
 )
 
 _BY_NAME: dict[str, Var] = {v.name: v for v in REGISTRY}
@@ -274,8 +452,9 @@ _T = TypeVar("_T")
 _MISSING: object = object()
 
 
-def _read(name: str, env: Env, kinds: tuple[Kind, ...], fallback: object,
-          empty: object, *, as_text: bool = False) -> object:
+def _read(
+    name: str, env: Env, kinds: tuple[Kind, ...], fallback: object, empty: object, *, as_text: bool = False
+) -> object:
     v = var(name)
     if v.kind not in kinds:
         raise TypeError(f"{name} is a {v.kind}, not one of {', '.join(kinds)}")
@@ -389,15 +568,16 @@ def _parse(v: Var, text: str) -> Value:
         except ValueError:  # e.g. an unclosed [IPv6 bracket
             pass
         text = _USERINFO.sub(r"\1\2****@", text)  # never echo a password in the URL
-    raise ConfigError(f"cannot read {text!r} as {_AS[v.kind]}", where=v.name,
-                      hint=f"expected {v.expected}")
+    raise ConfigError(f"cannot read {text!r} as {_AS[v.kind]}", where=v.name, hint=f"expected {v.expected}")
 
 
 # ---------------------------------------------------------------------------------------
 # The README's table
 
-MARKDOWN_BEGIN = ("<!-- BEGIN generated by `agap config show --all --markdown` from "
-                  "fabric/settings_registry.py: edit that, not this table -->")
+MARKDOWN_BEGIN = (
+    "<!-- BEGIN generated by `agap config show --all --markdown` from "
+    "fabric/settings_registry.py: edit that, not this table -->"
+)
 MARKDOWN_END = "<!-- END generated -->"
 
 
@@ -407,18 +587,21 @@ def _cell(text: str) -> str:
 
 def markdown() -> str:
     """Every registered variable as the README's Markdown table, between its markers."""
-    lines = [MARKDOWN_BEGIN, "| variable | read by | type | default | meaning |",
-             "|---|---|---|---|---|"]
+    lines = [MARKDOWN_BEGIN, "| variable | read by | type | default | meaning |", "|---|---|---|---|---|"]
     for v in REGISTRY:
         kind = f"{v.kind} ({v.expected})" if v.expected != GRAMMAR[v.kind] else v.kind
         default = f"`{v.default}`" if v.default else v.note
         if v.empty:
             default += f"{'; ' if default else ''}empty: {v.empty}"
-        lines.append(f"| `{v.name}` | {', '.join(v.readers)} | {_cell(kind)} | "
-                     f"{_cell(default)} | {_cell(v.meaning)} |")
-    lines += ["", f"A duration is {GRAMMAR['duration']}. A bool is {GRAMMAR['bool']}. A list "
-              f"is {GRAMMAR['list']} unless its type says otherwise. A secret is never printed. "
-              "An empty value counts as unset, unless the default column says what it means."]
+        lines.append(
+            f"| `{v.name}` | {', '.join(v.readers)} | {_cell(kind)} | {_cell(default)} | {_cell(v.meaning)} |"
+        )
+    lines += [
+        "",
+        f"A duration is {GRAMMAR['duration']}. A bool is {GRAMMAR['bool']}. A list "
+        f"is {GRAMMAR['list']} unless its type says otherwise. A secret is never printed. "
+        "An empty value counts as unset, unless the default column says what it means.",
+    ]
     lines.append(MARKDOWN_END)
     return "\n".join(lines) + "\n"
 

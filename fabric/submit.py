@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from fabric.errors import FabricError, InvalidInput
-from fabric.layout import PRIORITY_NAMES, State, receipt_lock, receipt_reference, uid_reference
-from fabric.models import Record, TaskSpec
-from fabric.taskboard import TaskBoard, TaskView
+from fabric.kanboard.layout import PRIORITY_NAMES, State, receipt_lock, receipt_reference, uid_reference
+from fabric.kanboard.taskboard import TaskBoard, TaskView
+from fabric.task import Record, TaskSpec
 
 SPEC_FENCE = "```json fabric-spec"
 _SPEC_BLOCK = re.compile(r"```json fabric-spec\n(.*?)\n```", re.S)
@@ -43,7 +43,8 @@ class ActionIdCollision(FabricError):
         super().__init__(
             f"ACTION_ID_COLLISION: action id {action_id!r} of {actor!r} already names task "
             f"#{task_id} with different content",
-            where="--key", hint="use a new action id for a different task",
+            where="--key",
+            hint="use a new action id for a different task",
         )
         self.task_id = task_id
 
@@ -56,7 +57,8 @@ class StuckReceipt(FabricError):
     def __init__(self, action_id: str) -> None:
         super().__init__(
             f"action id {action_id!r} was taken by a submit that never created its task",
-            where="--key", hint="submit again with a new action id",
+            where="--key",
+            hint="submit again with a new action id",
         )
 
 
@@ -81,8 +83,15 @@ def new_uid() -> str:
 
 def initial_record(spec: TaskSpec, *, assignee: str | None) -> Record:
     """The epoch-0 record, a pure function of the spec (so a repair writes the same bytes)."""
-    return Record(epoch=0, state=State.QUEUED, op="submit", by=spec.actor,
-                  at=spec.submitted_at, not_before=spec.not_before, assignee=assignee)
+    return Record(
+        epoch=0,
+        state=State.QUEUED,
+        op="submit",
+        by=spec.actor,
+        at=spec.submitted_at,
+        not_before=spec.not_before,
+        assignee=assignee,
+    )
 
 
 def seal_key(secret: str) -> bytes:
@@ -97,13 +106,13 @@ def _seal(key: bytes, block: dict[str, object]) -> str:
 
 def spec_block(spec: TaskSpec, uid: str, *, assignee: str | None, key: bytes) -> str:
     """The machine-readable, sealed JSON of a task's uid, spec and assignee."""
-    block: dict[str, object] = {"uid": uid, "assignee": assignee,
-                                "spec": json.loads(spec.to_meta())}
+    block: dict[str, object] = {"uid": uid, "assignee": assignee, "spec": json.loads(spec.to_meta())}
     return json.dumps({**block, "seal": _seal(key, block)}, sort_keys=True)
 
 
-def render_description(spec: TaskSpec, uid: str, *, result_ref: str | None = None,
-                       assignee: str | None = None, key: bytes = b"") -> str:
+def render_description(
+    spec: TaskSpec, uid: str, *, result_ref: str | None = None, assignee: str | None = None, key: bytes = b""
+) -> str:
     """The readable description: intent, refs as links, constraints, provenance, spec."""
     lines = [spec.intent, ""]
     if result_ref:
@@ -112,8 +121,10 @@ def render_description(spec: TaskSpec, uid: str, *, result_ref: str | None = Non
         lines.append("**Context**")
         lines += [f"- {_link(r)}" for r in spec.refs]
         lines.append("")
-    facts = [f"target `{spec.target}` (queue `{spec.queue}`)",
-             f"priority {PRIORITY_NAMES.get(spec.priority, spec.priority)}"]
+    facts = [
+        f"target `{spec.target}` (queue `{spec.queue}`)",
+        f"priority {PRIORITY_NAMES.get(spec.priority, spec.priority)}",
+    ]
     if spec.deadline:
         facts.append(f"deadline {_when(spec.deadline)}")
     if spec.not_before:
@@ -126,11 +137,16 @@ def render_description(spec: TaskSpec, uid: str, *, result_ref: str | None = Non
         prov += f", action id `{spec.action_id}`"
     if spec.parent:
         prov += f", child of task uid `{spec.parent}` (depth {len(spec.ancestry)})"
-    lines += [f"**Provenance:** {prov}", "",
-              "<details><summary>fabric spec (machine-readable)</summary>", "",
-              SPEC_FENCE,
-              spec_block(spec, uid, assignee=assignee, key=key),
-              "```", "</details>"]
+    lines += [
+        f"**Provenance:** {prov}",
+        "",
+        "<details><summary>fabric spec (machine-readable)</summary>",
+        "",
+        SPEC_FENCE,
+        spec_block(spec, uid, assignee=assignee, key=key),
+        "```",
+        "</details>",
+    ]
     return "\n".join(lines)
 
 
@@ -193,8 +209,7 @@ def repair_unrecorded(board: TaskBoard, view: TaskView, *, vet: Vet | None = Non
 class Submitter:
     """Creates fabric tasks on a :class:`TaskBoard`."""
 
-    def __init__(self, board: TaskBoard, *, clock: object = time.time,
-                 settle_seconds: float = 3.0) -> None:
+    def __init__(self, board: TaskBoard, *, clock: object = time.time, settle_seconds: float = 3.0) -> None:
         self.board = board
         self.clock = clock
         self.settle_seconds = settle_seconds
@@ -204,16 +219,15 @@ class Submitter:
         uid = new_uid()
         # Every task gets a unique reference so an ambiguous createTask can be settled by
         # looking it up: the action id when there is one, else the task's own uid.
-        reference = (receipt_reference(spec.actor, spec.action_id) if spec.action_id
-                     else uid_reference(uid))
+        reference = receipt_reference(spec.actor, spec.action_id) if spec.action_id else uid_reference(uid)
         receipt = None
         if spec.action_id:
             receipt = receipt_lock(spec.actor, spec.action_id)
         owner_id = self.board.layout.users.get(assignee or "", 0)
         description = render_description(spec, uid, assignee=assignee, key=self.board.seal_key)
-        task_id, won = self.board.create_task(spec, description=description,
-                                              reference=reference, owner_id=owner_id,
-                                              receipt=receipt)
+        task_id, won = self.board.create_task(
+            spec, description=description, reference=reference, owner_id=owner_id, receipt=receipt
+        )
         if not won:
             assert spec.action_id is not None
             self.board.remove_task(task_id)
@@ -270,10 +284,20 @@ def build_spec(
         ancestry = (*parent.spec.ancestry, parent.uid)
     try:
         return TaskSpec(
-            intent=intent, refs=tuple(refs), target=target, queue=queue,
-            constraints=dict(constraints or {}), priority=priority, deadline=deadline,
-            not_before=not_before, actor=actor, action_id=action_id, parent=parent_uid,
-            ancestry=ancestry, max_attempts=max_attempts, submitted_at=round(now, 3),
+            intent=intent,
+            refs=tuple(refs),
+            target=target,
+            queue=queue,
+            constraints=dict(constraints or {}),
+            priority=priority,
+            deadline=deadline,
+            not_before=not_before,
+            actor=actor,
+            action_id=action_id,
+            parent=parent_uid,
+            ancestry=ancestry,
+            max_attempts=max_attempts,
+            submitted_at=round(now, 3),
         )
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -32,8 +32,7 @@ JOBS = (*JOB_INTERVALS, "digest")
 def _hhmm(text: str, where: str) -> dtime:
     m = re.match(r"^([01]?\d|2[0-3]):([0-5]\d)$", text.strip())
     if not m:
-        raise ConfigError(f"cannot read {text!r} as a time of day", where=where,
-                          hint="use HH:MM (24 h)")
+        raise ConfigError(f"cannot read {text!r} as a time of day", where=where, hint="use HH:MM (24 h)")
     return dtime(int(m.group(1)), int(m.group(2)))
 
 
@@ -49,7 +48,8 @@ class KeeperConfig:
     """What the keeper does, and how often (defaults: the registry's)."""
 
     intervals: dict[str, float] = field(
-        default_factory=lambda: {job: _default(var) for job, var in JOB_INTERVALS.items()})
+        default_factory=lambda: {job: _default(var) for job, var in JOB_INTERVALS.items()}
+    )
     # Leases are written with the worker's clock and judged with the keeper's: an
     # expired lease is requeued only this long after it ran out.
     lease_grace: float = _default("AGAP_KEEPER_LEASE_GRACE")
@@ -77,6 +77,7 @@ class KeeperConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> KeeperConfig:
         """The settings from ``env`` (default: the process environment)."""
+
         def dur(var: str) -> float:
             return registry.get_duration(var, env)
 

@@ -84,11 +84,18 @@ class Keeper:
         trips0 = fab.port.stats.trips
         snap = snapshot.take(fab)
         report = sweeps.SweepReport(trips=snap.trips)
-        sweeps.sweep_leases(fab, snap, report, grace=self.config.lease_grace,
-                            repair_after=self.config.repair_after)
+        sweeps.sweep_leases(
+            fab, snap, report, grace=self.config.lease_grace, repair_after=self.config.repair_after
+        )
         m = self.metrics
-        m.observe(fab.cards.queues(), snap.views, snap.dead_rows, snap.parks,
-                  lambda r: fab.board.layout.queue_of(int(r.get("swimlane_id") or 0)), fab.clock())
+        m.observe(
+            fab.cards.queues(),
+            snap.views,
+            snap.dead_rows,
+            snap.parks,
+            lambda r: fab.board.layout.queue_of(int(r.get("swimlane_id") or 0)),
+            fab.clock(),
+        )
         m.observe_schedules(snap.project_meta, fab.clock())
         with m.lock:
             m.lease_expiries_total += len(report.requeued) + len(report.dead_lettered)
@@ -239,14 +246,17 @@ class Keeper:
 
     def scheduler(self) -> Any:
         """A BackgroundScheduler with every job (not started)."""
-        sched = BackgroundScheduler(executors={"default": ThreadPoolExecutor(1)},
-                                    job_defaults={"max_instances": 1, "coalesce": True,
-                                                  "misfire_grace_time": 30})
+        sched = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(1)},
+            job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": 30},
+        )
         for name in JOBS:
             if name == "digest":
-                trigger = CronTrigger(hour=self.config.digest_at.hour,
-                                      minute=self.config.digest_at.minute,
-                                      timezone=self.config.digest_tz)
+                trigger = CronTrigger(
+                    hour=self.config.digest_at.hour,
+                    minute=self.config.digest_at.minute,
+                    timezone=self.config.digest_tz,
+                )
             else:
                 trigger = IntervalTrigger(seconds=self.config.interval(name))
             sched.add_job(self.run_job, trigger, args=[name], id=name, name=name)
@@ -262,8 +272,10 @@ class Keeper:
         sched.start()
         for name in ("gaps", "leases"):  # first look at once, not one interval later
             sched.modify_job(name, next_run_time=_now_dt())
-        log.info("keeper running: %s", ", ".join(
-            f"{j}/{self.config.interval(j):.0f}s" for j in JOBS if j != "digest"))
+        log.info(
+            "keeper running: %s",
+            ", ".join(f"{j}/{self.config.interval(j):.0f}s" for j in JOBS if j != "digest"),
+        )
         try:
             stop.wait()
         finally:

@@ -19,10 +19,10 @@ from zoneinfo import ZoneInfo
 
 from fabric.cards import Card
 from fabric.core import Fabric
+from fabric.kanboard.layout import META_COST, META_ESCALATED, META_NOTIFIED, META_REMINDED, Column, State
 from fabric.kanboard.port import Call
-from fabric.layout import META_COST, META_ESCALATED, META_NOTIFIED, META_REMINDED, Column, State
+from fabric.kanboard.taskboard import TaskView
 from fabric.submit import Receipt
-from fabric.taskboard import TaskView
 from keeper.config import KeeperConfig
 from keeper.notify import Notifier, find_human
 from keeper.snapshot import Snapshot
@@ -95,8 +95,7 @@ def waiting_on(fab: Fabric, view: TaskView) -> Card | None:
 # -- deadlines --------------------------------------------------------------------------
 
 
-def sweep_deadlines(fab: Fabric, snap: Snapshot, cfg: KeeperConfig,
-                    notifier: Notifier) -> DutyReport:
+def sweep_deadlines(fab: Fabric, snap: Snapshot, cfg: KeeperConfig, notifier: Notifier) -> DutyReport:
     """Escalate overdue tasks once: a decision task for the responsible human."""
     report = DutyReport()
     now = fab.clock()
@@ -105,15 +104,19 @@ def sweep_deadlines(fab: Fabric, snap: Snapshot, cfg: KeeperConfig,
         if not usable(view, report) or view.current is None or view.spec is None:
             continue
         spec = view.spec
-        if (spec.deadline is None or spec.deadline > now or view.current.state not in WAITING_STATES
-                or view.meta.get(META_ESCALATED) or is_keepers_own(view)):
+        if (
+            spec.deadline is None
+            or spec.deadline > now
+            or view.current.state not in WAITING_STATES
+            or view.meta.get(META_ESCALATED)
+            or is_keepers_own(view)
+        ):
             continue
         guarded(view, report, partial(_escalate, fab, cfg, notifier, view, report))
     return report
 
 
-def _escalate(fab: Fabric, cfg: KeeperConfig, notifier: Notifier, view: TaskView,
-              report: DutyReport) -> None:
+def _escalate(fab: Fabric, cfg: KeeperConfig, notifier: Notifier, view: TaskView, report: DutyReport) -> None:
     assert view.spec is not None and view.current is not None and view.uid is not None
     human = responsible(fab, cfg, view)
     if human is None:
@@ -121,24 +124,44 @@ def _escalate(fab: Fabric, cfg: KeeperConfig, notifier: Notifier, view: TaskView
         return
     spec, cur = view.spec, view.current
     title = spec.title()
-    intent = (f"Decide: task #{view.id} \"{title}\" missed its deadline\n\n"
-              f"Task #{view.id} (queue {spec.queue}) was due {_when(spec.deadline or 0)} and is "
-              f"still {cur.state.value} (attempt {cur.attempt}/{spec.max_attempts}). Nothing was "
-              f"changed on it. Decide: let it run, cancel it (close its card), or resubmit it "
-              f"with a new deadline. Close this card when decided.")
-    receipt = fab.submit(intent, target=human.id, key=f"escalate:{view.uid}", actor=KEEPER,
-                         priority="urgent", refs=(f"task:{view.id}",))
+    intent = (
+        f'Decide: task #{view.id} "{title}" missed its deadline\n\n'
+        f"Task #{view.id} (queue {spec.queue}) was due {_when(spec.deadline or 0)} and is "
+        f"still {cur.state.value} (attempt {cur.attempt}/{spec.max_attempts}). Nothing was "
+        f"changed on it. Decide: let it run, cancel it (close its card), or resubmit it "
+        f"with a new deadline. Close this card when decided."
+    )
+    receipt = fab.submit(
+        intent,
+        target=human.id,
+        key=f"escalate:{view.uid}",
+        actor=KEEPER,
+        priority="urgent",
+        refs=(f"task:{view.id}",),
+    )
     note = json.dumps({"at": fab.clock(), "to": human.id, "task": receipt.task_id})
-    fab.port.batch([
-        Call("saveTaskMetadata", {"task_id": view.id, "values": {META_ESCALATED: note}}),
-        Call("createComment", {"task_id": view.id, "user_id": 0, "content":
-             f"Deadline ({_when(spec.deadline or 0)}) passed while {cur.state.value}: escalated "
-             f"to @{_username(human)} as decision task #{receipt.task_id}. The keeper changes "
-             f"nothing else."}),
-    ])
-    notifier.notify(human.id, f"Overdue: #{view.id} {title}",
-                    f"Task #{view.id} missed its deadline; decision task #{receipt.task_id} "
-                    f"waits in your inbox.", urgent=True, ref=f"task:{receipt.task_id}")
+    fab.port.batch(
+        [
+            Call("saveTaskMetadata", {"task_id": view.id, "values": {META_ESCALATED: note}}),
+            Call(
+                "createComment",
+                {
+                    "task_id": view.id,
+                    "user_id": 0,
+                    "content": f"Deadline ({_when(spec.deadline or 0)}) passed while {cur.state.value}: "
+                    f"escalated to @{_username(human)} as decision task #{receipt.task_id}. "
+                    f"The keeper changes nothing else.",
+                },
+            ),
+        ]
+    )
+    notifier.notify(
+        human.id,
+        f"Overdue: #{view.id} {title}",
+        f"Task #{view.id} missed its deadline; decision task #{receipt.task_id} waits in your inbox.",
+        urgent=True,
+        ref=f"task:{receipt.task_id}",
+    )
     report.escalated[view.id] = receipt.task_id
 
 
@@ -165,8 +188,7 @@ def publish_human_parks(fab: Fabric, trackers: dict[str, ParkTracker], now: floa
             fab.board.publish_park(card.queue_name, change.to_dict())
 
 
-def sweep_reminders(fab: Fabric, snap: Snapshot, cfg: KeeperConfig,
-                    notifier: Notifier) -> DutyReport:
+def sweep_reminders(fab: Fabric, snap: Snapshot, cfg: KeeperConfig, notifier: Notifier) -> DutyReport:
     """Re-remind a human of a gate or question ignored for an interval. Never approves.
 
     Not while the person is away (outside waking hours, on vacation): their gates wait,
@@ -189,19 +211,31 @@ def sweep_reminders(fab: Fabric, snap: Snapshot, cfg: KeeperConfig,
     return report
 
 
-def _remind(fab: Fabric, notifier: Notifier, view: TaskView, human: Card, since: float,
-            report: DutyReport) -> None:
+def _remind(
+    fab: Fabric, notifier: Notifier, view: TaskView, human: Card, since: float, report: DutyReport
+) -> None:
     hours = (fab.clock() - since) / 3600
-    text = (f"Reminder: this has been waiting on @{_username(human)} for {hours:.1f} h. "
-            f"Nothing happens until you act (it is never approved by default).")
-    fab.port.batch([
-        Call("saveTaskMetadata", {"task_id": view.id,
-                                  "values": {META_REMINDED: str(round(fab.clock(), 3))}}),
-        Call("createComment", {"task_id": view.id, "user_id": 0, "content": text}),
-    ])
+    text = (
+        f"Reminder: this has been waiting on @{_username(human)} for {hours:.1f} h. "
+        f"Nothing happens until you act (it is never approved by default)."
+    )
+    fab.port.batch(
+        [
+            Call(
+                "saveTaskMetadata",
+                {"task_id": view.id, "values": {META_REMINDED: str(round(fab.clock(), 3))}},
+            ),
+            Call("createComment", {"task_id": view.id, "user_id": 0, "content": text}),
+        ]
+    )
     title = view.spec.title() if view.spec else f"task #{view.id}"
-    notifier.notify(human.id, f"Still waiting on you: #{view.id} {title}", text,
-                    urgent=bool(view.spec and view.spec.priority >= URGENT), ref=f"task:{view.id}")
+    notifier.notify(
+        human.id,
+        f"Still waiting on you: #{view.id} {title}",
+        text,
+        urgent=bool(view.spec and view.spec.priority >= URGENT),
+        ref=f"task:{view.id}",
+    )
     report.reminded.append(view.id)
 
 
@@ -232,8 +266,11 @@ def sweep_inbox(fab: Fabric, snap: Snapshot, cfg: KeeperConfig, notifier: Notifi
         human = waiting_on(fab, view)
         subject = ""
         if human is not None:
-            subject = (f"Question for you: #{view.id} {spec.title()}"
-                       if cur.state == State.INPUT_REQUIRED else f"Waiting on you: #{view.id} {spec.title()}")
+            subject = (
+                f"Question for you: #{view.id} {spec.title()}"
+                if cur.state == State.INPUT_REQUIRED
+                else f"Waiting on you: #{view.id} {spec.title()}"
+            )
             body = cur.reason or spec.intent
         elif cur.state == State.DONE and spec.priority >= URGENT:
             human = responsible(fab, cfg, view)
@@ -245,13 +282,20 @@ def sweep_inbox(fab: Fabric, snap: Snapshot, cfg: KeeperConfig, notifier: Notifi
         away = human_availability(human, fab.clock())
         if not away.available and (not urgent or reason_key(away.reason) == "on vacation"):
             continue  # notified when they are back (vacation: everything waits)
-        guarded(view, report, partial(_notice, fab, notifier, view, human, subject, body, urgent,
-                                      report))
+        guarded(view, report, partial(_notice, fab, notifier, view, human, subject, body, urgent, report))
     return report
 
 
-def _notice(fab: Fabric, notifier: Notifier, view: TaskView, human: Card, subject: str,
-            body: str, urgent: bool, report: DutyReport) -> None:
+def _notice(
+    fab: Fabric,
+    notifier: Notifier,
+    view: TaskView,
+    human: Card,
+    subject: str,
+    body: str,
+    urgent: bool,
+    report: DutyReport,
+) -> None:
     fab.board.save_meta(view.id, {META_NOTIFIED: str(view.epoch)})
     notifier.notify(human.id, subject, body[:2000], urgent=urgent, ref=f"task:{view.id}")
     report.notified.append(view.id)
@@ -285,6 +329,7 @@ class Digest:
             if len(lines) > 40:
                 out.append(f"- … and {len(lines) - 40} more")
             out.append("")
+
         section("Waiting on you", self.waiting)
         section("Finished in the last day", self.finished)
         section("Failed (dead letters)", self.failed)
@@ -294,7 +339,7 @@ class Digest:
         if not self.spend:
             out.append("- none")
         text = "\n".join(out).strip()
-        return text if len(text) <= limit else text[:limit - 1] + "…"
+        return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def digest_day(fab: Fabric, cfg: KeeperConfig) -> date:
@@ -321,10 +366,14 @@ def gather_digests(fab: Fabric, cfg: KeeperConfig) -> dict[str, Digest]:
             continue
         h = waiting_on(fab, view)
         if h is not None and h.id in digests and not is_keepers_own(view):
-            digests[h.id].waiting.append(DigestLine(view.id, view.spec.title(),
-                                                    f"since {_when(view.current.at)}"))
-        if (int(view.row.get("column_id") or 0) == done_id and view.current.state == State.DONE
-                and view.current.at >= since):
+            digests[h.id].waiting.append(
+                DigestLine(view.id, view.spec.title(), f"since {_when(view.current.at)}")
+            )
+        if (
+            int(view.row.get("column_id") or 0) == done_id
+            and view.current.state == State.DONE
+            and view.current.at >= since
+        ):
             views.append(view)
     for view in views:
         if view.current is None or view.spec is None or view.problems or is_keepers_own(view):
@@ -352,11 +401,26 @@ def write_digests(fab: Fabric, cfg: KeeperConfig) -> list[Receipt]:
     out = []
     for card_id, digest in gather_digests(fab, cfg).items():
         user = _username(digest.human)
-        receipt = fab.submit(digest.render(day), target=card_id, key=f"digest:{user}:{day.isoformat()}",
-                             actor=KEEPER, priority="low")
+        receipt = fab.submit(
+            digest.render(day),
+            target=card_id,
+            key=f"digest:{user}:{day.isoformat()}",
+            actor=KEEPER,
+            priority="low",
+        )
         out.append(receipt)
     return out
 
 
-__all__ = ["META_ESCALATED", "META_NOTIFIED", "META_REMINDED", "DutyReport", "gather_digests",
-           "responsible", "sweep_deadlines", "sweep_inbox", "sweep_reminders", "write_digests"]
+__all__ = [
+    "META_ESCALATED",
+    "META_NOTIFIED",
+    "META_REMINDED",
+    "DutyReport",
+    "gather_digests",
+    "responsible",
+    "sweep_deadlines",
+    "sweep_inbox",
+    "sweep_reminders",
+    "write_digests",
+]

@@ -29,13 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabric.core import Fabric
+from fabric.kanboard.layout import META_ORPHANS, META_UID, TERMINAL, is_uid, receipt_lock
 from fabric.kanboard.port import Call
-from fabric.layout import META_ORPHANS, META_UID, TERMINAL, is_uid, receipt_lock
+from fabric.kanboard.taskboard import parse_view
 from fabric.submit import parse_description
-from fabric.taskboard import parse_view
 
 log = logging.getLogger("agap.keeper.gc")
-
 
 
 @dataclass
@@ -72,18 +71,21 @@ def collect(fab: Fabric, *, retention: float) -> GcReport:
     report = GcReport()
     layout = fab.board.layout
     now = fab.clock()
-    out = fab.port.batch([
-        Call("getTagsByProject", {"project_id": layout.locks_project_id}),
-        Call("searchTasks", {"project_id": layout.project_id, "query": ""}),
-        Call("getProjectMetadata", {"project_id": layout.locks_project_id}),
-    ])
+    out = fab.port.batch(
+        [
+            Call("getTagsByProject", {"project_id": layout.locks_project_id}),
+            Call("searchTasks", {"project_id": layout.project_id, "query": ""}),
+            Call("getProjectMetadata", {"project_id": layout.locks_project_id}),
+        ]
+    )
     report.trips += 1
     tags: list[dict[str, Any]] = list(out[0].unwrap() or [])
     tasks = [_identify(r, fab.board.seal_key) for r in out[1].unwrap() or []]
     raw = out[2].unwrap()
     try:
-        seen: dict[str, float] = json.loads((raw or {}).get(META_ORPHANS) or "{}") \
-            if isinstance(raw, dict) else {}
+        seen: dict[str, float] = (
+            json.loads((raw or {}).get(META_ORPHANS) or "{}") if isinstance(raw, dict) else {}
+        )
     except ValueError:
         seen = {}
     # Tasks the description does not identify (edited by hand): read their uid.
@@ -106,9 +108,14 @@ def collect(fab: Fabric, *, retention: float) -> GcReport:
     task_of_rcpt = {t.receipt: t for t in tasks if t.receipt}
     cutoff = now - retention
     # Closed long enough on the board: confirm with the records before removing.
-    candidates = [t for t in tasks if t.uid and not int(t.row.get("is_active") or 0)
-                  and 0 < float(t.row.get("date_completed") or 0) < cutoff
-                  and (t.uid in by_uid or (t.receipt in receipts))]
+    candidates = [
+        t
+        for t in tasks
+        if t.uid
+        and not int(t.row.get("is_active") or 0)
+        and 0 < float(t.row.get("date_completed") or 0) < cutoff
+        and (t.uid in by_uid or (t.receipt in receipts))
+    ]
     doomed: list[dict[str, Any]] = []
     if candidates:
         res = fab.port.batch([Call("getTaskMetadata", {"task_id": int(t.row["id"])}) for t in candidates])
@@ -126,8 +133,12 @@ def collect(fab: Fabric, *, retention: float) -> GcReport:
             else:
                 report.kept += 1
     # Orphans: tags no task on the board owns (the task was deleted).
-    orphans = {name for uid, ts in by_uid.items() if uid not in task_of_uid for name in
-               (str(x.get("name")) for x in ts)}
+    orphans = {
+        name
+        for uid, ts in by_uid.items()
+        if uid not in task_of_uid
+        for name in (str(x.get("name")) for x in ts)
+    }
     orphans |= {name for name in receipts if name not in task_of_rcpt}
     new_seen = {name: float(seen.get(name, now)) for name in orphans}
     report.orphans_seen = len(orphans)
@@ -136,8 +147,12 @@ def collect(fab: Fabric, *, retention: float) -> GcReport:
     calls = [Call("removeTag", {"tag_id": int(t["id"])}) for t in doomed]
     left = {n: ts for n, ts in new_seen.items() if ts >= cutoff}
     if left != seen:
-        calls.append(Call("saveProjectMetadata", {"project_id": layout.locks_project_id,
-                                                  "values": {META_ORPHANS: json.dumps(left)}}))
+        calls.append(
+            Call(
+                "saveProjectMetadata",
+                {"project_id": layout.locks_project_id, "values": {META_ORPHANS: json.dumps(left)}},
+            )
+        )
     if calls:
         res = fab.port.batch(calls)
         report.trips += 1

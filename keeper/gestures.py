@@ -36,10 +36,10 @@ from functools import partial
 from typing import Any
 
 from fabric.core import Fabric
+from fabric.kanboard.layout import COLUMN_OF_STATE, TERMINAL, Column, State
 from fabric.kanboard.port import Call
-from fabric.layout import COLUMN_OF_STATE, TERMINAL, Column, State
-from fabric.models import Record
-from fabric.taskboard import TaskView
+from fabric.kanboard.taskboard import TaskView
+from fabric.task import Record
 from keeper.snapshot import Snapshot, column_of
 from keeper.sweeps import SweepReport, guarded, usable
 
@@ -141,38 +141,48 @@ def _act(fab: Fabric, view: TaskView, rec: Record, col: Column, report: GestureR
     _repair(fab, view, rec, report, explain=True)
 
 
-def _repair(fab: Fabric, view: TaskView, rec: Record, report: SweepReport, *,
-            explain: bool = False) -> None:
+def _repair(fab: Fabric, view: TaskView, rec: Record, report: SweepReport, *, explain: bool = False) -> None:
     """Put the card where its record says (one round trip); optionally say why."""
     layout = fab.board.layout
     want = expected_column(rec)
     calls: list[Call] = []
     if int(view.row.get("column_id") or 0) != layout.columns[want]:
         calls.append(fab.board.stamp_call(view.id, rec.epoch))
-        calls.append(fab.board.move_call(view.id, layout.columns[want],
-                                         int(view.row.get("swimlane_id") or 0)))
+        calls.append(
+            fab.board.move_call(view.id, layout.columns[want], int(view.row.get("swimlane_id") or 0))
+        )
     if view.is_open and not expected_open(rec):
         calls.append(Call("closeTask", {"task_id": view.id}))
     elif not view.is_open and expected_open(rec):
         calls.append(Call("openTask", {"task_id": view.id}))
     if explain:
-        calls.append(Call("createComment", {"task_id": view.id, "user_id": 0,
-                                            "content": HELP.format(column=want.value)}))
+        calls.append(
+            Call(
+                "createComment", {"task_id": view.id, "user_id": 0, "content": HELP.format(column=want.value)}
+            )
+        )
     if calls:
         fab.port.batch(calls)
     if explain and isinstance(report, GestureReport):
         report.explained.append(view.id)
     else:
         report.repaired.append(view.id)
-    log.info("task #%s: card put back to %s (%s)", view.id, want.value,
-             "a gesture with no meaning" if explain else "lagging projection")
+    log.info(
+        "task #%s: card put back to %s (%s)",
+        view.id,
+        want.value,
+        "a gesture with no meaning" if explain else "lagging projection",
+    )
 
 
 def _latest_human_comment(fab: Fabric, view: TaskView, rec: Record) -> str | None:
     """The newest comment a person (not the app token) wrote after the record, if any."""
     comments: list[dict[str, Any]] = fab.board.comments(view.id)
-    mine = [c for c in comments
-            if int(c.get("user_id") or 0) != 0 and float(c.get("date_creation") or 0) >= int(rec.at)]
+    mine = [
+        c
+        for c in comments
+        if int(c.get("user_id") or 0) != 0 and float(c.get("date_creation") or 0) >= int(rec.at)
+    ]
     if not mine:
         return None
     text = str(mine[-1].get("comment") or "").strip()

@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from fabric.cron import CRON_META_PREFIX
+from fabric.apps.cron import CRON_META_PREFIX
 from fabric.errors import ConfigError
-from fabric.layout import State
+from fabric.kanboard.layout import State
 
 log = logging.getLogger("agap.keeper.metrics")
 
@@ -85,9 +85,15 @@ class Metrics:
     def job(self, name: str) -> JobStats:
         return self.jobs.setdefault(name, JobStats())
 
-    def observe(self, queues: Iterable[str], views: Iterable[Any], dead_rows: Iterable[dict[str, Any]],
-                parks: dict[str, dict[str, Any]], queue_of: Callable[[dict[str, Any]], str | None],
-                now: float) -> None:
+    def observe(
+        self,
+        queues: Iterable[str],
+        views: Iterable[Any],
+        dead_rows: Iterable[dict[str, Any]],
+        parks: dict[str, dict[str, Any]],
+        queue_of: Callable[[dict[str, Any]], str | None],
+        now: float,
+    ) -> None:
         """Rebuild the per-queue figures from a snapshot's views and rows."""
         stats = {q: QueueStats(q) for q in queues}
 
@@ -95,6 +101,7 @@ class Metrics:
             if not q:
                 return None
             return stats.setdefault(q, QueueStats(q))
+
         active = 0
         for v in views:
             cur = v.current
@@ -148,11 +155,17 @@ class Metrics:
             overdue = bool(nxt) and now > nxt + grace
             recorded = _num(e.get("last_missed")) > _num(e.get("last_actual"))
             must = bool(e.get("must_not_miss"))
-            out.append({"schedule": str(e.get("schedule") or key[len(CRON_META_PREFIX):]),
-                        "must_not_miss": int(must), "last_planned": _num(e.get("last_planned")),
-                        "last_fired": _num(e.get("last_actual")), "next_planned": nxt,
-                        "missed_total": int(_num(e.get("missed"))),
-                        "missed": int(must and (overdue or recorded))})
+            out.append(
+                {
+                    "schedule": str(e.get("schedule") or key[len(CRON_META_PREFIX) :]),
+                    "must_not_miss": int(must),
+                    "last_planned": _num(e.get("last_planned")),
+                    "last_fired": _num(e.get("last_actual")),
+                    "next_planned": nxt,
+                    "missed_total": int(_num(e.get("missed"))),
+                    "missed": int(must and (overdue or recorded)),
+                }
+            )
         with self.lock:
             self.schedules = out
 
@@ -186,60 +199,89 @@ class Metrics:
         data = self.to_json()
         lines: list[str] = []
 
-        def metric(name: str, kind: str, help_: str,
-                   samples: Iterable[tuple[dict[str, str], float]]) -> None:
+        def metric(name: str, kind: str, help_: str, samples: Iterable[tuple[dict[str, str], float]]) -> None:
             lines.append(f"# HELP {name} {help_}")
             lines.append(f"# TYPE {name} {kind}")
             for labels, value in samples:
                 lab = ",".join(f'{k}="{_esc(v)}"' for k, v in labels.items())
                 lines.append(f"{name}{{{lab}}} {_fmt(value)}" if lab else f"{name} {_fmt(value)}")
+
         metric("keeper_up", "gauge", "1 while the keeper process runs.", [({}, 1)])
-        metric("keeper_board_up", "gauge", "0 after a job failed to reach the board.",
-               [({}, data["board_up"])])
+        metric(
+            "keeper_board_up", "gauge", "0 after a job failed to reach the board.", [({}, data["board_up"])]
+        )
         for name, kind, help_ in _PROM_SCALARS:
             metric(f"keeper_{name}", kind, help_, [({}, data[name])])
         jobs = data["jobs"]
         for key, kind, help_ in (
-                ("last_success", "gauge", "Unix time of the job's last successful run."),
-                ("runs_total", "counter", "Job runs."),
-                ("errors_total", "counter", "Job runs that failed."),
-                ("last_duration", "gauge", "Seconds the job's last run took.")):
+            ("last_success", "gauge", "Unix time of the job's last successful run."),
+            ("runs_total", "counter", "Job runs."),
+            ("errors_total", "counter", "Job runs that failed."),
+            ("last_duration", "gauge", "Seconds the job's last run took."),
+        ):
             name = "keeper_last_success_timestamp" if key == "last_success" else f"keeper_job_{key}"
             if key == "last_duration":
                 name = "keeper_job_last_duration_seconds"
             metric(name, kind, help_, [({"job": j}, s[key]) for j, s in jobs.items()])
         queues = data["queues"]
         for key, name, help_ in (
-                ("depth", "keeper_queue_depth", "Queued tasks waiting for a worker."),
-                ("oldest_age", "keeper_queue_oldest_age_seconds", "Age of the oldest queued task."),
-                ("working", "keeper_queue_working", "Tasks being worked on."),
-                ("waiting", "keeper_queue_waiting_on_humans", "Tasks waiting on a human."),
-                ("dead_letters", "keeper_queue_dead_letters", "Open dead letters."),
-                ("park_overdue", "keeper_queue_park_overdue_seconds",
-                 "Seconds a parked queue is past its expected reset.")):
+            ("depth", "keeper_queue_depth", "Queued tasks waiting for a worker."),
+            ("oldest_age", "keeper_queue_oldest_age_seconds", "Age of the oldest queued task."),
+            ("working", "keeper_queue_working", "Tasks being worked on."),
+            ("waiting", "keeper_queue_waiting_on_humans", "Tasks waiting on a human."),
+            ("dead_letters", "keeper_queue_dead_letters", "Open dead letters."),
+            (
+                "park_overdue",
+                "keeper_queue_park_overdue_seconds",
+                "Seconds a parked queue is past its expected reset.",
+            ),
+        ):
             metric(name, "gauge", help_, [({"queue": q["queue"]}, q[key]) for q in queues])
-        metric("keeper_queue_parked", "gauge", "1 while the queue is parked (a(t)=0).",
-               [({"queue": q["queue"], "reason": q["park_reason"]}, q["parked"]) for q in queues])
-        metric("keeper_queue_park_until_timestamp", "gauge", "When a parked queue expects to reset.",
-               [({"queue": q["queue"]}, q["park_until"]) for q in queues if q["parked"]])
+        metric(
+            "keeper_queue_parked",
+            "gauge",
+            "1 while the queue is parked (a(t)=0).",
+            [({"queue": q["queue"], "reason": q["park_reason"]}, q["parked"]) for q in queues],
+        )
+        metric(
+            "keeper_queue_park_until_timestamp",
+            "gauge",
+            "When a parked queue expects to reset.",
+            [({"queue": q["queue"]}, q["park_until"]) for q in queues if q["parked"]],
+        )
         schedules = data["schedules"]
         for key, name, help_ in (
-                ("missed", "keeper_cron_missed", "1 when a schedule that must not be missed did "
-                 "not fire (never re-fired by the fabric)."),
-                ("last_planned", "keeper_cron_last_planned_timestamp", "The schedule's last "
-                 "planned firing."),
-                ("last_fired", "keeper_cron_last_fired_timestamp", "The schedule's last actual "
-                 "firing."),
-                ("next_planned", "keeper_cron_next_planned_timestamp", "The schedule's next "
-                 "planned firing.")):
+            (
+                "missed",
+                "keeper_cron_missed",
+                "1 when a schedule that must not be missed did not fire (never re-fired by the fabric).",
+            ),
+            ("last_planned", "keeper_cron_last_planned_timestamp", "The schedule's last planned firing."),
+            ("last_fired", "keeper_cron_last_fired_timestamp", "The schedule's last actual firing."),
+            ("next_planned", "keeper_cron_next_planned_timestamp", "The schedule's next planned firing."),
+        ):
             metric(name, "gauge", help_, [({"schedule": x["schedule"]}, x[key]) for x in schedules])
         return "\n".join(lines) + "\n"
 
 
-_SCALARS = ("board_up", "board_errors_total", "lease_expiries_total", "dead_lettered_total",
-            "gaps_resolved_total", "gestures_total", "repairs_total", "escalations_total",
-            "reminders_total", "notifications_total", "notification_failures_total",
-            "gc_removed_total", "corrupted_tasks", "sweep_trips", "sweep_seconds", "active_tasks")
+_SCALARS = (
+    "board_up",
+    "board_errors_total",
+    "lease_expiries_total",
+    "dead_lettered_total",
+    "gaps_resolved_total",
+    "gestures_total",
+    "repairs_total",
+    "escalations_total",
+    "reminders_total",
+    "notifications_total",
+    "notification_failures_total",
+    "gc_removed_total",
+    "corrupted_tasks",
+    "sweep_trips",
+    "sweep_seconds",
+    "active_tasks",
+)
 _PROM_SCALARS = (
     ("board_errors_total", "counter", "Job runs that could not reach the board."),
     ("lease_expiries_total", "counter", "Expired leases requeued or dead-lettered."),
@@ -281,13 +323,23 @@ def _esc(v: str) -> str:
 class MetricsServer:
     """A small threaded HTTP server for :class:`Metrics` with bearer or allow-list auth."""
 
-    def __init__(self, metrics: Metrics, *, host: str = "127.0.0.1", port: int = 0,
-                 token: str = "", allow: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str = "",
+        allow: Iterable[str] = (),
+    ) -> None:
         allow = tuple(allow)
         if not token and not allow:
-            raise ConfigError("the metrics endpoint needs a token", where="AGAP_KEEPER_METRICS_TOKEN",
-                              hint="set AGAP_KEEPER_METRICS_TOKEN, or AGAP_KEEPER_METRICS_ALLOW "
-                                   "to a list of client addresses")
+            raise ConfigError(
+                "the metrics endpoint needs a token",
+                where="AGAP_KEEPER_METRICS_TOKEN",
+                hint="set AGAP_KEEPER_METRICS_TOKEN, or AGAP_KEEPER_METRICS_ALLOW "
+                "to a list of client addresses",
+            )
         try:
             nets = [ipaddress.ip_network(a, strict=False) for a in allow]
         except ValueError as exc:
@@ -308,8 +360,7 @@ class MetricsServer:
         return f"http://{host}:{self.port}"
 
     def start(self) -> MetricsServer:
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="keeper-metrics",
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="keeper-metrics", daemon=True)
         self.thread.start()
         return self
 
@@ -326,8 +377,9 @@ class MetricsServer:
         self.stop()
 
 
-def _handler(metrics: Metrics, token: str,
-             nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    metrics: Metrics, token: str, nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network]
+) -> type[BaseHTTPRequestHandler]:
     expected = f"Bearer {token}".encode() if token else b""
 
     class Handler(BaseHTTPRequestHandler):
@@ -348,20 +400,22 @@ def _handler(metrics: Metrics, token: str,
 
         def do_GET(self) -> None:
             if not self._allowed():
-                self._send(401, b'{"error": "unauthorized"}\n', "application/json",
-                           {"WWW-Authenticate": 'Bearer realm="agap-keeper"'})
+                self._send(
+                    401,
+                    b'{"error": "unauthorized"}\n',
+                    "application/json",
+                    {"WWW-Authenticate": 'Bearer realm="agap-keeper"'},
+                )
                 return
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 self._send(200, metrics.to_prometheus().encode(), "text/plain; version=0.0.4")
             elif path == "/metrics.json":
-                self._send(200, json.dumps(metrics.to_json(), sort_keys=True).encode(),
-                           "application/json")
+                self._send(200, json.dumps(metrics.to_json(), sort_keys=True).encode(), "application/json")
             else:
                 self._send(404, b'{"error": "not found"}\n', "application/json")
 
-        def _send(self, code: int, body: bytes, ctype: str,
-                  extra: dict[str, str] | None = None) -> None:
+        def _send(self, code: int, body: bytes, ctype: str, extra: dict[str, str] | None = None) -> None:
             self.send_response(code)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))

@@ -48,13 +48,11 @@ def _networks(allow: Iterable[str]) -> list[ipaddress.IPv4Network | ipaddress.IP
         try:
             nets.append(ipaddress.ip_network(text, strict=False))
         except ValueError:
-            raise ConfigError(f"not an address or CIDR: {text!r}",
-                              where="AGAP_KEEPER_NOTIFY_ALLOW") from None
+            raise ConfigError(f"not an address or CIDR: {text!r}", where="AGAP_KEEPER_NOTIFY_ALLOW") from None
     return nets
 
 
-def check_target(url: str, allow: Iterable[str],
-                 resolve: Callable[[str], list[str]] | None = None) -> None:
+def check_target(url: str, allow: Iterable[str], resolve: Callable[[str], list[str]] | None = None) -> None:
     """Refuse a URL whose host resolves to a non-public address outside ``allow``."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -67,8 +65,9 @@ def check_target(url: str, allow: Iterable[str],
         if ip.is_global:
             continue
         if not any(ip in n for n in nets if n.version == ip.version):
-            raise NotifyError(f"webhook target {host} ({ip}) is a private address; "
-                              f"allow it with AGAP_KEEPER_NOTIFY_ALLOW")
+            raise NotifyError(
+                f"webhook target {host} ({ip}) is a private address; allow it with AGAP_KEEPER_NOTIFY_ALLOW"
+            )
 
 
 def _resolve(host: str) -> list[str]:
@@ -93,16 +92,20 @@ class WebhookChannel:
 
     def send(self, subject: str, body: str, *, urgent: bool, ref: str | None) -> None:
         check_target(self.url, self.allow)
-        payload = {"subject": subject, "body": body, "urgent": urgent, "ref": ref,
-                   "sent_at": self.clock()}
+        payload = {"subject": subject, "body": body, "urgent": urgent, "ref": ref, "sent_at": self.clock()}
         headers = {"Content-Type": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         last = ""
         for attempt in range(self.attempts):
             try:
-                resp = requests.post(self.url, data=json.dumps(payload), headers=headers,
-                                     timeout=self.timeout, allow_redirects=False)
+                resp = requests.post(
+                    self.url,
+                    data=json.dumps(payload),
+                    headers=headers,
+                    timeout=self.timeout,
+                    allow_redirects=False,
+                )
                 if 200 <= resp.status_code < 300:
                     return
                 last = f"HTTP {resp.status_code}"
@@ -111,7 +114,7 @@ class WebhookChannel:
             except requests.RequestException as exc:
                 last = type(exc).__name__
             if attempt + 1 < self.attempts:
-                self.sleep(min(5.0, self.backoff * 2 ** attempt) * random.uniform(0.8, 1.2))
+                self.sleep(min(5.0, self.backoff * 2**attempt) * random.uniform(0.8, 1.2))
         raise NotifyError(f"webhook {urlsplit(self.url).hostname} failed: {last}")
 
 
@@ -134,16 +137,15 @@ class Notifier:
                 token = registry.named(spec.token_env, env) if spec.token_env else ""
                 out.append(WebhookChannel(str(spec.url), token, allow=self.allow))
             else:
-                from fabric.notify_matrix import MatrixChannel
+                from keeper.matrix import MatrixNotifier
 
                 try:
-                    out.append(MatrixChannel.from_spec(spec, env))
+                    out.append(MatrixNotifier.from_spec(spec, env))
                 except ConfigError as exc:
                     log.warning("%s: matrix channel skipped: %s", card.id, exc.line())
         return out
 
-    def notify(self, human: str, subject: str, body: str, *, urgent: bool,
-               ref: str | None = None) -> bool:
+    def notify(self, human: str, subject: str, body: str, *, urgent: bool, ref: str | None = None) -> bool:
         """Send to ``human`` (a card id or username); True if any channel took it."""
         card = find_human(self.cards, human)
         if card is None:

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabric.core import Fabric
+from fabric.kanboard.layout import META_WATCH, Column
 from fabric.kanboard.port import Call
-from fabric.layout import META_WATCH, Column
-from fabric.taskboard import TaskView, parse_park_states, parse_view
+from fabric.kanboard.taskboard import TaskView, parse_park_states, parse_view
 
 ACTIVE_COLUMNS = (Column.QUEUED, Column.WORKING, Column.WAITING)
 # META_WATCH (project metadata): open Done tasks the keeper saw last time, to notice a
@@ -75,20 +75,29 @@ def take(fab: Fabric, *, with_done: bool = False) -> Snapshot:
         Call("getProjectMetadata", {"project_id": pid}),
     ]
     if with_done:
-        calls.append(Call("searchTasks", {"project_id": pid, "query":
-                                          f"status:closed {_cols((*ACTIVE_COLUMNS, Column.DEAD))}"}))
+        calls.append(
+            Call(
+                "searchTasks",
+                {"project_id": pid, "query": f"status:closed {_cols((*ACTIVE_COLUMNS, Column.DEAD))}"},
+            )
+        )
     out = fab.port.batch(calls)
     rows = list(out[0].unwrap() or [])
     dead_rows = list(out[1].unwrap() or [])
     raw_meta = out[2].unwrap()
     meta = {str(k): str(v) for k, v in raw_meta.items()} if isinstance(raw_meta, dict) else {}
     closed_rows = list(out[3].unwrap() or []) if with_done else []
-    snap = Snapshot(at=fab.clock(), views=[], dead_rows=dead_rows, project_meta=meta,
-                    parks=parse_park_states(raw_meta), trips=1)
+    snap = Snapshot(
+        at=fab.clock(),
+        views=[],
+        dead_rows=dead_rows,
+        project_meta=meta,
+        parks=parse_park_states(raw_meta),
+        trips=1,
+    )
     open_ids = {int(r["id"]) for r in rows} | {int(r["id"]) for r in dead_rows}
     vanished = sorted(snap.watched() - open_ids) if with_done else []
-    second: list[Call] = [Call("getTaskMetadata", {"task_id": int(r["id"])})
-                          for r in (*rows, *closed_rows)]
+    second: list[Call] = [Call("getTaskMetadata", {"task_id": int(r["id"])}) for r in (*rows, *closed_rows)]
     for tid in vanished:
         second += [Call("getTask", {"task_id": tid}), Call("getTaskMetadata", {"task_id": tid})]
     if not second:
@@ -99,8 +108,9 @@ def take(fab: Fabric, *, with_done: bool = False) -> Snapshot:
     n = len(rows)
     snap.views = [parse_view(int(r["id"]), r, o.unwrap(), now) for r, o in zip(rows, res[:n], strict=True)]
     m = n + len(closed_rows)
-    snap.closed_active = [parse_view(int(r["id"]), r, o.unwrap(), now)
-                          for r, o in zip(closed_rows, res[n:m], strict=True)]
+    snap.closed_active = [
+        parse_view(int(r["id"]), r, o.unwrap(), now) for r, o in zip(closed_rows, res[n:m], strict=True)
+    ]
     for i, tid in enumerate(vanished):
         row, md = res[m + 2 * i].unwrap(), res[m + 2 * i + 1].unwrap()
         if row:
@@ -114,5 +124,7 @@ def save_watch(fab: Fabric, snap: Snapshot) -> None:
     now_ids = sorted(v.id for v in snap.views if int(v.row.get("column_id") or 0) == done_id)
     if set(now_ids) == snap.watched():
         return
-    fab.port.call("saveProjectMetadata", {"project_id": fab.board.layout.project_id,
-                                          "values": {META_WATCH: json.dumps(now_ids)}})
+    fab.port.call(
+        "saveProjectMetadata",
+        {"project_id": fab.board.layout.project_id, "values": {META_WATCH: json.dumps(now_ids)}},
+    )

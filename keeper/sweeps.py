@@ -14,19 +14,25 @@ from functools import partial
 
 from fabric.core import Fabric
 from fabric.errors import FabricError
+from fabric.kanboard.layout import State
 from fabric.kanboard.port import BoardError, BoardUnavailable
-from fabric.layout import State
+from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import IllegalTransition, LedgerError, LostRace
 from fabric.policy import vet_unrecorded
 from fabric.submit import repair_unrecorded
-from fabric.taskboard import TaskView
 from keeper import snapshot
 from keeper.snapshot import ACTIVE_COLUMNS, Snapshot
 
 log = logging.getLogger("agap.keeper")
 
-__all__ = ["ACTIVE_COLUMNS", "SweepReport", "active_views", "sweep_gaps", "sweep_leases",
-           "sweep_leases_and_gaps"]
+__all__ = [
+    "ACTIVE_COLUMNS",
+    "SweepReport",
+    "active_views",
+    "sweep_gaps",
+    "sweep_leases",
+    "sweep_leases_and_gaps",
+]
 
 
 @dataclass
@@ -78,8 +84,15 @@ def guarded(view: TaskView, report: SweepReport, action: Callable[[], None]) -> 
         report.problem(view.id, f"{type(exc).__name__}: {exc}")
 
 
-def sweep_leases(fab: Fabric, snap: Snapshot, report: SweepReport, *, by: str = "keeper",
-                 grace: float = 0.0, repair_after: float = 60.0) -> None:
+def sweep_leases(
+    fab: Fabric,
+    snap: Snapshot,
+    report: SweepReport,
+    *,
+    by: str = "keeper",
+    grace: float = 0.0,
+    repair_after: float = 60.0,
+) -> None:
     """Requeue expired leases (dead letter on the last attempt); repair half-submits."""
     now = fab.clock()
     for view in snap.views:
@@ -88,17 +101,18 @@ def sweep_leases(fab: Fabric, snap: Snapshot, report: SweepReport, *, by: str = 
         if cur is None and not view.problems:
             created = int(view.row.get("date_creation") or now)
             if now - created >= repair_after:
+
                 def repair(v: TaskView = view) -> None:
                     # Only a card the fabric sealed, bound to this id, that still passes
                     # routing and policy; anything else is left as it is.
                     try:
-                        if repair_unrecorded(fab.board, v, vet=partial(vet_unrecorded, fab)) \
-                                is not None:
+                        if repair_unrecorded(fab.board, v, vet=partial(vet_unrecorded, fab)) is not None:
                             report.repaired.append(v.id)
                     except BoardError:
                         raise
                     except FabricError as exc:  # refused by routing or policy
                         report.problem(v.id, f"not rebuilt from its description: {exc}")
+
                 guarded(view, report, repair)
             continue
         if not usable(view, report) or cur is None or view.spec is None:
@@ -106,9 +120,11 @@ def sweep_leases(fab: Fabric, snap: Snapshot, report: SweepReport, *, by: str = 
         if fab.ledger.gap_due(view):
             continue  # the gap sweep steps over it
         if cur.state == State.WORKING and cur.lease_until is not None and cur.lease_until + grace < now:
+
             def requeue(v: TaskView = view) -> None:
                 rec = fab.ledger.requeue_expired(v, by=by)
                 (report.dead_lettered if rec.state == State.DEAD else report.requeued).append(v.id)
+
             guarded(view, report, requeue)
 
 
@@ -121,11 +137,13 @@ def sweep_gaps(fab: Fabric, snap: Snapshot, report: SweepReport, *, by: str = "k
         def resolve(v: TaskView = view) -> None:
             fab.ledger.resolve_gap(v, by=by)
             report.gaps_resolved.append(v.id)
+
         guarded(view, report, resolve)
 
 
-def sweep_leases_and_gaps(fab: Fabric, *, by: str = "keeper", repair_after: float = 60.0,
-                          grace: float = 0.0) -> SweepReport:
+def sweep_leases_and_gaps(
+    fab: Fabric, *, by: str = "keeper", repair_after: float = 60.0, grace: float = 0.0
+) -> SweepReport:
     """Requeue expired leases, resolve old gaps, repair half-submitted tasks."""
     report = SweepReport()
     snap = snapshot.take(fab)

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from fabric.board.server import EmbeddedBoard
-from fabric.bootstrap import init_board
 from fabric.cards import CardSet, load_cards
 from fabric.config import Settings
 from fabric.core import Fabric
+from fabric.embedded.local import LocalPort
+from fabric.embedded.server import EmbeddedBoard
+from fabric.kanboard.bootstrap import init_board
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.local import LocalPort
 from fabric.kanboard.port import RpcPort
+from fabric.kanboard.taskboard import TaskBoard
 from fabric.ledger import Ledger
-from fabric.taskboard import TaskBoard
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,19 +51,25 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-def make_fabric(port: RpcPort, cards: CardSet, clock: object = None,
-                settings: Settings | None = None) -> Fabric:
+def make_fabric(
+    port: RpcPort, cards: CardSet, clock: object = None, settings: Settings | None = None
+) -> Fabric:
     """Bootstrap a board through ``port`` and return a connected :class:`Fabric`."""
     import time
 
-    settings = settings or Settings(cards_dir=ROOT / "cards", board_url="local://",
-                                    board_token="x")
+    settings = settings or Settings(cards_dir=ROOT / "cards", board_url="local://", board_token="x")
     report = init_board(port, settings, cards)
     assert report.layout is not None
     clk = clock or time.time
     board = TaskBoard(port, report.layout, clock=clk)  # type: ignore[arg-type]
-    return Fabric(settings, cards, port, board, Ledger(board, clock=clk),  # type: ignore[arg-type]
-                  clk)  # type: ignore[arg-type]
+    return Fabric(
+        settings,
+        cards,
+        port,
+        board,
+        Ledger(board, clock=clk),  # type: ignore[arg-type]
+        clk,
+    )  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -82,10 +88,10 @@ def embedded_board(tmp_path: Path) -> Iterator[EmbeddedBoard]:
 @pytest.fixture
 def http_fabric(embedded_board: EmbeddedBoard, cards: CardSet) -> Fabric:
     """A fabric talking HTTP to the embedded board, on the real clock."""
-    settings = Settings(board_url=embedded_board.url, board_token=embedded_board.token,
-                        cards_dir=ROOT / "cards")
-    return make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards,
-                       settings=settings)
+    settings = Settings(
+        board_url=embedded_board.url, board_token=embedded_board.token, cards_dir=ROOT / "cards"
+    )
+    return make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards, settings=settings)
 
 
 def real_kanboard() -> tuple[str, str] | None:

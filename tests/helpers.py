@@ -10,8 +10,12 @@ from typing import Any
 from workers.loop import Worker
 
 
-def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "",
-               ignoring: tuple[type[BaseException], ...] = ()) -> Any:
+def wait_until(
+    check: Callable[[], Any],
+    timeout: float = 20.0,
+    what: str = "",
+    ignoring: tuple[type[BaseException], ...] = (),
+) -> Any:
     """Poll ``check`` until it returns something truthy (returned), or fail after ``timeout``.
 
     Exceptions listed in ``ignoring`` count as "not yet" (e.g. a board that is down).

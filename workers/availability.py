@@ -472,8 +472,7 @@ class CostBudget(_Base):
         background_cap = self.usd * (1.0 - self.reserve_interactive)
         if not interactive and self.reserve_interactive > 0 and spent >= background_cap - 1e-12:
             return Verdict.no(
-                f"reserved for interactive work: ${self.usd - spent:.2f} of ${self.usd:.2f} "
-                f"left per {per}",
+                f"reserved for interactive work: ${self.usd - spent:.2f} of ${self.usd:.2f} left per {per}",
                 self._until_below(now, background_cap) if background_cap > 0 else None,
             )
         return Verdict.ok()
@@ -648,9 +647,7 @@ class OnDemand(_Base):
         return self._last
 
     def _wake_due(self, now: float) -> bool:
-        return self.wake is not None and (
-            self.last_wake is None or now - self.last_wake >= self.wake_timeout
-        )
+        return self.wake is not None and (self.last_wake is None or now - self.last_wake >= self.wake_timeout)
 
     def snapshot(self) -> dict[str, Any]:
         return {"last_wake": self.last_wake}
@@ -1142,7 +1139,14 @@ class ParkTracker:
 
 _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|us|µs|ns|h|m|s|d)")
 _UNIT_SECONDS = {
-    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0,
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
 }
 _NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
 

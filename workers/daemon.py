@@ -23,13 +23,13 @@ from fabric.core import Fabric
 from fabric.errors import ConfigError
 from fabric.events.wiring import attach_worker
 from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.taskboard import TaskView
 from fabric.policy import check_claim_on_board
-from fabric.taskboard import TaskView
 from workers.availability import Availability
 from workers.executor import ModelExecutor, Outage
 from workers.job import Executor, Job
+from workers.llm import client_for
 from workers.loop import Worker, WorkerConfig
-from workers.models import client_for
 from workers.prompt import persona_text
 from workers.refs import RefResolver
 from workers.results import store_for
@@ -50,8 +50,11 @@ def availability_for(card: Card, env: Mapping[str, str]) -> Availability:
     if effective_mode(card, env) == "demo":
         kept = [s for s in card.availability if s.shape not in PROBING_SHAPES]
         if len(kept) != len(card.availability):
-            log.info("%s: demo model: skipping the endpoint probes (%s)", card.id,
-                     ", ".join(sorted({s.shape for s in card.availability} & PROBING_SHAPES)))
+            log.info(
+                "%s: demo model: skipping the endpoint probes (%s)",
+                card.id,
+                ", ".join(sorted({s.shape for s in card.availability} & PROBING_SHAPES)),
+            )
             card = card.model_copy(update={"availability": kept})
     return Availability.from_card(card)
 
@@ -84,16 +87,25 @@ def owner_id(card: Card) -> str:
     return registry.get_str("AGAP_WORKER_ID") or f"{card.id}@{socket.gethostname()}:{os.getpid()}"
 
 
-def build_worker(card_id: str, settings: Settings, cards: CardSet, *,
-                 env: Mapping[str, str] | None = None, concurrency: int | None = None,
-                 executor: Executor | None = None, drain: bool = False) -> Worker:
+def build_worker(
+    card_id: str,
+    settings: Settings,
+    cards: CardSet,
+    *,
+    env: Mapping[str, str] | None = None,
+    concurrency: int | None = None,
+    executor: Executor | None = None,
+    drain: bool = False,
+) -> Worker:
     """A ready-to-run worker for ``card_id``'s queue (model cards run the model executor)."""
     env = registry.environ(env)
     card = cards.get(card_id)
     if card.kind == "human" or card.runtime.mode in ("human", "external"):
-        raise ConfigError(f"{card_id!r} is worked outside the fabric ({card.runtime.mode}): "
-                          "it has no worker daemon", where=f"cards/{card_id}.yaml",
-                          hint="external runtimes use `agap claim`/`agap complete`")
+        raise ConfigError(
+            f"{card_id!r} is worked outside the fabric ({card.runtime.mode}): it has no worker daemon",
+            where=f"cards/{card_id}.yaml",
+            hint="external runtimes use `agap claim`/`agap complete`",
+        )
     url, token = settings.require_board()
 
     def connect() -> Fabric:
@@ -117,23 +129,34 @@ def build_worker(card_id: str, settings: Settings, cards: CardSet, *,
             return f"{view.row.get('title')}\n\n{view.row.get('description', '')}{result}"
 
         executor = ModelExecutor(
-            card=card, client=client_for(card, env),
-            results=store_for(registry.get_str("AGAP_RESULT_STORE", env), fab.board,
-                              registry.get_str("AGAP_RESULT_DIR", env) or None),
-            refs=RefResolver(roots=[Path(p) for p in registry.get_list("AGAP_REF_ROOTS", env)],
-                             resolve_task=resolve_task),
-            availability=availability, outage=outage,
+            card=card,
+            client=client_for(card, env),
+            results=store_for(
+                registry.get_str("AGAP_RESULT_STORE", env),
+                fab.board,
+                registry.get_str("AGAP_RESULT_DIR", env) or None,
+            ),
+            refs=RefResolver(
+                roots=[Path(p) for p in registry.get_list("AGAP_REF_ROOTS", env)], resolve_task=resolve_task
+            ),
+            availability=availability,
+            outage=outage,
             persona=persona_text(card.persona, cards.base_dir or Path.cwd()) if card.persona else None,
-            human_for=human_for)
+            human_for=human_for,
+        )
     config = WorkerConfig(
-        queue=card.queue_name, owner=owner_id(card),
+        queue=card.queue_name,
+        owner=owner_id(card),
         lease_seconds=float(card.runtime.lease_seconds),
-        poll_seconds=registry.get_duration("AGAP_POLL_SECONDS", env,
-                                           fallback=float(card.runtime.poll_seconds)),
+        poll_seconds=registry.get_duration(
+            "AGAP_POLL_SECONDS", env, fallback=float(card.runtime.poll_seconds)
+        ),
         concurrency=concurrency or card.runtime.concurrency,
-        backoff_seconds=card.runtime.backoff_seconds, exit_when_idle=drain,
+        backoff_seconds=card.runtime.backoff_seconds,
+        exit_when_idle=drain,
         interactive=card.runtime.interactive,
-        outage_grace=registry.get_duration("AGAP_OUTAGE_GRACE", env, fallback=None))
+        outage_grace=registry.get_duration("AGAP_OUTAGE_GRACE", env, fallback=None),
+    )
     worker = Worker(connect, executor, config)
     worker.availability = availability
 

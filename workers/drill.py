@@ -14,7 +14,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from workers.job import Job, Outcome
+from workers.job import Job, JobOutcome
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS executions (
@@ -38,9 +38,15 @@ def open_log(path: str | Path, schema: str = SCHEMA) -> sqlite3.Connection:
 class DrillExecutor:
     """Logs the execution, optionally sleeps, delivers one keyed side effect, returns."""
 
-    def __init__(self, log_path: str | Path, *, min_seconds: float = 0.0,
-                 max_seconds: float = 0.0, effect: bool = True,
-                 crash_after_delivery: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        log_path: str | Path,
+        *,
+        min_seconds: float = 0.0,
+        max_seconds: float = 0.0,
+        effect: bool = True,
+        crash_after_delivery: str | Path | None = None,
+    ) -> None:
         self.log_path = str(log_path)
         # Crash drill: the first process to deliver creates this file and dies at once,
         # before recording the receipt (the worst moment for a side effect).
@@ -56,25 +62,30 @@ class DrillExecutor:
             self._db = open_log(self.log_path)
         return self._db
 
-    def __call__(self, job: Job) -> Outcome:
+    def __call__(self, job: Job) -> JobOutcome:
         lease = job.lease
         cur = self.db.execute(
             "INSERT INTO executions (uid, epoch, owner, pid, started) VALUES (?,?,?,?,?)",
-            (lease.uid, lease.epoch, lease.owner, os.getpid(), time.time()))
+            (lease.uid, lease.epoch, lease.owner, os.getpid(), time.time()),
+        )
         row_id = cur.lastrowid
         if self.max_seconds > 0:
             deadline = time.monotonic() + random.uniform(self.min_seconds, self.max_seconds)
             while time.monotonic() < deadline and not job.should_stop:
                 time.sleep(0.01)
         if job.fenced.is_set():
-            return Outcome.failed("fenced while working")
+            return JobOutcome.failed("fenced while working")
         if self.with_effect:
             effect = job.effect("notify")
             if not effect.done:
-                self.db.execute("INSERT INTO deliveries (key, owner, at) VALUES (?,?,?)",
-                                (effect.key, lease.owner, time.time()))
-                self.db.execute("INSERT OR IGNORE INTO applied (key, uid, owner) VALUES (?,?,?)",
-                                (effect.key, lease.uid, lease.owner))
+                self.db.execute(
+                    "INSERT INTO deliveries (key, owner, at) VALUES (?,?,?)",
+                    (effect.key, lease.owner, time.time()),
+                )
+                self.db.execute(
+                    "INSERT OR IGNORE INTO applied (key, uid, owner) VALUES (?,?,?)",
+                    (effect.key, lease.uid, lease.owner),
+                )
                 if self.crash_after_delivery is not None:
                     try:
                         self.crash_after_delivery.touch(exist_ok=False)
@@ -82,6 +93,5 @@ class DrillExecutor:
                     except FileExistsError:
                         pass
                 job.effect_done(effect, f"applied:{effect.key}")
-        self.db.execute("UPDATE executions SET finished = ? WHERE rowid = ?",
-                        (time.time(), row_id))
-        return Outcome.done(f"drill://{lease.uid}/e{lease.epoch}/{lease.owner}")
+        self.db.execute("UPDATE executions SET finished = ? WHERE rowid = ?", (time.time(), row_id))
+        return JobOutcome.done(f"drill://{lease.uid}/e{lease.epoch}/{lease.owner}")

@@ -25,8 +25,8 @@ from fabric.errors import FabricError
 from fabric.kanboard.port import BoardError
 from fabric.ledger import Fenced
 from workers.availability import Availability, Verdict
-from workers.job import Job, Outcome
-from workers.models import (
+from workers.job import Job, JobOutcome
+from workers.llm import (
     BadModelResponse,
     ModelClient,
     ModelRejected,
@@ -40,8 +40,10 @@ from workers.results import ResultStore
 log = logging.getLogger("agap.worker")
 
 QUESTION_PREFIX = "QUESTION FOR HUMAN:"
-ASK_RULE = (f"\n\nIf you cannot do the task without information only a person has, reply "
-            f"with one line that starts with '{QUESTION_PREFIX}' and asks for it.")
+ASK_RULE = (
+    f"\n\nIf you cannot do the task without information only a person has, reply "
+    f"with one line that starts with '{QUESTION_PREFIX}' and asks for it."
+)
 
 
 class Outage:
@@ -72,8 +74,7 @@ class Outage:
         self._streak = 0
         self.until = 0.0
 
-    def on_rate_limited(self, now: float, retry_after: float | None,
-                        reset_at: float | None) -> None:
+    def on_rate_limited(self, now: float, retry_after: float | None, reset_at: float | None) -> None:
         return None
 
 
@@ -91,71 +92,78 @@ class ModelExecutor:
     human_for: Callable[[Job], str | None] = lambda job: None
     clock: Callable[[], float] = time.time
 
-    def __call__(self, job: Job) -> Outcome:
+    def __call__(self, job: Job) -> JobOutcome:
         spec = job.lease.spec
         try:
             context = self.refs.resolve_all(spec.refs)
         except UnresolvableRef as exc:
-            return Outcome.failed(exc.line(), poison=True)
+            return JobOutcome.failed(exc.line(), poison=True)
         except RefUnavailable as exc:
-            return Outcome.failed(exc.line())
+            return JobOutcome.failed(exc.line())
         messages = build_messages(self._intent(job), context, self.persona)
         messages[0]["content"] += ASK_RULE
         if job.should_stop:
-            return Outcome.released("stopping before the model call")
+            return JobOutcome.released("stopping before the model call")
         try:
             # The ownership check: no paid, externally visible call without a current lease.
             effect = job.effect("model-call")
         except Fenced:
-            return Outcome.failed("fenced before the model call")
+            return JobOutcome.failed("fenced before the model call")
         except BoardError as exc:
-            return Outcome.released(f"board unreachable before the model call ({exc.what})")
+            return JobOutcome.released(f"board unreachable before the model call ({exc.what})")
         if effect.done and effect.receipt:
             # An earlier owner made this call and stored its result: do not pay twice.
-            return Outcome.done(effect.receipt, evidence=f"reused {effect.receipt}")
-        metadata = {"agent": self.card.id, "task_id": job.lease.task_id,
-                    "queue": self.card.queue_name, "task_uid": job.lease.uid,
-                    "epoch": job.lease.epoch}
+            return JobOutcome.done(effect.receipt, evidence=f"reused {effect.receipt}")
+        metadata = {
+            "agent": self.card.id,
+            "task_id": job.lease.task_id,
+            "queue": self.card.queue_name,
+            "task_uid": job.lease.uid,
+            "epoch": job.lease.epoch,
+        }
         try:
             answer = self.client.complete(
-                messages, model=self.card.runtime.model or self.card.id, metadata=metadata,
-                idempotency_key=effect.key, timeout=self.card.runtime.timeout_seconds)
+                messages,
+                model=self.card.runtime.model or self.card.id,
+                metadata=metadata,
+                idempotency_key=effect.key,
+                timeout=self.card.runtime.timeout_seconds,
+            )
         except RateLimited as exc:
             now = self.clock()
             if exc.headers:
                 self.availability.on_rate_limited_headers(now, exc.headers)
             else:
                 self.availability.on_rate_limited(now, exc.retry_after, exc.reset_at)
-            return Outcome.released(f"rate limited by the provider ({exc.hint})")
+            return JobOutcome.released(f"rate limited by the provider ({exc.hint})")
         except ModelUnavailable as exc:
             self.outage.report(self.clock(), exc.what)
-            return Outcome.released(f"model plane unavailable: {exc.what}")
+            return JobOutcome.released(f"model plane unavailable: {exc.what}")
         except ModelRejected as exc:
-            return Outcome.failed(f"the model plane refused the request: {exc.what}",
-                                  poison=True)
+            return JobOutcome.failed(f"the model plane refused the request: {exc.what}", poison=True)
         except BadModelResponse as exc:
-            return Outcome.failed(f"bad model response: {exc.what}")
+            return JobOutcome.failed(f"bad model response: {exc.what}")
         now = self.clock()
         self.availability.record(now, cost_usd=answer.cost_usd)
         self.outage.record(now)
         text = answer.text.strip()
         if text.startswith(QUESTION_PREFIX):
-            question = text[len(QUESTION_PREFIX):].strip() or "(the model asked for help)"
-            return Outcome.ask(question, self.human_for(job))
+            question = text[len(QUESTION_PREFIX) :].strip() or "(the model asked for help)"
+            return JobOutcome.ask(question, self.human_for(job))
         ref = self._store(job, answer.text)
-        if isinstance(ref, Outcome):
+        if isinstance(ref, JobOutcome):
             return ref
         try:
             job.effect_done(effect, ref)
         except Fenced:
-            return Outcome.failed("fenced after the model call")
+            return JobOutcome.failed("fenced after the model call")
         except BoardError as exc:
             # The receipt only saves a later owner a call; the completion still records it.
             log.warning("task #%s: receipt not recorded (%s)", job.lease.task_id, exc)
         log.info("task #%s done: %s (cost $%.4f)", job.lease.task_id, ref, answer.cost_usd)
-        return Outcome.done(ref, evidence=answer.text[:4000], cost_usd=answer.cost_usd)
+        return JobOutcome.done(ref, evidence=answer.text[:4000], cost_usd=answer.cost_usd)
 
-    def _store(self, job: Job, text: str) -> str | Outcome:
+    def _store(self, job: Job, text: str) -> str | JobOutcome:
         """Store the result; while the board is away, hold it and keep trying.
 
         Past the outage grace (``job.outage``) or once fenced, give the task back: the
@@ -167,12 +175,15 @@ class ModelExecutor:
                 return self.results.put(job.lease, text)
             except BoardError as exc:
                 if job.outage.is_set() or job.fenced.is_set():
-                    return Outcome(kind="released", reason=f"board unreachable, result not "
-                                   f"stored ({exc.what})", evidence=text[:4000])
+                    return JobOutcome(
+                        kind="released",
+                        reason=f"board unreachable, result not stored ({exc.what})",
+                        evidence=text[:4000],
+                    )
                 time.sleep(delay)
                 delay = min(5.0, delay * 2)
             except FabricError as exc:
-                return Outcome.failed(f"could not store the result: {exc.line()}")
+                return JobOutcome.failed(f"could not store the result: {exc.line()}")
 
     @staticmethod
     def _intent(job: Job) -> str:

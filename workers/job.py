@@ -1,4 +1,4 @@
-"""What an executor receives (a :class:`Job`) and returns (an :class:`Outcome`)."""
+"""What an executor receives (a :class:`Job`) and returns (a :class:`JobOutcome`)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ class Job:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class JobOutcome:
     """How an execution ended."""
 
     kind: Literal["done", "failed", "poison", "ask", "released"]
@@ -76,24 +76,23 @@ class Outcome:
     cost_usd: float = 0.0  # model spend of this execution
 
     @classmethod
-    def done(cls, result_ref: str, evidence: str = "", cost_usd: float = 0.0) -> Outcome:
-        return cls("done", result_ref=result_ref, evidence=evidence or result_ref,
-                   cost_usd=cost_usd)
+    def done(cls, result_ref: str, evidence: str = "", cost_usd: float = 0.0) -> JobOutcome:
+        return cls("done", result_ref=result_ref, evidence=evidence or result_ref, cost_usd=cost_usd)
 
     @classmethod
-    def failed(cls, reason: str, *, poison: bool = False) -> Outcome:
+    def failed(cls, reason: str, *, poison: bool = False) -> JobOutcome:
         return cls("poison" if poison else "failed", reason=reason)
 
     @classmethod
-    def ask(cls, question: str, human: str | None = None) -> Outcome:
+    def ask(cls, question: str, human: str | None = None) -> JobOutcome:
         return cls("ask", question=question, human=human)
 
     @classmethod
-    def released(cls, reason: str = "worker stopping") -> Outcome:
+    def released(cls, reason: str = "worker stopping") -> JobOutcome:
         return cls("released", reason=reason)
 
 
 class Executor(Protocol):
     """Runs one job. Must return (not raise) for expected failures; may raise for bugs."""
 
-    def __call__(self, job: Job) -> Outcome: ...
+    def __call__(self, job: Job) -> JobOutcome: ...

@@ -23,13 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fabric.core import Fabric
+from fabric.kanboard.layout import META_COST
 from fabric.kanboard.port import BoardError, BoardUnavailable
-from fabric.layout import META_COST
+from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import Fenced, Lease, LedgerError
 from fabric.submit import render_description
-from fabric.taskboard import TaskView
 from workers.availability import Availability, ParkTracker, Verdict, reason_key
-from workers.job import Executor, Job, Outcome
+from workers.job import Executor, Job, JobOutcome
 from workers.queue import QueueReader
 
 INTERACTIVE_PRIORITY = 2  # high and urgent tasks count as interactive work
@@ -76,8 +76,7 @@ class WorkerStats:
 class Worker:
     """Drains one queue with ``concurrency`` slots."""
 
-    def __init__(self, connect: Callable[[], Fabric], executor: Executor,
-                 config: WorkerConfig) -> None:
+    def __init__(self, connect: Callable[[], Fabric], executor: Executor, config: WorkerConfig) -> None:
         self.connect = connect
         self.executor = executor
         self.config = config
@@ -98,8 +97,10 @@ class Worker:
 
     def run(self) -> None:
         """Run until :attr:`stop` is set (or, in drain mode, until the queue is empty)."""
-        slots = [threading.Thread(target=self._slot, args=(i,), name=f"slot-{i}", daemon=True)
-                 for i in range(self.config.concurrency)]
+        slots = [
+            threading.Thread(target=self._slot, args=(i,), name=f"slot-{i}", daemon=True)
+            for i in range(self.config.concurrency)
+        ]
         for t in slots:
             t.start()
         for t in slots:
@@ -118,10 +119,14 @@ class Worker:
     def _drain(self, index: int, fab: Fabric) -> None:
         beat_fab = self.connect()  # the heartbeat thread's own connection
         check = self.claim_check
-        reader = QueueReader(fab.board, fab.ledger, self.config.queue, clock=fab.clock,
-                             claim_check=(lambda view: check(fab, view)) if check else None)
-        owner = self.config.owner if self.config.concurrency == 1 else \
-            f"{self.config.owner}/{index}"
+        reader = QueueReader(
+            fab.board,
+            fab.ledger,
+            self.config.queue,
+            clock=fab.clock,
+            claim_check=(lambda view: check(fab, view)) if check else None,
+        )
+        owner = self.config.owner if self.config.concurrency == 1 else f"{self.config.owner}/{index}"
         while not self.stop.is_set():
             min_priority = self._gate(fab)
             if min_priority is None:
@@ -132,8 +137,11 @@ class Worker:
                     return
                 # Nothing claimable (others were faster, or a gap not yet due): wait a
                 # little in drain mode, a poll interval otherwise.
-                if self._idle(min(0.2, self.config.poll_seconds) if self.config.exit_when_idle
-                              else self.config.poll_seconds):
+                if self._idle(
+                    min(0.2, self.config.poll_seconds)
+                    if self.config.exit_when_idle
+                    else self.config.poll_seconds
+                ):
                     reader.invalidate()  # woken by a hint: poll afresh at once
                 continue
             self._process(fab, beat_fab, lease)
@@ -173,8 +181,11 @@ class Worker:
         self._publish(fab, verdict, now)
         if verdict.available:
             return 0
-        wait = self.config.poll_seconds if verdict.until is None else \
-            max(0.05, min(verdict.until - now, self.config.poll_seconds * 5))
+        wait = (
+            self.config.poll_seconds
+            if verdict.until is None
+            else max(0.05, min(verdict.until - now, self.config.poll_seconds * 5))
+        )
         self.stop.wait(wait)
         return None
 
@@ -183,8 +194,9 @@ class Worker:
             change = self.park.update(verdict, now)
         if change is None:
             return
-        log.info("queue %s %s", self.config.queue,
-                 f"parked: {change.reason}" if change.parked else "available")
+        log.info(
+            "queue %s %s", self.config.queue, f"parked: {change.reason}" if change.parked else "available"
+        )
         try:
             fab.board.publish_park(self.config.queue, change.to_dict())
         except BoardError as exc:
@@ -195,8 +207,9 @@ class Worker:
     def _fetch(self, reader: QueueReader, owner: str, min_priority: int = 0) -> Lease | None:
         self.stats.bump("polls")
         try:
-            lease = reader.claim_next(owner, lease_seconds=self.config.lease_seconds,
-                                      min_priority=min_priority)
+            lease = reader.claim_next(
+                owner, lease_seconds=self.config.lease_seconds, min_priority=min_priority
+            )
         except BoardError as exc:
             # The board is the authority: when it is away we wait, we never guess.
             log.warning("queue %s: board unavailable (%s); retrying", self.config.queue, exc)
@@ -211,8 +224,12 @@ class Worker:
     # -- process --------------------------------------------------------------------
 
     def _process(self, fab: Fabric, beat_fab: Fabric, lease: Lease) -> None:
-        job = Job(lease, fab.ledger, stopping=self.stop,
-                  on_progress=lambda detail: self.emit("progress", job.lease, detail))
+        job = Job(
+            lease,
+            fab.ledger,
+            stopping=self.stop,
+            on_progress=lambda detail: self.emit("progress", job.lease, detail),
+        )
         beat = Heartbeat(beat_fab, job, self.config.lease_seconds, self.config.outage_grace)
         beat.start()
         try:
@@ -220,7 +237,7 @@ class Worker:
                 outcome = self.executor(job)
             except Exception as exc:  # an executor bug: a failed attempt, not a dead worker
                 log.exception("task #%s: executor raised", lease.task_id)
-                outcome = Outcome.failed(f"executor error: {type(exc).__name__}: {exc}")
+                outcome = JobOutcome.failed(f"executor error: {type(exc).__name__}: {exc}")
         finally:
             beat.stop()
         lease = job.lease
@@ -229,7 +246,7 @@ class Worker:
             return
         self._record_outcome(fab, lease, outcome)
 
-    def _record_outcome(self, fab: Fabric, lease: Lease, outcome: Outcome) -> None:
+    def _record_outcome(self, fab: Fabric, lease: Lease, outcome: JobOutcome) -> None:
         """Make the outcome's transition, waiting out a board that is away.
 
         The result is ready and the lock decides who wins, so recording it late is safe:
@@ -247,38 +264,53 @@ class Worker:
                 return
             except BoardUnavailable as exc:
                 if time.monotonic() > give_up:
-                    log.warning("task #%s: board away too long (%s); leaving the task to "
-                                "lease expiry", lease.task_id, exc)
+                    log.warning(
+                        "task #%s: board away too long (%s); leaving the task to lease expiry",
+                        lease.task_id,
+                        exc,
+                    )
                     return
-                log.warning("task #%s: board away (%s); retrying in %.1fs", lease.task_id,
-                            exc, delay)
+                log.warning("task #%s: board away (%s); retrying in %.1fs", lease.task_id, exc, delay)
                 time.sleep(delay)
                 delay = min(10.0, delay * 2)
             except (LedgerError, BoardError) as exc:
-                log.warning("task #%s: could not record the outcome (%s); the lease will "
-                            "expire and the keeper requeues it", lease.task_id, exc)
+                log.warning(
+                    "task #%s: could not record the outcome (%s); the lease will "
+                    "expire and the keeper requeues it",
+                    lease.task_id,
+                    exc,
+                )
                 return
 
-    def _transition(self, fab: Fabric, lease: Lease, outcome: Outcome) -> None:
+    def _transition(self, fab: Fabric, lease: Lease, outcome: JobOutcome) -> None:
         ledger = fab.ledger
         if outcome.kind == "done":
             assert outcome.result_ref is not None
-            ledger.complete(lease, outcome.result_ref, description=render_description(
-                lease.spec, lease.uid, result_ref=outcome.result_ref, key=fab.board.seal_key),
-                extra_meta={META_COST: f"{outcome.cost_usd:.6f}"} if outcome.cost_usd else None)
+            ledger.complete(
+                lease,
+                outcome.result_ref,
+                description=render_description(
+                    lease.spec, lease.uid, result_ref=outcome.result_ref, key=fab.board.seal_key
+                ),
+                extra_meta={META_COST: f"{outcome.cost_usd:.6f}"} if outcome.cost_usd else None,
+            )
             self.stats.bump("completed")
             self.emit("completed", lease, outcome.result_ref)
         elif outcome.kind in ("failed", "poison"):
-            rec = ledger.fail(lease, outcome.reason, poison=outcome.kind == "poison",
-                              backoff_base=self.config.backoff_seconds)
+            rec = ledger.fail(
+                lease,
+                outcome.reason,
+                poison=outcome.kind == "poison",
+                backoff_base=self.config.backoff_seconds,
+            )
             self.stats.bump("failed")
-            self.emit("failed" if rec.state.value == "dead" else "released", lease,
-                      outcome.reason)
+            self.emit("failed" if rec.state.value == "dead" else "released", lease, outcome.reason)
         elif outcome.kind == "ask":
             human = outcome.human or self.config.default_human
             if human is None:
-                ledger.fail(lease, f"asked a question but no human is configured: "
-                                   f"{outcome.question}", poison=True)
+                ledger.fail(
+                    lease, f"asked a question but no human is configured: {outcome.question}", poison=True
+                )
                 self.emit("failed", lease, "asked a question but no human is configured")
             else:
                 ledger.ask(lease, outcome.question, human)
@@ -287,11 +319,10 @@ class Worker:
             ledger.release(lease, outcome.reason)
             self.emit("released", lease, outcome.reason)
 
-    def _fenced(self, fab: Fabric, lease: Lease, outcome: Outcome) -> None:
+    def _fenced(self, fab: Fabric, lease: Lease, outcome: JobOutcome) -> None:
         self.stats.bump("fenced")
         self.emit("fenced", lease, "a newer epoch exists; output kept as evidence")
-        log.warning("task #%s: fenced at epoch %s; keeping output as evidence",
-                    lease.task_id, lease.epoch)
+        log.warning("task #%s: fenced at epoch %s; keeping output as evidence", lease.task_id, lease.epoch)
         with contextlib.suppress(BoardError):
             fab.ledger.keep_evidence(lease, outcome.evidence or outcome.reason or outcome.kind)
 
@@ -304,8 +335,9 @@ class Heartbeat:
     externally visible starts without a current lease (bounded outage rules).
     """
 
-    def __init__(self, fab: Fabric, job: Job, lease_seconds: float,
-                 outage_grace: float | None = None) -> None:
+    def __init__(
+        self, fab: Fabric, job: Job, lease_seconds: float, outage_grace: float | None = None
+    ) -> None:
         self.job = job
         self.lease_seconds = lease_seconds
         self.outage_grace = lease_seconds if outage_grace is None else outage_grace
@@ -326,8 +358,7 @@ class Heartbeat:
         while not self._done.wait(interval):
             try:
                 with self.job.lease_lock:
-                    self.job.lease = self._fab.ledger.renew(self.job.lease,
-                                                            lease_seconds=self.lease_seconds)
+                    self.job.lease = self._fab.ledger.renew(self.job.lease, lease_seconds=self.lease_seconds)
                 last_contact = time.monotonic()
             except Fenced:
                 self.job.fenced.set()
@@ -335,6 +366,9 @@ class Heartbeat:
             except BoardError as exc:
                 log.warning("heartbeat for task #%s failed: %s", self.job.lease.task_id, exc)
                 if time.monotonic() - last_contact > self.outage_grace:
-                    log.warning("task #%s: board away past the outage grace (%.0fs): winding "
-                                "down", self.job.lease.task_id, self.outage_grace)
+                    log.warning(
+                        "task #%s: board away past the outage grace (%.0fs): winding down",
+                        self.job.lease.task_id,
+                        self.outage_grace,
+                    )
                     self.job.outage.set()

@@ -26,8 +26,9 @@ DEFAULT_SYSTEM = (
 )
 
 
-def build_messages(spec_intent: str, refs: Mapping[str, str],
-                   persona_text: str | None = None) -> list[dict[str, str]]:
+def build_messages(
+    spec_intent: str, refs: Mapping[str, str], persona_text: str | None = None
+) -> list[dict[str, str]]:
     """``[system, user]`` chat messages for one task."""
     system = persona_text.strip() if persona_text and persona_text.strip() else DEFAULT_SYSTEM
     parts = [spec_intent.strip() or "(no intent given)"]
@@ -39,8 +40,7 @@ def build_messages(spec_intent: str, refs: Mapping[str, str],
             tag = hashlib.sha256(tag.encode()).hexdigest()[:8]
         body = content if content.endswith("\n") else content + "\n"
         parts.append(f"=== ref {i}: {uri} [{tag}] ===\n{body}=== end ref {i} [{tag}] ===")
-    return [{"role": "system", "content": system},
-            {"role": "user", "content": "\n\n".join(parts)}]
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
 def persona_text(persona: str | None, base_dir: Path) -> str | None:

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from fabric.errors import FabricError
-from fabric.layout import Column, State
+from fabric.kanboard.layout import Column, State
+from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.ledger import IllegalTransition, Lease, Ledger, LostRace
-from fabric.taskboard import TaskBoard, TaskView
 
 # How many of the best candidates one poll reads records for. Contending workers
 # spread over them instead of all racing for the single best task.
@@ -32,8 +32,12 @@ SKIP_SECONDS = 10.0
 def order_key(row: dict[str, Any]) -> tuple[int, float, int, int]:
     """Sort key: priority desc, deadline asc (none last), created asc, id asc."""
     due = float(row.get("date_due") or 0)
-    return (-int(row.get("priority") or 0), due if due else float("inf"),
-            int(row.get("date_creation") or 0), int(row["id"]))
+    return (
+        -int(row.get("priority") or 0),
+        due if due else float("inf"),
+        int(row.get("date_creation") or 0),
+        int(row["id"]),
+    )
 
 
 class QueueReader:
@@ -45,10 +49,17 @@ class QueueReader:
     the meantime cost a metadata read, never a lock attempt.
     """
 
-    def __init__(self, board: TaskBoard, ledger: Ledger, queue: str, *,
-                 clock: Callable[[], float] = time.time, rng: random.Random | None = None,
-                 max_age: float = 2.0,
-                 claim_check: Callable[[TaskView], None] | None = None):
+    def __init__(
+        self,
+        board: TaskBoard,
+        ledger: Ledger,
+        queue: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        max_age: float = 2.0,
+        claim_check: Callable[[TaskView], None] | None = None,
+    ):
         self.board = board
         # Policy at claim time (privacy domains, trust, taint): raises PolicyRefused.
         self.claim_check = claim_check
@@ -67,8 +78,7 @@ class QueueReader:
         rows = self.board.open_in([Column.QUEUED], self.queue)
         now, mono = self.clock(), time.monotonic()
         self._skip = {tid: until for tid, until in self._skip.items() if until > mono}
-        due = [r for r in rows if int(r.get("date_started") or 0) <= now
-               and int(r["id"]) not in self._skip]
+        due = [r for r in rows if int(r.get("date_started") or 0) <= now and int(r["id"]) not in self._skip]
         due.sort(key=order_key)
         self.last_poll_size = len(due)
         self._rows, self._polled_at = list(due), time.monotonic()
@@ -93,8 +103,7 @@ class QueueReader:
             spread.extend(g)
         return self.board.read_meta_many(spread)
 
-    def claim_next(self, owner: str, *, lease_seconds: float,
-                   min_priority: int = 0) -> Lease | None:
+    def claim_next(self, owner: str, *, lease_seconds: float, min_priority: int = 0) -> Lease | None:
         """Claim the best due task, or None when there is nothing this worker can take.
 
         ``min_priority`` skips lower priorities (the budget governor: near the end of a
@@ -150,8 +159,7 @@ class QueueReader:
                 # Refused by policy: retrying cannot help. Dead letter, with the reason;
                 # the keeper turns it into a decision for a person.
                 with contextlib.suppress(LostRace, IllegalTransition):
-                    self.ledger.dead_letter(view.id, owner, f"refused at claim: {exc.line()}",
-                                            view=view)
+                    self.ledger.dead_letter(view.id, owner, f"refused at claim: {exc.line()}", view=view)
                 return None
         try:
             return self.ledger.claim(view, owner, lease_seconds=lease_seconds)

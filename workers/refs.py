@@ -60,12 +60,10 @@ class RefUnavailable(FabricError):
     def __init__(self, ref: str, reason: str) -> None:
         self.ref = ref
         self.reason = reason
-        super().__init__(f"context ref unavailable: {reason}", where=ref,
-                         hint="a later attempt may succeed")
+        super().__init__(f"context ref unavailable: {reason}", where=ref, hint="a later attempt may succeed")
 
 
-def cap(data: bytes, max_bytes: int = MAX_REF_BYTES, *, total: int | None = None,
-        more: bool = False) -> str:
+def cap(data: bytes, max_bytes: int = MAX_REF_BYTES, *, total: int | None = None, more: bool = False) -> str:
     """``data`` as text, cut to ``max_bytes`` with a marker saying how much was left out."""
     size = len(data) if total is None else total
     if len(data) <= max_bytes and not more:
@@ -119,14 +117,19 @@ class RefResolver:
         if scheme in ("http", "https"):
             return self._http(ref)
         if scheme in ("kanboard", "task"):
-            raise UnresolvableRef(ref, "not a task ref", hint="write kanboard://task/<id> or "
-                                  "task:<id>")
+            raise UnresolvableRef(ref, "not a task ref", hint="write kanboard://task/<id> or task:<id>")
         if not scheme:
-            hint = "write file:///absolute/path" if ref.startswith("/") else \
-                "use file://, kanboard://task/<id>, task:<id> or http(s)://"
+            hint = (
+                "write file:///absolute/path"
+                if ref.startswith("/")
+                else "use file://, kanboard://task/<id>, task:<id> or http(s)://"
+            )
             raise UnresolvableRef(ref, "a ref must be a URI with a scheme", hint=hint)
-        raise UnresolvableRef(ref, f"unknown scheme {scheme!r}",
-                              hint="use file://, kanboard://task/<id>, task:<id> or http(s)://")
+        raise UnresolvableRef(
+            ref,
+            f"unknown scheme {scheme!r}",
+            hint="use file://, kanboard://task/<id>, task:<id> or http(s)://",
+        )
 
     # -- schemes -------------------------------------------------------------------
 
@@ -144,13 +147,13 @@ class RefResolver:
     def _file(self, ref: str) -> str:
         parts = urlsplit(ref)
         if parts.netloc not in ("", "localhost"):
-            raise UnresolvableRef(ref, f"file refs on another host ({parts.netloc}) are not "
-                                  "readable here")
+            raise UnresolvableRef(ref, f"file refs on another host ({parts.netloc}) are not readable here")
         raw = unquote(parts.path)
         path = Path(raw)
         if not raw or not path.is_absolute():
-            raise UnresolvableRef(ref, "a file ref needs an absolute path",
-                                  hint="write file:///absolute/path")
+            raise UnresolvableRef(
+                ref, "a file ref needs an absolute path", hint="write file:///absolute/path"
+            )
         try:
             real = path.resolve(strict=True)
         except (OSError, RuntimeError):
@@ -158,8 +161,9 @@ class RefResolver:
         allowed = [Path(r).resolve() for r in self.roots]
         if not any(real == root or real.is_relative_to(root) for root in allowed):
             shown = ", ".join(str(r) for r in allowed) or "none configured"
-            raise UnresolvableRef(ref, "outside the directories workers may read",
-                                  hint=f"allowed roots: {shown}")
+            raise UnresolvableRef(
+                ref, "outside the directories workers may read", hint=f"allowed roots: {shown}"
+            )
         if not real.is_file():
             raise UnresolvableRef(ref, "not a regular file")
         try:
@@ -177,13 +181,14 @@ class RefResolver:
         if not host:
             raise UnresolvableRef(ref, "an http ref needs a host")
         if not (_is_loopback(host) or host in {h.lower() for h in self.http_hosts}):
-            raise UnresolvableRef(ref, f"host {host} is not allowed",
-                                  hint="workers fetch only loopback URLs unless the host is "
-                                  "allow-listed")
+            raise UnresolvableRef(
+                ref,
+                f"host {host} is not allowed",
+                hint="workers fetch only loopback URLs unless the host is allow-listed",
+            )
         session = self.session or requests.Session()
         try:
-            with session.get(ref, timeout=self.http_timeout, stream=True,
-                             allow_redirects=False) as resp:
+            with session.get(ref, timeout=self.http_timeout, stream=True, allow_redirects=False) as resp:
                 if resp.status_code >= 500:
                     raise RefUnavailable(ref, f"HTTP {resp.status_code}")
                 if resp.status_code >= 300:

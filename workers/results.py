@@ -20,8 +20,8 @@ from typing import Protocol
 
 from fabric.errors import ConfigError, InvalidInput
 from fabric.kanboard.port import BoardRefused
+from fabric.kanboard.taskboard import TaskBoard
 from fabric.ledger import Lease
-from fabric.taskboard import TaskBoard
 
 _ATTACHMENT = re.compile(r"^kanboard://task/(\d+)/file/([^/]+)$")
 
@@ -52,9 +52,15 @@ class AttachmentStore:
     def put(self, lease: Lease, text: str) -> str:
         name = result_name(lease)
         blob = base64.b64encode(text.encode()).decode()
-        file_id = self.board.port.call("createTaskFile", {
-            "project_id": self.board.layout.project_id, "task_id": lease.task_id,
-            "filename": name, "blob": blob})
+        file_id = self.board.port.call(
+            "createTaskFile",
+            {
+                "project_id": self.board.layout.project_id,
+                "task_id": lease.task_id,
+                "filename": name,
+                "blob": blob,
+            },
+        )
         if not file_id:
             raise BoardRefused("createTaskFile", file_id, f"attach the result to task #{lease.task_id}")
         return f"kanboard://task/{lease.task_id}/file/{name}"
@@ -62,8 +68,11 @@ class AttachmentStore:
     def get(self, ref: str) -> str:
         m = _ATTACHMENT.match(ref)
         if not m:
-            raise InvalidInput(f"not an attachment ref: {ref!r}", where="result ref",
-                               hint="expected kanboard://task/<id>/file/<name>")
+            raise InvalidInput(
+                f"not an attachment ref: {ref!r}",
+                where="result ref",
+                hint="expected kanboard://task/<id>/file/<name>",
+            )
         task_id, name = int(m.group(1)), m.group(2)
         for f in self.board.files(task_id):
             if f.get("name") == name:
@@ -89,10 +98,9 @@ class DirectoryStore:
     def get(self, ref: str) -> str:
         if not ref.startswith("file://"):
             raise InvalidInput(f"not a file ref: {ref!r}", where="result ref")
-        path = Path(ref[len("file://"):]).resolve()
+        path = Path(ref[len("file://") :]).resolve()
         if self.root not in path.parents:
-            raise InvalidInput(f"{ref} is outside the result directory {self.root}",
-                               where="result ref")
+            raise InvalidInput(f"{ref} is outside the result directory {self.root}", where="result ref")
         return path.read_text()
 
 
@@ -102,8 +110,11 @@ def store_for(kind: str, board: TaskBoard, directory: str | None = None) -> Resu
         return AttachmentStore(board)
     if kind in ("dir", "directory"):
         if not directory:
-            raise ConfigError("AGAP_RESULT_STORE=dir needs AGAP_RESULT_DIR",
-                              hint="set AGAP_RESULT_DIR to a directory for results")
+            raise ConfigError(
+                "AGAP_RESULT_STORE=dir needs AGAP_RESULT_DIR",
+                hint="set AGAP_RESULT_DIR to a directory for results",
+            )
         return DirectoryStore(directory)
-    raise ConfigError(f"unknown result store {kind!r}", where="AGAP_RESULT_STORE",
-                      hint="use attachment or dir")
+    raise ConfigError(
+        f"unknown result store {kind!r}", where="AGAP_RESULT_STORE", hint="use attachment or dir"
+    )

@@ -32,9 +32,12 @@ _PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 Scheme = Literal["mqtt", "nats"]
 _SCHEMES: dict[str, tuple[Scheme, bool, int]] = {
-    "mqtt": ("mqtt", False, 1883), "tcp": ("mqtt", False, 1883),
-    "mqtts": ("mqtt", True, 8883), "ssl": ("mqtt", True, 8883),
-    "nats": ("nats", False, 4222), "tls": ("nats", True, 4222),
+    "mqtt": ("mqtt", False, 1883),
+    "tcp": ("mqtt", False, 1883),
+    "mqtts": ("mqtt", True, 8883),
+    "ssl": ("mqtt", True, 8883),
+    "nats": ("nats", False, 4222),
+    "tls": ("nats", True, 4222),
 }
 
 
@@ -60,8 +63,12 @@ class EventsConfig:
     @property
     def url(self) -> str:
         """The broker URL without credentials (for logs)."""
-        scheme = {("mqtt", False): "mqtt", ("mqtt", True): "mqtts", ("nats", False): "nats",
-                  ("nats", True): "tls"}[(self.scheme, self.tls)]
+        scheme = {
+            ("mqtt", False): "mqtt",
+            ("mqtt", True): "mqtts",
+            ("nats", False): "nats",
+            ("nats", True): "tls",
+        }[(self.scheme, self.tls)]
         return f"{scheme}://{self.host}:{self.port}"
 
     @classmethod
@@ -74,19 +81,25 @@ class EventsConfig:
         if not secret:
             raise ConfigError(
                 "AGAP_EVENTS_URL is set but AGAP_EVENTS_SECRET is not: events are never "
-                "published or accepted unsigned", where="AGAP_EVENTS_SECRET",
+                "published or accepted unsigned",
+                where="AGAP_EVENTS_SECRET",
                 hint="set AGAP_EVENTS_SECRET to the same random value (16+ characters) for "
-                     "workers and watchers, e.g. `python -c 'import secrets; "
-                     "print(secrets.token_urlsafe(32))'`; or unset AGAP_EVENTS_URL")
+                "workers and watchers, e.g. `python -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))'`; or unset AGAP_EVENTS_URL",
+            )
         if len(secret) < MIN_SECRET:
-            raise ConfigError(f"AGAP_EVENTS_SECRET is too short ({len(secret)} characters)",
-                              where="AGAP_EVENTS_SECRET",
-                              hint=f"use at least {MIN_SECRET} random characters")
+            raise ConfigError(
+                f"AGAP_EVENTS_SECRET is too short ({len(secret)} characters)",
+                where="AGAP_EVENTS_SECRET",
+                hint=f"use at least {MIN_SECRET} random characters",
+            )
         parts = urlsplit(raw)
         if parts.scheme.lower() not in _SCHEMES:
-            raise ConfigError(f"unsupported event broker URL scheme {parts.scheme!r}",
-                              where="AGAP_EVENTS_URL",
-                              hint="use mqtt://, mqtts://, nats:// or tls://")
+            raise ConfigError(
+                f"unsupported event broker URL scheme {parts.scheme!r}",
+                where="AGAP_EVENTS_URL",
+                hint="use mqtt://, mqtts://, nats:// or tls://",
+            )
         scheme, tls_default, port_default = _SCHEMES[parts.scheme.lower()]
         try:
             port = parts.port or port_default
@@ -96,17 +109,27 @@ class EventsConfig:
             raise ConfigError("the event broker URL has no host", where="AGAP_EVENTS_URL")
         prefix = registry.get_str("AGAP_EVENTS_PREFIX", env).strip()
         if not _PREFIX.match(prefix):
-            raise ConfigError(f"bad topic prefix {prefix!r}", where="AGAP_EVENTS_PREFIX",
-                              hint="letters, digits, '_' and '-' only (1-64)")
+            raise ConfigError(
+                f"bad topic prefix {prefix!r}",
+                where="AGAP_EVENTS_PREFIX",
+                hint="letters, digits, '_' and '-' only (1-64)",
+            )
         webhook = None
         if hook := registry.get_str("AGAP_EVENTS_WEBHOOK", env).strip():
             host, _, hport = hook.rpartition(":")
             if not host or not hport.isdigit():
-                raise ConfigError(f"bad webhook address {hook!r}", where="AGAP_EVENTS_WEBHOOK",
-                                  hint="HOST:PORT, e.g. 127.0.0.1:8099")
+                raise ConfigError(
+                    f"bad webhook address {hook!r}",
+                    where="AGAP_EVENTS_WEBHOOK",
+                    hint="HOST:PORT, e.g. 127.0.0.1:8099",
+                )
             webhook = (host, int(hport))
         return cls(
-            scheme=scheme, host=parts.hostname, port=port, secret=secret.encode(), prefix=prefix,
+            scheme=scheme,
+            host=parts.hostname,
+            port=port,
+            secret=secret.encode(),
+            prefix=prefix,
             username=registry.get_str("AGAP_EVENTS_USERNAME", env)
             or (unquote(parts.username) if parts.username else None),
             password=registry.get_str("AGAP_EVENTS_PASSWORD", env)
@@ -116,7 +139,8 @@ class EventsConfig:
             cert_file=registry.get_str("AGAP_EVENTS_CERT", env) or None,
             key_file=registry.get_str("AGAP_EVENTS_KEY", env) or None,
             jetstream=registry.get_bool("AGAP_EVENTS_JETSTREAM", env),
-            webhook=webhook, webhook_token=registry.get_str("AGAP_EVENTS_WEBHOOK_TOKEN", env) or None,
+            webhook=webhook,
+            webhook_token=registry.get_str("AGAP_EVENTS_WEBHOOK_TOKEN", env) or None,
         )
 
 

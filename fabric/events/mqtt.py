@@ -44,14 +44,20 @@ class MqttTransport:
 
     def new_client(self, role: str) -> mqtt.Client:
         cfg = self.config
-        client = mqtt.Client(CallbackAPIVersion.VERSION2,
-                             client_id=f"{cfg.prefix}-{role}-{secrets.token_hex(6)}",
-                             clean_session=True)
+        client = mqtt.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=f"{cfg.prefix}-{role}-{secrets.token_hex(6)}",
+            clean_session=True,
+        )
         if cfg.username:
             client.username_pw_set(cfg.username, cfg.password)
         if cfg.tls:
-            client.tls_set(ca_certs=cfg.ca_file, certfile=cfg.cert_file, keyfile=cfg.key_file,
-                           cert_reqs=ssl.CERT_REQUIRED)
+            client.tls_set(
+                ca_certs=cfg.ca_file,
+                certfile=cfg.cert_file,
+                keyfile=cfg.key_file,
+                cert_reqs=ssl.CERT_REQUIRED,
+            )
         return client
 
     # -- publishing -----------------------------------------------------------------
@@ -61,8 +67,7 @@ class MqttTransport:
         ready = threading.Event()
         result: dict[str, ReasonCode] = {}
 
-        def on_connect(c: mqtt.Client, userdata: Any, flags: Any, rc: ReasonCode,
-                       props: Any) -> None:
+        def on_connect(c: mqtt.Client, userdata: Any, flags: Any, rc: ReasonCode, props: Any) -> None:
             result["rc"] = rc
             ready.set()
 
@@ -132,23 +137,22 @@ class MqttSubscription:
         client.connect_async(cfg.host, cfg.port, keepalive=KEEPALIVE)
         client.loop_start()
 
-    def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, rc: ReasonCode,
-                    props: Any) -> None:
+    def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, rc: ReasonCode, props: Any) -> None:
         if rc.is_failure:
             self.sink(Signal("down", detail=f"connection refused: {rc}"))
             return
         client.subscribe(self.topic, qos=1)
 
-    def _on_subscribe(self, client: mqtt.Client, userdata: Any, mid: int, rcs: Any,
-                      props: Any) -> None:
+    def _on_subscribe(self, client: mqtt.Client, userdata: Any, mid: int, rcs: Any, props: Any) -> None:
         self._up = True
         self.sink(Signal("up"))
 
     def _on_connect_fail(self, client: mqtt.Client, userdata: Any) -> None:
         self.sink(Signal("down", detail="cannot connect"))
 
-    def _on_disconnect(self, client: mqtt.Client, userdata: Any, flags: Any, rc: ReasonCode,
-                       props: Any) -> None:
+    def _on_disconnect(
+        self, client: mqtt.Client, userdata: Any, flags: Any, rc: ReasonCode, props: Any
+    ) -> None:
         self._up = False
         self.sink(Signal("down", detail=f"disconnected: {rc}"))
 

@@ -102,10 +102,15 @@ class NatsTransport:
         cfg = self.config
         # No built-in reconnection: a failed connect fails fast (two tries, no wait) and
         # callers reconnect on their own schedule, so "down" is reported at once.
-        opts: dict[str, Any] = {"servers": [self.server], "connect_timeout": max(1, math.ceil(timeout)),
-                                "error_cb": _quiet, "name": f"{cfg.prefix}-events",
-                                "allow_reconnect": False, "max_reconnect_attempts": 1,
-                                "reconnect_time_wait": 0}
+        opts: dict[str, Any] = {
+            "servers": [self.server],
+            "connect_timeout": max(1, math.ceil(timeout)),
+            "error_cb": _quiet,
+            "name": f"{cfg.prefix}-events",
+            "allow_reconnect": False,
+            "max_reconnect_attempts": 1,
+            "reconnect_time_wait": 0,
+        }
         if cfg.username:
             opts["user"], opts["password"] = cfg.username, cfg.password
         if cfg.tls:
@@ -126,15 +131,13 @@ class NatsTransport:
                 raise
             except Exception as exc:  # nats-py raises many kinds; all mean "not delivered"
                 self._drop()
-                raise TransportError(f"publish to {self.server} failed: "
-                                     f"{type(exc).__name__}: {exc}") from exc
+                raise TransportError(f"publish to {self.server} failed: {type(exc).__name__}: {exc}") from exc
 
     async def _publish(self, topic: Topic, payload: bytes, retain: bool, timeout: float) -> None:
         nc = await self._ensure(timeout)
         if retain and self.jetstream:
             js = nc.jetstream(timeout=timeout)
-            await js.publish(self.subject(topic, terminal=True), payload, timeout=timeout,
-                             stream=self.stream)
+            await js.publish(self.subject(topic, terminal=True), payload, timeout=timeout, stream=self.stream)
             return
         await nc.publish(self.subject(topic, terminal=retain), payload)
         await nc.flush(timeout=max(1, math.ceil(timeout)))
@@ -158,9 +161,13 @@ class NatsTransport:
     async def _ensure_stream(self, nc: NatsClient, timeout: float) -> bool:
         js = nc.jetstream(timeout=timeout)
         config = js_api.StreamConfig(
-            name=self.stream, subjects=[f"{self.config.prefix}.task.*.end"],
-            max_msgs_per_subject=1, max_age=RETAIN_SECONDS,
-            storage=js_api.StorageType.FILE, discard=js_api.DiscardPolicy.OLD)
+            name=self.stream,
+            subjects=[f"{self.config.prefix}.task.*.end"],
+            max_msgs_per_subject=1,
+            max_age=RETAIN_SECONDS,
+            storage=js_api.StorageType.FILE,
+            discard=js_api.DiscardPolicy.OLD,
+        )
         try:
             await js.add_stream(config)
             return True
@@ -214,8 +221,9 @@ class NatsSubscription:
                 gone.set()
 
             try:
-                nc = await nats.connect(disconnected_cb=lost, closed_cb=lost,
-                                        **self.transport.connect_options(2.0))
+                nc = await nats.connect(
+                    disconnected_cb=lost, closed_cb=lost, **self.transport.connect_options(2.0)
+                )
             except Exception as exc:
                 self.sink(Signal("down", detail=f"cannot connect: {type(exc).__name__}"))
                 await asyncio.sleep(delay)
@@ -264,9 +272,15 @@ class NatsSubscription:
         subject = self.transport.subject(self.topic, terminal=True)
         try:
             js = nc.jetstream(timeout=2.0)
-            psub = await js.pull_subscribe(subject, stream=self.transport.stream, config=ConsumerConfig(
-                deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, ack_policy=AckPolicy.NONE,
-                inactive_threshold=10.0))
+            psub = await js.pull_subscribe(
+                subject,
+                stream=self.transport.stream,
+                config=ConsumerConfig(
+                    deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+                    ack_policy=AckPolicy.NONE,
+                    inactive_threshold=10.0,
+                ),
+            )
             try:
                 info = await psub.consumer_info()
                 msgs = await psub.fetch(1, timeout=2.0) if info.num_pending else []

@@ -36,10 +36,19 @@ class PublisherStats:
 class Publisher:
     """Seals events with the fabric secret and sends them through one transport."""
 
-    def __init__(self, transport: Transport, secret: bytes, *, attempts: int = 3,
-                 first_delay: float = 0.2, max_delay: float = 1.0, timeout: float = 2.0,
-                 outbox: int = 1000, background: bool = True,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        secret: bytes,
+        *,
+        attempts: int = 3,
+        first_delay: float = 0.2,
+        max_delay: float = 1.0,
+        timeout: float = 2.0,
+        outbox: int = 1000,
+        background: bool = True,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         if not secret:
             raise ValueError("events are never published unsigned: a secret is required")
         self.transport = transport
@@ -52,8 +61,7 @@ class Publisher:
         self._sleep = sleep
         self._degraded = False  # the last event was skipped: one quick try each until back
         self._cond = threading.Condition()
-        self._queue: collections.deque[tuple[Event, tuple[Topic, ...]]] = collections.deque(
-            maxlen=outbox)
+        self._queue: collections.deque[tuple[Event, tuple[Topic, ...]]] = collections.deque(maxlen=outbox)
         self._busy = False
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -81,8 +89,15 @@ class Publisher:
         payload = seal(event, self.secret)
         ok = True
         for topic in (task_topic(event.task_id), *also):
-            ok = self._send_one(topic, payload, retain=event.terminal and topic.kind == "task",
-                                what=f"{event.type} #{event.task_id} seq {event.seq}") and ok
+            ok = (
+                self._send_one(
+                    topic,
+                    payload,
+                    retain=event.terminal and topic.kind == "task",
+                    what=f"{event.type} #{event.task_id} seq {event.seq}",
+                )
+                and ok
+            )
         return ok
 
     def flush(self, timeout: float = 2.0) -> bool:
@@ -120,8 +135,11 @@ class Publisher:
                 if attempt == tries:
                     self.stats.skipped += 1
                     if not self._degraded:
-                        log.warning("event broker unavailable (%s): skipping %s; the board "
-                                    "stays the authority", exc, what)
+                        log.warning(
+                            "event broker unavailable (%s): skipping %s; the board stays the authority",
+                            exc,
+                            what,
+                        )
                     self._degraded = True
                     return False
                 self._sleep(delay)
@@ -183,8 +201,13 @@ class Sequencer:
                 self._at.pop(task_id, None)
 
 
-def transition_event(task_id: int, epoch: int, type: EventType, detail: str = "",
-                     data: dict[str, str | int | float | bool | None] | None = None) -> Event:
+def transition_event(
+    task_id: int,
+    epoch: int,
+    type: EventType,
+    detail: str = "",
+    data: dict[str, str | int | float | bool | None] | None = None,
+) -> Event:
     """An event reporting the record a transition wrote at ``epoch`` (counter 0)."""
     return Event.make(task_id, epoch, 0, type, detail, data)
 

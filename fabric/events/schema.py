@@ -58,7 +58,8 @@ def make_seq(epoch: int, counter: int) -> int:
 _URL_CREDS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/@:]+:[^\s/@]+@")
 _SECRET_WORD = re.compile(
     r"(?i)\b(password|passwd|pwd|secret|token|api[_-]?key|apikey|auth(?:orization)?|"
-    r"bearer|credentials?)\b(\s*[:=]\s*|\s+)[^\s,;]+")
+    r"bearer|credentials?)\b(\s*[:=]\s*|\s+)[^\s,;]+"
+)
 _KEY_LIKE = re.compile(r"\b(?:sk|pk|rk|ghp|gho|xox[abp])[-_][A-Za-z0-9_\-]{8,}\b")
 _LONG_OPAQUE = re.compile(r"[A-Za-z0-9+/_=\-]{32,}")
 _FILE_URI = re.compile(r"(?i)\bfile://\S*")
@@ -145,12 +146,27 @@ class Event(BaseModel):
         return self.type in TERMINAL_EVENTS
 
     @classmethod
-    def make(cls, task_id: int, epoch: int, counter: int, type: EventType | str, detail: str = "",
-             data: dict[str, Scalar] | None = None, *, at: float | None = None) -> Event:
+    def make(
+        cls,
+        task_id: int,
+        epoch: int,
+        counter: int,
+        type: EventType | str,
+        detail: str = "",
+        data: dict[str, Scalar] | None = None,
+        *,
+        at: float | None = None,
+    ) -> Event:
         """Build an event, cleaning ``detail`` so it is safe to publish."""
-        return cls(task_id=task_id, seq=make_seq(epoch, counter), epoch=epoch,
-                   type=EventType(type), at=utc_stamp(at), detail=safe_detail(detail),
-                   data=dict(data or {}))
+        return cls(
+            task_id=task_id,
+            seq=make_seq(epoch, counter),
+            epoch=epoch,
+            type=EventType(type),
+            at=utc_stamp(at),
+            detail=safe_detail(detail),
+            data=dict(data or {}),
+        )
 
     def body(self) -> dict[str, Any]:
         """The signed fields, as plain JSON data."""
@@ -158,6 +174,14 @@ class Event(BaseModel):
 
 
 __all__ = [
-    "DETAIL_MAX", "SCHEMA_VERSION", "SEQ_STRIDE", "TERMINAL_EVENTS", "Event", "EventType",
-    "make_seq", "publishable_ref", "safe_detail", "utc_stamp",
+    "DETAIL_MAX",
+    "SCHEMA_VERSION",
+    "SEQ_STRIDE",
+    "TERMINAL_EVENTS",
+    "Event",
+    "EventType",
+    "make_seq",
+    "publishable_ref",
+    "safe_detail",
+    "utc_stamp",
 ]

@@ -38,8 +38,9 @@ def task_key(secret: bytes, task_id: int) -> bytes:
 
 def canonical(body: dict[str, Any]) -> bytes:
     """The bytes a signature covers (and the bytes sent)."""
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode()
+    return json.dumps(
+        body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode()
 
 
 def signature(secret: bytes, task_id: int, body: dict[str, Any]) -> str:

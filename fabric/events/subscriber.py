@@ -24,8 +24,8 @@ from typing import Any
 from fabric.events.schema import Event, EventType
 from fabric.events.signing import Dropped, open_sealed
 from fabric.events.transport import Signal, Subscription, Transport, queue_topic, task_topic
+from fabric.kanboard.layout import State
 from fabric.kanboard.port import BoardError
-from fabric.layout import State
 
 log = logging.getLogger("agap.events.watch")
 
@@ -34,10 +34,17 @@ EXIT_FAILED = 1  # failed or canceled
 EXIT_TIMEOUT = 2
 EXIT_UNAVAILABLE = 3  # broker away and the board did not answer either
 
-EXIT_OF_EVENT = {EventType.COMPLETED: EXIT_COMPLETED, EventType.FAILED: EXIT_FAILED,
-                 EventType.CANCELED: EXIT_FAILED}
-EVENT_OF_STATE = {State.DONE: EventType.COMPLETED, State.CLOSED: EventType.COMPLETED,
-                  State.DEAD: EventType.FAILED, State.CANCELED: EventType.CANCELED}
+EXIT_OF_EVENT = {
+    EventType.COMPLETED: EXIT_COMPLETED,
+    EventType.FAILED: EXIT_FAILED,
+    EventType.CANCELED: EXIT_FAILED,
+}
+EVENT_OF_STATE = {
+    State.DONE: EventType.COMPLETED,
+    State.CLOSED: EventType.COMPLETED,
+    State.DEAD: EventType.FAILED,
+    State.CANCELED: EventType.CANCELED,
+}
 
 
 class TaskStream:
@@ -91,9 +98,15 @@ class BoardStatus:
         return EVENT_OF_STATE.get(self.state)
 
     def line(self, task_id: int) -> dict[str, Any]:
-        return {"source": "board", "task_id": task_id, "state": self.state.value,
-                "epoch": self.epoch, "event": self.final_event.value if self.final_event else None,
-                "result_ref": self.result_ref, "reason": self.reason}
+        return {
+            "source": "board",
+            "task_id": task_id,
+            "state": self.state.value,
+            "epoch": self.epoch,
+            "event": self.final_event.value if self.final_event else None,
+            "result_ref": self.result_ref,
+            "reason": self.reason,
+        }
 
 
 BoardCheck = Callable[[], BoardStatus]  # raises BoardError when the board is away
@@ -117,11 +130,17 @@ class WatchResult:
     dropped: dict[str, int] = field(default_factory=dict)
 
 
-def watch(task_id: int, *, board: BoardCheck, emit: Callable[[dict[str, Any]], None],
-          transport: Transport | None, secret: bytes | None,
-          options: WatchOptions | None = None,
-          clock: Callable[[], float] = time.monotonic,
-          on_live: Callable[[], None] | None = None) -> WatchResult:
+def watch(
+    task_id: int,
+    *,
+    board: BoardCheck,
+    emit: Callable[[dict[str, Any]], None],
+    transport: Transport | None,
+    secret: bytes | None,
+    options: WatchOptions | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    on_live: Callable[[], None] | None = None,
+) -> WatchResult:
     """Watch one task until it ends, a timeout passes, or neither broker nor board answers.
 
     ``on_live`` is called each time the subscription is up and the board was checked
@@ -147,12 +166,12 @@ def watch(task_id: int, *, board: BoardCheck, emit: Callable[[dict[str, Any]], N
             status = board()
         except BoardError as exc:
             if broker in ("down", "off"):
-                log.error("task #%s: the event broker is away and the board does not answer "
-                          "(%s)", task_id, exc)
+                log.error(
+                    "task #%s: the event broker is away and the board does not answer (%s)", task_id, exc
+                )
                 result.reason = "broker and board unavailable"
                 return EXIT_UNAVAILABLE
-            log.warning("task #%s: the board does not answer (%s); following the broker",
-                        task_id, exc)
+            log.warning("task #%s: the board does not answer (%s); following the broker", task_id, exc)
             next_board = now + (0.5 if broker == "connecting" else opts.board_poll)
             return None
         if status.final_event is not None:
@@ -187,8 +206,7 @@ def watch(task_id: int, *, board: BoardCheck, emit: Callable[[dict[str, Any]], N
             except queue.Empty:
                 if broker == "connecting" and clock() - start >= opts.connect_grace:
                     broker = "down"
-                    log.warning("task #%s: the event broker does not answer; following the "
-                                "board", task_id)
+                    log.warning("task #%s: the event broker does not answer; following the board", task_id)
                     next_board = clock()
                 continue
             if sig.kind == "up":
@@ -203,8 +221,11 @@ def watch(task_id: int, *, board: BoardCheck, emit: Callable[[dict[str, Any]], N
                         on_live()
             elif sig.kind == "down":
                 if broker != "down":
-                    log.warning("task #%s: event broker away (%s); following the board",
-                                task_id, sig.detail or "disconnected")
+                    log.warning(
+                        "task #%s: event broker away (%s); following the board",
+                        task_id,
+                        sig.detail or "disconnected",
+                    )
                     broker = "down"
                     next_board = clock()
             else:
@@ -231,8 +252,9 @@ class QueueWaker:
     payloads are ignored, though a forged hint could cost no more than one poll.
     """
 
-    def __init__(self, transport: Transport, queue_name: str, secret: bytes,
-                 hint: Callable[[], None]) -> None:
+    def __init__(
+        self, transport: Transport, queue_name: str, secret: bytes, hint: Callable[[], None]
+    ) -> None:
         self.queue = queue_name
         self.secret = secret
         self.hint = hint
@@ -264,5 +286,16 @@ class QueueWaker:
         self.sub.close()
 
 
-__all__ = ["EXIT_COMPLETED", "EXIT_FAILED", "EXIT_TIMEOUT", "EXIT_UNAVAILABLE", "BoardCheck",
-           "BoardStatus", "QueueWaker", "TaskStream", "WatchOptions", "WatchResult", "watch"]
+__all__ = [
+    "EXIT_COMPLETED",
+    "EXIT_FAILED",
+    "EXIT_TIMEOUT",
+    "EXIT_UNAVAILABLE",
+    "BoardCheck",
+    "BoardStatus",
+    "QueueWaker",
+    "TaskStream",
+    "WatchOptions",
+    "WatchResult",
+    "watch",
+]

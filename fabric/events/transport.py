@@ -84,5 +84,15 @@ def open_transport(config: EventsConfig) -> Transport:
     return NatsTransport(config)
 
 
-__all__ = ["Signal", "Sink", "Subscription", "Topic", "Transport", "TransportError",
-           "open_transport", "queue_topic", "task_topic", "token"]
+__all__ = [
+    "Signal",
+    "Sink",
+    "Subscription",
+    "Topic",
+    "Transport",
+    "TransportError",
+    "open_transport",
+    "queue_topic",
+    "task_topic",
+    "token",
+]

@@ -41,8 +41,8 @@ from fabric.events.schema import Event, EventType, publishable_ref
 from fabric.events.subscriber import QueueWaker
 from fabric.events.transport import Transport, open_transport, queue_topic
 from fabric.ledger import Lease
-from fabric.models import Record, TaskSpec
 from fabric.submit import Receipt
+from fabric.task import Record, TaskSpec
 
 if TYPE_CHECKING:
     from fabric.core import Fabric
@@ -66,8 +66,7 @@ class WorkerEvents:
         if what == "started":
             counter = self.seq.next(tid, epoch, start=True)
             if counter is not None:
-                event = Event.make(tid, epoch, counter, EventType.STARTED, detail,
-                                   {"attempt": lease.attempt})
+                event = Event.make(tid, epoch, counter, EventType.STARTED, detail, {"attempt": lease.attempt})
         elif what == "progress":
             counter = self.seq.next(tid, epoch)
             if counter is not None:
@@ -76,17 +75,25 @@ class WorkerEvents:
             self.seq.forget(tid, epoch + 1)
             if what == "completed":
                 ref = publishable_ref(detail)
-                event = transition_event(tid, epoch + 1, EventType.COMPLETED,
-                                         "completed" if ref is None else f"completed: {ref}",
-                                         {"result_ref": ref} if ref else None)
+                event = transition_event(
+                    tid,
+                    epoch + 1,
+                    EventType.COMPLETED,
+                    "completed" if ref is None else f"completed: {ref}",
+                    {"result_ref": ref} if ref else None,
+                )
             elif what == "failed":
                 event = transition_event(tid, epoch + 1, EventType.FAILED, detail)
             elif what == "input_required":
                 event = transition_event(tid, epoch + 1, EventType.INPUT_REQUIRED, detail)
             else:
-                event = transition_event(tid, epoch + 1, EventType.PROGRESS,
-                                         f"requeued: {detail}" if detail else "requeued",
-                                         {"requeued": True})
+                event = transition_event(
+                    tid,
+                    epoch + 1,
+                    EventType.PROGRESS,
+                    f"requeued: {detail}" if detail else "requeued",
+                    {"requeued": True},
+                )
         elif what == "fenced":
             self.seq.forget(tid, epoch)
         if event is not None:
@@ -94,13 +101,13 @@ class WorkerEvents:
 
 
 def submitted_event(receipt: Receipt) -> Event:
-    return transition_event(receipt.task_id, 0, EventType.SUBMITTED, f"queued on {receipt.queue}",
-                            {"queue": receipt.queue})
+    return transition_event(
+        receipt.task_id, 0, EventType.SUBMITTED, f"queued on {receipt.queue}", {"queue": receipt.queue}
+    )
 
 
 def canceled_event(task_id: int, record: Record) -> Event:
-    return transition_event(task_id, record.epoch, EventType.CANCELED,
-                            record.reason or "canceled")
+    return transition_event(task_id, record.epoch, EventType.CANCELED, record.reason or "canceled")
 
 
 class WebhookHint:
@@ -110,8 +117,7 @@ class WebhookHint:
     trusted: any accepted POST just makes the idle worker poll now.
     """
 
-    def __init__(self, host: str, port: int, hint: Callable[[], None],
-                 token: str | None = None) -> None:
+    def __init__(self, host: str, port: int, hint: Callable[[], None], token: str | None = None) -> None:
         self.hints = 0
         outer = self
 
@@ -136,8 +142,7 @@ class WebhookHint:
 
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, name="agap-webhook",
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, name="agap-webhook", daemon=True)
         self.thread.start()
 
     @property
@@ -172,9 +177,15 @@ class WorkerAttachment:
         self.publisher.close(timeout)
 
 
-def attach_worker(worker: Worker, queue: str | None = None, env: Mapping[str, str] | None = None,
-                  *, config: EventsConfig | None = None, wake: bool = True,
-                  transport: Transport | None = None) -> WorkerAttachment | None:
+def attach_worker(
+    worker: Worker,
+    queue: str | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    config: EventsConfig | None = None,
+    wake: bool = True,
+    transport: Transport | None = None,
+) -> WorkerAttachment | None:
     """Publish ``worker``'s lifecycle and wake it on submits; None when events are off."""
     config = config or EventsConfig.from_env(env)
     if config is None:
@@ -210,9 +221,13 @@ def shared_publisher(config: EventsConfig) -> Publisher:
         return pub
 
 
-def attach_submitter(fab: Fabric, env: Mapping[str, str] | None = None, *,
-                     config: EventsConfig | None = None,
-                     publisher: Publisher | None = None) -> Publisher | None:
+def attach_submitter(
+    fab: Fabric,
+    env: Mapping[str, str] | None = None,
+    *,
+    config: EventsConfig | None = None,
+    publisher: Publisher | None = None,
+) -> Publisher | None:
     """Publish ``submitted`` after each submit and ``canceled`` after each cancel of ``fab``.
 
     The cancel hook wraps this connection's ``ledger.cancel``: the transition is made
@@ -241,5 +256,13 @@ def attach_submitter(fab: Fabric, env: Mapping[str, str] | None = None, *,
     return pub
 
 
-__all__ = ["WebhookHint", "WorkerAttachment", "WorkerEvents", "attach_submitter",
-           "attach_worker", "canceled_event", "shared_publisher", "submitted_event"]
+__all__ = [
+    "WebhookHint",
+    "WorkerAttachment",
+    "WorkerEvents",
+    "attach_submitter",
+    "attach_worker",
+    "canceled_event",
+    "shared_publisher",
+    "submitted_event",
+]

@@ -97,8 +97,10 @@ class KanboardClient:
             outcomes = self._outcomes(reply, ids, calls)
             # A read that hit a server-side error (Kanboard's code 0 "database is locked")
             # changed nothing: run it again. Writes are never repeated here.
-            busy = any(o.error is not None and o.error.code not in PROTOCOL_ERRORS
-                       and not o.error.refused for o in outcomes)
+            busy = any(
+                o.error is not None and o.error.code not in PROTOCOL_ERRORS and not o.error.refused
+                for o in outcomes
+            )
             if not (all_reads and busy) or attempt == self.read_attempts:
                 return outcomes
             time.sleep(0.05 * attempt)

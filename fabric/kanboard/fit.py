@@ -43,8 +43,7 @@ MAX_VALUE_CHARS = MAX_CHUNKS * VALUE_MAX - 16  # less the longest head header
 SAVE_METADATA = frozenset({"saveTaskMetadata", "saveProjectMetadata", "saveUserMetadata"})
 GET_METADATA = frozenset({"getTaskMetadata", "getProjectMetadata", "getUserMetadata"})
 # Reading one key cannot reassemble its chunks: the fabric never reads by name.
-BY_NAME = frozenset({"getTaskMetadataByName", "getProjectMetadataByName",
-                     "getUserMetadataByName"})
+BY_NAME = frozenset({"getTaskMetadataByName", "getProjectMetadataByName", "getUserMetadataByName"})
 WITH_REFERENCE = frozenset({"createTask", "updateTask"})
 
 _HEAD = re.compile(r"^~(\d{1,3})\.([0-9a-f]{8})~")
@@ -60,16 +59,22 @@ class StorageLimit(FabricError):
     exit_code = 7
 
     def __init__(self, what: str, *, where: str = "board storage") -> None:
-        super().__init__(what, where=where,
-                         hint="nothing was written; shorten the input or report this line")
+        super().__init__(what, where=where, hint="nothing was written; shorten the input or report this line")
 
 
 def check_name(name: str) -> str:
     """``name`` if it can be a logical metadata key on every backend, else StorageLimit."""
-    if not name or len(name) > LOGICAL_NAME_MAX or CHUNK_MARK in name \
-            or name != name.lower() or not name.isascii():
-        raise StorageLimit(f"metadata name {name[:60]!r} is not lowercase ASCII of at most "
-                           f"{LOGICAL_NAME_MAX} characters without {CHUNK_MARK!r}")
+    if (
+        not name
+        or len(name) > LOGICAL_NAME_MAX
+        or CHUNK_MARK in name
+        or name != name.lower()
+        or not name.isascii()
+    ):
+        raise StorageLimit(
+            f"metadata name {name[:60]!r} is not lowercase ASCII of at most "
+            f"{LOGICAL_NAME_MAX} characters without {CHUNK_MARK!r}"
+        )
     return name
 
 
@@ -82,13 +87,14 @@ def pack(values: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in values.items():
         check_name(str(name))
-        if not isinstance(value, str) or (len(value) <= VALUE_MAX
-                                          and not value.startswith(CHUNK_MARK)):
+        if not isinstance(value, str) or (len(value) <= VALUE_MAX and not value.startswith(CHUNK_MARK)):
             out[str(name)] = value  # numbers and short strings are stored as they are
             continue
         if len(value) > MAX_VALUE_CHARS:
-            raise StorageLimit(f"metadata {name!r} would hold {len(value)} characters, more "
-                               f"than the {MAX_VALUE_CHARS} the fabric stores in one key")
+            raise StorageLimit(
+                f"metadata {name!r} would hold {len(value)} characters, more "
+                f"than the {MAX_VALUE_CHARS} the fabric stores in one key"
+            )
         out.update(_chunks(str(name), value))
     return out
 
@@ -108,7 +114,7 @@ def _chunks(name: str, value: str) -> dict[str, str]:
     parts = {name: header + value[:head_room]}
     rest = value[head_room:]
     for i in range(1, count):
-        parts[f"{name}{CHUNK_MARK}{i}"] = rest[(i - 1) * VALUE_MAX:i * VALUE_MAX]
+        parts[f"{name}{CHUNK_MARK}{i}"] = rest[(i - 1) * VALUE_MAX : i * VALUE_MAX]
     return parts
 
 
@@ -128,7 +134,7 @@ def unpack(stored: Mapping[str, Any]) -> dict[str, Any]:
             out[name] = value
             continue
         count, digest = int(m.group(1)), m.group(2)
-        pieces = [value[m.end():]]
+        pieces = [value[m.end() :]]
         for i in range(1, count):
             piece = stored.get(f"{name}{CHUNK_MARK}{i}")
             if not isinstance(piece, str):
@@ -194,16 +200,16 @@ def clean_text(value: Any) -> Any:
 def _fit_call(call: Call) -> Call:
     call = Call(call.method, clean_text(call.params))
     if call.method in BY_NAME:
-        raise StorageLimit(f"{call.method} cannot read a chunked value",
-                           where=call.method)
+        raise StorageLimit(f"{call.method} cannot read a chunked value", where=call.method)
     if call.method in SAVE_METADATA:
         return Call(call.method, _with_param(call.params, "values", 1, pack))
     if call.method in WITH_REFERENCE:
         # The fabric names its parameters; positional ones are left to the board.
         ref = call.params.get("reference") if isinstance(call.params, Mapping) else None
         if isinstance(ref, str) and len(ref) > REFERENCE_MAX:
-            raise StorageLimit(f"task reference of {len(ref)} characters (Kanboard holds "
-                               f"{REFERENCE_MAX})", where=call.method)
+            raise StorageLimit(
+                f"task reference of {len(ref)} characters (Kanboard holds {REFERENCE_MAX})", where=call.method
+            )
     return call
 
 

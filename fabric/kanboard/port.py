@@ -63,9 +63,7 @@ class MaybeDone(BoardError):
     """
 
     def __init__(self, what: str, *, where: str = "", calls: Sequence[Call] = ()) -> None:
-        super().__init__(
-            what, where=where, hint="the write may have happened; read back before retrying"
-        )
+        super().__init__(what, where=where, hint="the write may have happened; read back before retrying")
         self.calls = tuple(calls)
 
 
@@ -73,9 +71,7 @@ class BoardAuthError(BoardError):
     """The board rejected the credentials (HTTP 401) or the action (HTTP 403)."""
 
     def __init__(self, what: str, *, where: str = "") -> None:
-        super().__init__(
-            what, where=where, hint="check KANBOARD_API_TOKEN (the board's application token)"
-        )
+        super().__init__(what, where=where, hint="check KANBOARD_API_TOKEN (the board's application token)")
 
 
 # JSON-RPC errors raised before the procedure ran: the call certainly did nothing.
@@ -116,23 +112,27 @@ class RpcError(BoardError):
         self.method = method
         self.sql_state = sql_state(message)
         self.refused = self.sql_state is not None and self.sql_state[:2] in REFUSING_SQL_CLASSES
-        self.maybe_done = (code not in PROTOCOL_ERRORS and not is_read(method)
-                           and not self.refused)
+        self.maybe_done = code not in PROTOCOL_ERRORS and not is_read(method) and not self.refused
         detail = f"{message}: {data}" if data else message
         if self.refused:
             # Not "unreachable or wrong token": the board answered, its database said no.
             self.exit_code = 7
-            hint = ("a project or column the fabric expected is gone: run `agap init`"
-                    if self.sql_state and self.sql_state.startswith("23") else
-                    "nothing was written; the board's database cannot hold what was sent: "
-                    "report this line")
-            super().__init__(f"the board's database refused the call (SQL error "
-                             f"{self.sql_state}: {_sql_text(message)})",
-                             where=method or "board", hint=hint)
+            hint = (
+                "a project or column the fabric expected is gone: run `agap init`"
+                if self.sql_state and self.sql_state.startswith("23")
+                else "nothing was written; the board's database cannot hold what was sent: report this line"
+            )
+            super().__init__(
+                f"the board's database refused the call (SQL error {self.sql_state}: {_sql_text(message)})",
+                where=method or "board",
+                hint=hint,
+            )
             return
-        super().__init__(f"JSON-RPC error {code} ({detail})", where=method or "board",
-                         hint="the write may have happened; read back before retrying"
-                         if self.maybe_done else "")
+        super().__init__(
+            f"JSON-RPC error {code} ({detail})",
+            where=method or "board",
+            hint="the write may have happened; read back before retrying" if self.maybe_done else "",
+        )
 
 
 def _sql_text(message: str) -> str:

@@ -4,7 +4,7 @@
 
 * ``embedded-<flavour>``: the embedded board over real HTTP (an :class:`EmbeddedBoard`
   on an ephemeral loopback port with a temporary database), once per flavour
-  (``strict``, ``sqlite``, ``postgres``, ``mysql``; see :mod:`fabric.board.flavour`),
+  (``strict``, ``sqlite``, ``postgres``, ``mysql``; see :mod:`fabric.embedded.flavour`),
   always;
 * ``real``: a real Kanboard, when ``KANBOARD_URL`` (the full ``.../jsonrpc.php`` URL),
   ``KANBOARD_API_TOKEN`` (its application token) and ``KANBOARD_FLAVOUR`` (its database:
@@ -34,8 +34,8 @@ from typing import Any
 import pytest
 import requests
 
-from fabric.board.flavour import FLAVOURS
-from fabric.board.server import EmbeddedBoard
+from fabric.embedded.flavour import FLAVOURS
+from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 
 REAL_FLAVOURS = ("sqlite", "postgres", "mysql")
@@ -96,8 +96,9 @@ class Board:
         """One procedure through the fabric's client (raises RpcError on an RPC error)."""
         return self.client.call(method, params)
 
-    def post(self, body: Any, *, token: str | None = None, auth: bool = True,
-             method: str = "POST") -> requests.Response:
+    def post(
+        self, body: Any, *, token: str | None = None, auth: bool = True, method: str = "POST"
+    ) -> requests.Response:
         """A raw HTTP request: ``body`` is sent as is when bytes/str, else JSON-encoded."""
         data = body if isinstance(body, bytes | str) else json.dumps(body)
         creds = ("jsonrpc", self.token if token is None else token) if auth else None
@@ -147,16 +148,14 @@ def make_project(board: Board, prefix: str = "ct") -> Project:
 
 
 @pytest.fixture(scope="session")
-def _embedded(tmp_path_factory: pytest.TempPathFactory
-              ) -> Iterator[Callable[[str], EmbeddedBoard]]:
+def _embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], EmbeddedBoard]]:
     """One embedded board per flavour, started on first use."""
     boards: dict[str, EmbeddedBoard] = {}
 
     def get(flavour: str) -> EmbeddedBoard:
         if flavour not in boards:
             path: Path = tmp_path_factory.mktemp(f"contract-{flavour}") / "board.sqlite3"
-            boards[flavour] = EmbeddedBoard(path, token="contract-embedded-token",
-                                            flavour=flavour).start()
+            boards[flavour] = EmbeddedBoard(path, token="contract-embedded-token", flavour=flavour).start()
         return boards[flavour]
 
     try:
@@ -178,16 +177,22 @@ def board(request: pytest.FixtureRequest) -> Iterator[Board]:
         token = os.environ.get("KANBOARD_API_TOKEN", "")
         flavour = os.environ.get("KANBOARD_FLAVOUR", "")
         if not url:
-            pytest.skip("KANBOARD_URL is not set: set KANBOARD_URL (the .../jsonrpc.php URL),"
-                        " KANBOARD_API_TOKEN and KANBOARD_FLAVOUR to run the contract suite"
-                        " on a real Kanboard")
+            pytest.skip(
+                "KANBOARD_URL is not set: set KANBOARD_URL (the .../jsonrpc.php URL),"
+                " KANBOARD_API_TOKEN and KANBOARD_FLAVOUR to run the contract suite"
+                " on a real Kanboard"
+            )
         if not token:
-            pytest.skip("KANBOARD_API_TOKEN is not set: the real Kanboard's application token"
-                        " is needed to run the contract suite against it")
+            pytest.skip(
+                "KANBOARD_API_TOKEN is not set: the real Kanboard's application token"
+                " is needed to run the contract suite against it"
+            )
         if flavour not in REAL_FLAVOURS:
-            pytest.skip(f"KANBOARD_FLAVOUR is {flavour or 'not set'}: with KANBOARD_URL, set it"
-                        f" to the real Kanboard's database ({', '.join(REAL_FLAVOURS)}); the"
-                        " expected behaviour depends on it")
+            pytest.skip(
+                f"KANBOARD_FLAVOUR is {flavour or 'not set'}: with KANBOARD_URL, set it"
+                f" to the real Kanboard's database ({', '.join(REAL_FLAVOURS)}); the"
+                " expected behaviour depends on it"
+            )
     client = KanboardClient(url, token, timeout=30)
     try:
         yield Board(kind, url, token, client, flavour)

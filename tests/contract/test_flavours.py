@@ -17,22 +17,34 @@ import pytest
 from fabric.kanboard.port import RpcError
 from tests.contract.conftest import Board, Project, b64, same
 
-PG_TOO_LONG = ("SQL Error[22001]: SQLSTATE[22001]: String data, right truncated: 7 ERROR:  "
-               "value too long for type character varying({})")
-MY_TOO_LONG = ("SQL Error[22001]: SQLSTATE[22001]: String data, right truncated: 1406 "
-               "Data too long for column '{}' at row 1")
-PG_NO_COLUMN = ('SQL Error[22P02]: SQLSTATE[22P02]: Invalid text representation: 7 ERROR:  '
-                'invalid input syntax for type integer: ""\n'
-                "CONTEXT:  unnamed portal parameter $2 = ''")
+PG_TOO_LONG = (
+    "SQL Error[22001]: SQLSTATE[22001]: String data, right truncated: 7 ERROR:  "
+    "value too long for type character varying({})"
+)
+MY_TOO_LONG = (
+    "SQL Error[22001]: SQLSTATE[22001]: String data, right truncated: 1406 "
+    "Data too long for column '{}' at row 1"
+)
+PG_NO_COLUMN = (
+    "SQL Error[22P02]: SQLSTATE[22P02]: Invalid text representation: 7 ERROR:  "
+    'invalid input syntax for type integer: ""\n'
+    "CONTEXT:  unnamed portal parameter $2 = ''"
+)
 # MariaDB names the database (whatever DB_NAME is) in this one.
-MY_NO_COLUMN = re.compile(r"SQL Error\[22007\]: SQLSTATE\[22007\]: Invalid datetime format: "
-                          r"1366 Incorrect integer value: '' for column `[^`]+`\.`tasks`\."
-                          r"`column_id` at row 1")
-PG_RANGE = ('SQL Error[22003]: SQLSTATE[22003]: Numeric value out of range: 7 ERROR:  value '
-            '"{}" is out of range for type integer\nCONTEXT:  unnamed portal parameter ${} = '
-            "'...'")
-MY_RANGE = ("SQL Error[22003]: SQLSTATE[22003]: Numeric value out of range: 1264 Out of "
-            "range value for column '{}' at row 1")
+MY_NO_COLUMN = re.compile(
+    r"SQL Error\[22007\]: SQLSTATE\[22007\]: Invalid datetime format: "
+    r"1366 Incorrect integer value: '' for column `[^`]+`\.`tasks`\."
+    r"`column_id` at row 1"
+)
+PG_RANGE = (
+    "SQL Error[22003]: SQLSTATE[22003]: Numeric value out of range: 7 ERROR:  value "
+    '"{}" is out of range for type integer\nCONTEXT:  unnamed portal parameter ${} = '
+    "'...'"
+)
+MY_RANGE = (
+    "SQL Error[22003]: SQLSTATE[22003]: Numeric value out of range: 1264 Out of "
+    "range value for column '{}' at row 1"
+)
 
 
 def sql_error(board: Board, method: str, params: Any) -> str:
@@ -52,8 +64,9 @@ def too_long(board: Board, pg: int | None, my: int | None, column: str) -> str |
     return None
 
 
-def check_length(board: Board, method: str, params: Any, *, pg: int | None, my: int | None,
-                 column: str) -> Any:
+def check_length(
+    board: Board, method: str, params: Any, *, pg: int | None, my: int | None, column: str
+) -> Any:
     """Call ``method``: expect the flavour's length error, or its result when it stores."""
     expected = too_long(board, pg, my, column)
     if expected is None:
@@ -64,10 +77,15 @@ def check_length(board: Board, method: str, params: Any, *, pg: int | None, my: 
 
 # ---------------------------------------------------------------------- metadata
 
-META = {"task": ("saveTaskMetadata", "getTaskMetadata", "getTaskMetadataByName",
-                 "removeTaskMetadata"),
-        "project": ("saveProjectMetadata", "getProjectMetadata", "getProjectMetadataByName",
-                    "removeProjectMetadata")}
+META = {
+    "task": ("saveTaskMetadata", "getTaskMetadata", "getTaskMetadataByName", "removeTaskMetadata"),
+    "project": (
+        "saveProjectMetadata",
+        "getProjectMetadata",
+        "getProjectMetadataByName",
+        "removeProjectMetadata",
+    ),
+}
 
 
 @pytest.fixture(params=sorted(META))
@@ -118,8 +136,7 @@ def test_a_refused_metadata_call_writes_nothing(board: Board, owner: tuple[str, 
         assert meta == {"keep": "old"}
     else:
         assert meta == {"keep": "new", "first": "ok", "bad": "x" * 256, "last": "ok"}
-    check_length(board, save, [oid, {"n" * 51: "v", "other": "ok"}], pg=50, my=50,
-                 column="name")
+    check_length(board, save, [oid, {"n" * 51: "v", "other": "ok"}], pg=50, my=50, column="name")
     assert ("other" in _meta(board, owner)) is not board.sql_errors
 
 
@@ -157,17 +174,23 @@ def test_metadata_names_compare_like_the_backend(board: Board, owner: tuple[str,
 
 BOOLEAN_FIELDS = {
     "task": ("is_active",),
-    "project": ("is_active", "is_public", "is_private", "per_swimlane_task_limits",
-                "enable_global_tags"),
+    "project": ("is_active", "is_public", "is_private", "per_swimlane_task_limits", "enable_global_tags"),
     "swimlane": ("is_active",),
     "column": ("hide_in_dashboard",),
-    "user": ("is_ldap_user", "notifications_enabled", "disable_login_form",
-             "twofactor_activated", "is_active"),
+    "user": (
+        "is_ldap_user",
+        "notifications_enabled",
+        "disable_login_form",
+        "twofactor_activated",
+        "is_active",
+    ),
     "file": ("is_image",),
 }
 # Dropped by later migrations on PostgreSQL and MySQL; SQLite cannot drop columns.
-SQLITE_ONLY = {"project": ("is_everybody_allowed", "default_swimlane", "show_default_swimlane"),
-               "user": ("is_admin", "is_project_admin")}
+SQLITE_ONLY = {
+    "project": ("is_everybody_allowed", "default_swimlane", "show_default_swimlane"),
+    "user": ("is_admin", "is_project_admin"),
+}
 
 
 def _check_row(board: Board, kind: str, row: dict[str, Any], values: dict[str, int]) -> None:
@@ -296,6 +319,7 @@ def test_search_compares_like_the_backend(board: Board, project: Project) -> Non
 
     def hits(query: str) -> bool:
         return [t["id"] for t in board.call("searchTasks", [project.id, query])] == [task]
+
     assert hits("column:BACKLOG") is board.ci  # "=" on the column title
     assert hits("ÉLAN") and hits("ref:Ref-É")
     # ILIKE: SQLite folds ASCII only; PostgreSQL all case; MySQL case and accents.
@@ -319,10 +343,13 @@ def test_create_task_in_an_unknown_project(board: Board, project: Project) -> No
         else:
             assert MY_NO_COLUMN.fullmatch(sql_error(board, "createTask", call))
     # With a column given the INSERT runs and its foreign key fails: 0 everywhere.
-    assert same(board.call("createTask", {"title": "x", "project_id": 2_000_000_000,
-                                          "column_id": project.column("Ready")}), 0)
-    for params in ({"column_id": 2_000_000_000}, {"column_id": -1},
-                   {"swimlane_id": 2_000_000_000}):
+    assert same(
+        board.call(
+            "createTask", {"title": "x", "project_id": 2_000_000_000, "column_id": project.column("Ready")}
+        ),
+        0,
+    )
+    for params in ({"column_id": 2_000_000_000}, {"column_id": -1}, {"swimlane_id": 2_000_000_000}):
         got = board.call("createTask", {"title": "x", "project_id": project.id, **params})
         assert same(got, 0), (params, got)
     assert board.call("getAllTasks", [project.id, 1]) == []
@@ -330,10 +357,10 @@ def test_create_task_in_an_unknown_project(board: Board, project: Project) -> No
 
 def test_reference_is_at_most_191_characters(board: Board, project: Project) -> None:
     for ref in ("r" * 191, "é" * 191, "😀" * 191):
-        assert isinstance(board.call("createTask", {"title": "x", "project_id": project.id,
-                                                    "reference": ref}), int)
-    assert board.call("createTask", {"title": "x", "project_id": project.id,
-                                     "reference": "r" * 192}) is False
+        assert isinstance(
+            board.call("createTask", {"title": "x", "project_id": project.id, "reference": ref}), int
+        )
+    assert board.call("createTask", {"title": "x", "project_id": project.id, "reference": "r" * 192}) is False
     task = project.task(reference="kept")
     assert board.call("updateTask", {"id": task, "reference": "r" * 192}) is False
     assert board.call("getTask", [task])["reference"] == "kept"
@@ -348,13 +375,18 @@ def test_reference_is_at_most_191_characters(board: Board, project: Project) -> 
 def test_tag_lengths(board: Board, project: Project) -> None:
     assert isinstance(board.call("createTag", [project.id, "t" * 191]), int)
     for n in (192, 255, 256):
-        tag = check_length(board, "createTag", [project.id, chr(ord("a") + n % 26) * n],
-                           pg=255 if n > 255 else None, my=191, column="name")
+        tag = check_length(
+            board,
+            "createTag",
+            [project.id, chr(ord("a") + n % 26) * n],
+            pg=255 if n > 255 else None,
+            my=191,
+            column="name",
+        )
         if tag is not None:
             assert isinstance(tag, int)
     assert isinstance(board.call("createTag", [project.id, "c50", "c" * 50]), int)
-    check_length(board, "createTag", [project.id, "c51", "c" * 51], pg=50, my=50,
-                 column="color_id")
+    check_length(board, "createTag", [project.id, "c51", "c" * 51], pg=50, my=50, column="color_id")
 
 
 def test_column_title_lengths(board: Board, project: Project) -> None:
@@ -363,19 +395,15 @@ def test_column_title_lengths(board: Board, project: Project) -> None:
     check_length(board, "addColumn", [project.id, "e" * 256], pg=255, my=191, column="title")
     done = project.column("Done")
     check_length(board, "updateColumn", [done, "f" * 256], pg=255, my=191, column="title")
-    check_length(board, "addSwimlane", [project.id, "s" * 192], pg=None, my=191,
-                 column="name")
+    check_length(board, "addSwimlane", [project.id, "s" * 192], pg=None, my=191, column="name")
 
 
 def test_task_color_and_user_name_lengths(board: Board, project: Project) -> None:
     params = {"title": "x", "project_id": project.id}
-    check_length(board, "createTask", {**params, "color_id": "c" * 51}, pg=None, my=50,
-                 column="color_id")
-    check_length(board, "createTask", {**params, "color_id": "c" * 256}, pg=255, my=50,
-                 column="color_id")
+    check_length(board, "createTask", {**params, "color_id": "c" * 51}, pg=None, my=50, column="color_id")
+    check_length(board, "createTask", {**params, "color_id": "c" * 256}, pg=255, my=50, column="color_id")
     name = board.unique("n").replace("-", "")
-    check_length(board, "createUser", [name, "secret12", "n" * 256], pg=255, my=255,
-                 column="name")
+    check_length(board, "createUser", [name, "secret12", "n" * 256], pg=255, my=255, column="name")
 
 
 def test_text_with_a_nul_character(board: Board, project: Project) -> None:
@@ -392,8 +420,10 @@ def test_integer_params_out_of_range(board: Board, project: Project) -> None:
     pg, my = board.flavour in ("postgres", "strict"), board.flavour == "mysql"
     # Reads: PostgreSQL refuses to bind it; MySQL and SQLite find nothing.
     for method, params, position, nothing in (
-        ("getTask", [big], 1, None), ("getTaskMetadata", [big], 1, {}),
-        ("searchTasks", [big, ""], 1, []), ("getProjectById", [-big - 1], 1, None),
+        ("getTask", [big], 1, None),
+        ("getTaskMetadata", [big], 1, {}),
+        ("searchTasks", [big, ""], 1, []),
+        ("getProjectById", [-big - 1], 1, None),
     ):
         if pg:
             value = params[0]

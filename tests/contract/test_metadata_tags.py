@@ -13,10 +13,17 @@ from tests.contract.conftest import Board, Project, b64, make_project
 def test_metadata_round_trip(board: Board, project: Project) -> None:
     task = project.task()
     assert board.call("getTaskMetadata", [task]) == {}
-    assert board.call("saveTaskMetadata", [task, {"a": "1", "num": 42, "flag": True,
-                                                  "off": False, "flt": 1.5}]) is True
-    assert board.call("getTaskMetadata", [task]) == {"a": "1", "num": "42", "flag": "1",
-                                                     "off": "", "flt": "1.5"}
+    assert (
+        board.call("saveTaskMetadata", [task, {"a": "1", "num": 42, "flag": True, "off": False, "flt": 1.5}])
+        is True
+    )
+    assert board.call("getTaskMetadata", [task]) == {
+        "a": "1",
+        "num": "42",
+        "flag": "1",
+        "off": "",
+        "flt": "1.5",
+    }
     assert board.call("saveTaskMetadata", [task, {"a": "2", "b": "x"}]) is True  # upsert
     meta = board.call("getTaskMetadata", [task])
     assert (meta["a"], meta["b"], meta["num"]) == ("2", "x", "42")
@@ -84,8 +91,10 @@ def test_remove_and_update_tag(board: Board, project: Project) -> None:
     b = board.call("createTag", [project.id, "b"])
     assert board.call("updateTag", [b, "a"]) is False  # clash
     assert board.call("updateTag", [b, "c", "red"]) is True
-    assert [(t["name"], t["color_id"]) for t in board.call("getTagsByProject", [project.id])] \
-        == [("a", None), ("c", "red")]
+    assert [(t["name"], t["color_id"]) for t in board.call("getTagsByProject", [project.id])] == [
+        ("a", None),
+        ("c", "red"),
+    ]
     assert board.call("removeTag", [a]) is True
     assert board.call("removeTag", [a]) is False
 
@@ -104,8 +113,9 @@ def test_task_tags(board: Board, project: Project) -> None:
     assert board.call("getTaskTags", [2_000_000_000]) == {}
 
 
-def race_create_tags(clients: list[KanboardClient], project_id: int,
-                     names: list[str]) -> tuple[list[Any], list[int], list[RpcError]]:
+def race_create_tags(
+    clients: list[KanboardClient], project_id: int, names: list[str]
+) -> tuple[list[Any], list[int], list[RpcError]]:
     """Client i creates tag names[i], all released at once: (results, ids, errors)."""
     barrier = threading.Barrier(len(names))
     results: list[Any] = [None] * len(names)
@@ -156,8 +166,7 @@ def test_create_tag_race_across_case(board: Board, project: Project) -> None:
     clients = [KanboardClient(board.url, board.token, timeout=60) for _ in spellings]
     try:
         for trial in range(10):
-            results, ids, errors = race_create_tags(
-                clients, project.id, [s.format(trial) for s in spellings])
+            results, ids, errors = race_create_tags(clients, project.id, [s.format(trial) for s in spellings])
             assert all(e.code == 0 for e in errors) and (board.is_real or not errors), results
             if board.ci:  # one winner (none only if SQL errors took every turn)
                 assert len(ids) <= 1 and (len(ids) == 1 or errors), results
@@ -175,8 +184,7 @@ def test_comments_in_creation_order(board: Board, project: Project) -> None:
     comments = board.call("getAllComments", [task])
     assert [c["id"] for c in comments] == ids
     assert [c["comment"] for c in comments] == [f"comment {i}" for i in range(5)]
-    assert all(c["task_id"] == task and c["user_id"] == 0 and c["username"] is None
-               for c in comments)
+    assert all(c["task_id"] == task and c["user_id"] == 0 and c["username"] is None for c in comments)
     one = board.call("getComment", [ids[0]])
     assert one["comment"] == "comment 0" and one["reference"] == ""
     assert board.call("createComment", [task, 0, ""]) is False
@@ -194,8 +202,9 @@ def test_files_round_trip(board: Board, project: Project) -> None:
     assert isinstance(file_id, int) and file_id > 0
     assert board.call("downloadTaskFile", [file_id]) == b64(payload)
     files = board.call("getAllTaskFiles", [task])
-    assert [(f["id"], f["name"], f["size"], f["task_id"]) for f in files] == \
-        [(file_id, "data.bin", len(payload), task)]
+    assert [(f["id"], f["name"], f["size"], f["task_id"]) for f in files] == [
+        (file_id, "data.bin", len(payload), task)
+    ]
     assert isinstance(files[0]["etag"], str)
     assert board.call("getTaskFile", [file_id])["name"] == "data.bin"
     other = make_project(board)

@@ -68,8 +68,10 @@ def test_add_column_and_swimlane_duplicates(board: Board, project: Project) -> N
 def test_project_metadata(board: Board, project: Project) -> None:
     # Workers publish their queue's park state here; it must behave like task metadata.
     assert board.call("getProjectMetadata", [project.id]) == {}
-    assert board.call("saveProjectMetadata", {"project_id": project.id,
-                                              "values": {"a": "1", "b": 2, "z": None}}) is True
+    assert (
+        board.call("saveProjectMetadata", {"project_id": project.id, "values": {"a": "1", "b": 2, "z": None}})
+        is True
+    )
     assert board.call("getProjectMetadata", [project.id]) == {"a": "1", "b": "2", "z": None}
     assert board.call("getProjectMetadataByName", [project.id, "a"]) == "1"
     assert board.call("getProjectMetadataByName", [project.id, "nope"]) == ""

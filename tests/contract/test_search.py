@@ -12,16 +12,21 @@ from tests.contract.conftest import Board, Project
 @pytest.fixture
 def searchable(board: Board, project: Project) -> dict[str, Any]:
     name = board.unique("alice").replace("-", "")
-    user = board.call("createUser", {"username": name, "password": "secret12",
-                                     "name": "Alice Example"})
+    user = board.call("createUser", {"username": name, "password": "secret12", "name": "Alice Example"})
     board.call("addProjectUser", [project.id, user])
     lane = board.call("addSwimlane", [project.id, "Lane_B"])
     ids = {
-        "login": project.task("Fix login bug", reference="GH-101", owner_id=user,
-                              tags=["backend", "docs"], priority=2,
-                              description="the login form"),
-        "docs": project.task("Write docs", reference="gh-102", tags=["docs"],
-                             column_id=project.column("Ready")),
+        "login": project.task(
+            "Fix login bug",
+            reference="GH-101",
+            owner_id=user,
+            tags=["backend", "docs"],
+            priority=2,
+            description="the login form",
+        ),
+        "docs": project.task(
+            "Write docs", reference="gh-102", tags=["docs"], column_id=project.column("Ready")
+        ),
         "lane": project.task("In lane B", reference="A_B", swimlane_id=lane, priority=1),
         "closed": project.task("Old thing", column_id=project.column("Work in progress")),
     }
@@ -82,20 +87,25 @@ CI_CASES = {"column:ready": ["docs"]}
 
 
 @pytest.mark.parametrize(("query", "expected"), CASES, ids=[c[0] for c in CASES])
-def test_search(board: Board, project: Project, searchable: dict[str, Any], query: str,
-                expected: list[str]) -> None:
+def test_search(
+    board: Board, project: Project, searchable: dict[str, Any], query: str, expected: list[str]
+) -> None:
     if board.ci:
         expected = CI_CASES.get(query, expected)
     assert _search(board, project, searchable["ids"], query) == expected
 
 
-def test_search_by_assignee_username_substring(board: Board, project: Project,
-                                               searchable: dict[str, Any]) -> None:
+def test_search_by_assignee_username_substring(
+    board: Board, project: Project, searchable: dict[str, Any]
+) -> None:
     ids = searchable["ids"]
-    assert _search(board, project, ids, "assignee:" + searchable["user"][2:-2].upper()) \
-        == ["login"]
-    assert _search(board, project, ids, "assignee:nobody assignee:" + searchable["user"]) \
-        == ["closed", "docs", "lane", "login"]
+    assert _search(board, project, ids, "assignee:" + searchable["user"][2:-2].upper()) == ["login"]
+    assert _search(board, project, ids, "assignee:nobody assignee:" + searchable["user"]) == [
+        "closed",
+        "docs",
+        "lane",
+        "login",
+    ]
 
 
 def test_search_by_id(board: Board, project: Project, searchable: dict[str, Any]) -> None:

@@ -11,9 +11,23 @@ import pytest
 from fabric.kanboard.port import RpcError
 from tests.contract.conftest import Board, Project, make_project, same
 
-INT_FIELDS = ("id", "project_id", "column_id", "swimlane_id", "owner_id", "creator_id",
-              "position", "score", "category_id", "priority", "date_creation",
-              "date_modification", "date_moved", "date_due", "date_started")
+INT_FIELDS = (
+    "id",
+    "project_id",
+    "column_id",
+    "swimlane_id",
+    "owner_id",
+    "creator_id",
+    "position",
+    "score",
+    "category_id",
+    "priority",
+    "date_creation",
+    "date_modification",
+    "date_moved",
+    "date_due",
+    "date_started",
+)
 
 
 def _ts(board: Board, text: str) -> int:
@@ -23,8 +37,15 @@ def _ts(board: Board, text: str) -> int:
 
 def test_create_and_get_task_field_types(board: Board, project: Project) -> None:
     ref = board.unique("ref")
-    task_id = project.task("Typed", reference=ref, priority=2, score=3, color_id="red",
-                           description="desc", date_due="2026-12-01 10:00")
+    task_id = project.task(
+        "Typed",
+        reference=ref,
+        priority=2,
+        score=3,
+        color_id="red",
+        description="desc",
+        date_due="2026-12-01 10:00",
+    )
     task = board.call("getTask", [task_id])
     for key in INT_FIELDS:
         assert type(task[key]) is int, (key, task[key])
@@ -64,40 +85,64 @@ def test_date_only_keeps_the_time_of_day(board: Board, project: Project) -> None
     assert abs((due - midnight) - seconds_of_day) < 120 or seconds_of_day > 86280
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("12/01/2026 10:00", "2026-12-01 10:00"),
-    ("01/12/2026 10:00", "2026-01-12 10:00"),  # m/d/Y
-    ("2026_12_01 10:00", "2026-12-01 10:00"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("12/01/2026 10:00", "2026-12-01 10:00"),
+        ("01/12/2026 10:00", "2026-01-12 10:00"),  # m/d/Y
+        ("2026_12_01 10:00", "2026-12-01 10:00"),
+    ],
+)
 def test_other_date_formats(board: Board, project: Project, text: str, expected: str) -> None:
     assert board.call("getTask", [project.task(date_due=text)])["date_due"] == _ts(board, expected)
 
 
-@pytest.mark.parametrize("value", [
-    "2026-12-01T10:00:00", "2026-12-01 10:00:00", "1764583200", 1764583200, "garbage",
-    "2026-13-01", "2026-02-30", 0,
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2026-12-01T10:00:00",
+        "2026-12-01 10:00:00",
+        "1764583200",
+        1764583200,
+        "garbage",
+        "2026-13-01",
+        "2026-02-30",
+        0,
+    ],
+)
 def test_bad_dates_are_refused(board: Board, project: Project, value: object) -> None:
-    assert board.call("createTask", {"title": "x", "project_id": project.id,
-                                     "date_due": value}) is False
+    assert board.call("createTask", {"title": "x", "project_id": project.id, "date_due": value}) is False
 
 
 def test_start_after_due_is_refused(board: Board, project: Project) -> None:
-    assert board.call("createTask", {"title": "x", "project_id": project.id,
-                                     "date_started": "2026-12-02 10:00",
-                                     "date_due": "2026-12-01 10:00"}) is False
+    assert (
+        board.call(
+            "createTask",
+            {
+                "title": "x",
+                "project_id": project.id,
+                "date_started": "2026-12-02 10:00",
+                "date_due": "2026-12-01 10:00",
+            },
+        )
+        is False
+    )
 
 
-@pytest.mark.parametrize(("params", "expected"), [
-    ({"project_id": 2_000_000_000}, "sql-error"),  # 0 on SQLite (test_flavours has more)
-    ({"column_id": 2_000_000_000}, 0),
-    ({"swimlane_id": 2_000_000_000}, 0),
-    ({"swimlane_id": 0}, False),
-    ({"priority": "high"}, False),
-    ({"title": ""}, False),
-])
-def test_create_task_failures(board: Board, project: Project, params: dict[str, Any],
-                              expected: object) -> None:
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"project_id": 2_000_000_000}, "sql-error"),  # 0 on SQLite (test_flavours has more)
+        ({"column_id": 2_000_000_000}, 0),
+        ({"swimlane_id": 2_000_000_000}, 0),
+        ({"swimlane_id": 0}, False),
+        ({"priority": "high"}, False),
+        ({"title": ""}, False),
+    ],
+)
+def test_create_task_failures(
+    board: Board, project: Project, params: dict[str, Any], expected: object
+) -> None:
     if expected == "sql-error":
         if board.sql_errors:
             with pytest.raises(RpcError) as err:
@@ -135,8 +180,13 @@ def test_get_all_tasks_by_status(board: Board, project: Project) -> None:
 
 def test_update_task(board: Board, project: Project) -> None:
     task = project.task("before", priority=1)
-    assert board.call("updateTask", {"id": task, "title": "after", "priority": 3,
-                                     "reference": "r-1", "no_such_param": 1}) is True
+    assert (
+        board.call(
+            "updateTask",
+            {"id": task, "title": "after", "priority": 3, "reference": "r-1", "no_such_param": 1},
+        )
+        is True
+    )
     got = board.call("getTask", [task])
     assert (got["title"], got["priority"], got["reference"]) == ("after", 3, "r-1")
     assert board.call("updateTask", {"id": task}) is True
@@ -156,14 +206,12 @@ def test_move_task_position(board: Board, project: Project) -> None:
     ready = project.column("Ready")
     a, b = project.task("a", column_id=ready), project.task("b", column_id=ready)
     task = project.task("moving")
-    assert board.call("moveTaskPosition",
-                      [project.id, task, ready, 1, project.swimlane_id]) is True
+    assert board.call("moveTaskPosition", [project.id, task, ready, 1, project.swimlane_id]) is True
     got = board.call("getTask", [task])
     assert (got["column_id"], got["position"]) == (ready, 1)
     assert [board.call("getTask", [t])["position"] for t in (a, b)] == [2, 3]
     # Already there: false, not an error.
-    assert board.call("moveTaskPosition",
-                      [project.id, task, ready, 1, project.swimlane_id]) is False
+    assert board.call("moveTaskPosition", [project.id, task, ready, 1, project.swimlane_id]) is False
     # Clamped to the bottom; swimlane 0 keeps the current lane.
     assert board.call("moveTaskPosition", [project.id, task, ready, 99, 0]) is True
     assert board.call("getTask", [task])["position"] == 3
@@ -175,20 +223,21 @@ def test_move_task_position_refusals(board: Board, project: Project) -> None:
     task = project.task()
     done = project.column("Done")
     assert board.call("moveTaskPosition", [other.id, task, done, 1, project.swimlane_id]) is False
-    assert board.call("moveTaskPosition",
-                      [project.id, 2_000_000_000, done, 1, project.swimlane_id]) is False
-    assert board.call("moveTaskPosition",
-                      [project.id, task, 2_000_000_000, 1, project.swimlane_id]) is False
-    reply = board.rpc("moveTaskPosition", {"project_id": project.id, "task_id": task,
-                                           "column_id": done, "position": 1})
+    assert board.call("moveTaskPosition", [project.id, 2_000_000_000, done, 1, project.swimlane_id]) is False
+    assert board.call("moveTaskPosition", [project.id, task, 2_000_000_000, 1, project.swimlane_id]) is False
+    reply = board.rpc(
+        "moveTaskPosition", {"project_id": project.id, "task_id": task, "column_id": done, "position": 1}
+    )
     assert reply["error"]["data"] == "Wrong number of arguments"
 
 
 def test_closed_task_can_be_moved(board: Board, project: Project) -> None:
     task = project.task()
     board.call("closeTask", [task])
-    assert board.call("moveTaskPosition",
-                      [project.id, task, project.column("Done"), 1, project.swimlane_id]) is True
+    assert (
+        board.call("moveTaskPosition", [project.id, task, project.column("Done"), 1, project.swimlane_id])
+        is True
+    )
     assert board.call("getTask", [task])["column_id"] == project.column("Done")
 
 
@@ -220,8 +269,10 @@ def test_remove_task(board: Board, project: Project) -> None:
 
 def test_users_and_assignable_owners(board: Board, project: Project) -> None:
     name = board.unique("u").replace("-", "")
-    member = board.call("createUser", {"username": name, "password": "secret12",
-                                       "name": "Member", "email": f"{name}@example.com"})
+    member = board.call(
+        "createUser",
+        {"username": name, "password": "secret12", "name": "Member", "email": f"{name}@example.com"},
+    )
     viewer = board.call("createUser", [name + "v", "secret12"])
     assert isinstance(member, int) and isinstance(viewer, int)
     assert board.call("createUser", [name, "secret12"]) is False  # duplicate
@@ -230,22 +281,17 @@ def test_users_and_assignable_owners(board: Board, project: Project) -> None:
     # A new project has no member (app token): no owner is assignable yet.
     assert board.call("getProjectUsers", [project.id]) == {}
     assert board.call("getAssignableUsers", [project.id]) == {}
-    assert board.call("createTask", {"title": "x", "project_id": project.id,
-                                     "owner_id": member}) is False
+    assert board.call("createTask", {"title": "x", "project_id": project.id, "owner_id": member}) is False
     assert board.call("addProjectUser", [project.id, member]) is True
     assert board.call("addProjectUser", [project.id, member]) is False
     assert board.call("addProjectUser", [project.id, viewer, "project-viewer"]) is True
-    assert board.call("getProjectUsers", [project.id]) == {str(member): "Member",
-                                                           str(viewer): name + "v"}
+    assert board.call("getProjectUsers", [project.id]) == {str(member): "Member", str(viewer): name + "v"}
     assert board.call("getAssignableUsers", [project.id]) == {str(member): "Member"}
-    assert board.call("getAssignableUsers", [project.id, True]) == {
-        "0": "Unassigned", str(member): "Member"}
+    assert board.call("getAssignableUsers", [project.id, True]) == {"0": "Unassigned", str(member): "Member"}
     task = project.task(owner_id=member)
     assert board.call("getTask", [task])["owner_id"] == member
-    assert board.call("createTask", {"title": "x", "project_id": project.id,
-                                     "owner_id": viewer}) is False
-    assert board.call("createTask", {"title": "x", "project_id": project.id,
-                                     "creator_id": viewer}) is False
+    assert board.call("createTask", {"title": "x", "project_id": project.id, "owner_id": viewer}) is False
+    assert board.call("createTask", {"title": "x", "project_id": project.id, "creator_id": viewer}) is False
     assert board.call("updateTask", {"id": task, "owner_id": viewer}) is False
     assert board.call("updateTask", {"id": task, "owner_id": 0}) is True
     assert board.call("getTask", [task])["owner_id"] == 0

@@ -16,8 +16,7 @@ def test_wrong_token_is_401_with_a_jsonrpc_body(board: Board) -> None:
     resp = board.post({"jsonrpc": "2.0", "method": "getVersion", "id": 1}, token="wrong-token")
     assert resp.status_code == 401
     assert resp.headers["WWW-Authenticate"] == 'Basic realm="JsonRPC"'
-    assert resp.json() == {"jsonrpc": "2.0", "error": {"code": 401, "message": "Unauthorized"},
-                           "id": None}
+    assert resp.json() == {"jsonrpc": "2.0", "error": {"code": 401, "message": "Unauthorized"}, "id": None}
 
 
 def test_missing_credentials_are_401(board: Board) -> None:
@@ -80,8 +79,7 @@ def test_unknown_named_params_are_ignored(board: Board, project: Project) -> Non
 def test_malformed_json_is_a_parse_error(board: Board, body: bytes) -> None:
     resp = board.post(body)
     assert resp.status_code == 200
-    assert resp.json() == {"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"},
-                           "id": None}
+    assert resp.json() == {"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": None}
 
 
 def test_get_is_a_parse_error(board: Board) -> None:
@@ -102,8 +100,11 @@ def test_get_is_a_parse_error(board: Board) -> None:
 )
 def test_invalid_request_has_a_null_id(board: Board, req: object) -> None:
     resp = board.post(req)
-    assert resp.json() == {"jsonrpc": "2.0",
-                           "error": {"code": -32600, "message": "Invalid Request"}, "id": None}
+    assert resp.json() == {
+        "jsonrpc": "2.0",
+        "error": {"code": -32600, "message": "Invalid Request"},
+        "id": None,
+    }
 
 
 @pytest.mark.parametrize("rpc_id", ["absent", None])
@@ -122,32 +123,39 @@ def test_string_id_is_echoed(board: Board) -> None:
 
 
 def test_batch_answers_in_order_with_per_item_errors(board: Board) -> None:
-    resp = board.post([
-        {"jsonrpc": "2.0", "method": "getTimezone", "id": 1},
-        {"jsonrpc": "2.0", "method": "nope", "id": 2},
-        {"jsonrpc": "2.0", "id": 3},
-        {"jsonrpc": "2.0", "method": "getTask", "id": 4},
-        {"jsonrpc": "2.0", "method": "getTimezone"},  # a notification: no entry
-        7,
-    ])
+    resp = board.post(
+        [
+            {"jsonrpc": "2.0", "method": "getTimezone", "id": 1},
+            {"jsonrpc": "2.0", "method": "nope", "id": 2},
+            {"jsonrpc": "2.0", "id": 3},
+            {"jsonrpc": "2.0", "method": "getTask", "id": 4},
+            {"jsonrpc": "2.0", "method": "getTimezone"},  # a notification: no entry
+            7,
+        ]
+    )
     assert resp.status_code == 200
     items = resp.json()
     assert [i["id"] for i in items] == [1, 2, None, 4, None]
     assert isinstance(items[0]["result"], str)
     assert items[1]["error"]["code"] == -32601
     assert items[2]["error"]["code"] == -32600
-    assert items[3]["error"] == {"code": -32602, "message": "Invalid params",
-                                 "data": "Wrong number of arguments"}
+    assert items[3]["error"] == {
+        "code": -32602,
+        "message": "Invalid params",
+        "data": "Wrong number of arguments",
+    }
     assert items[4]["error"]["code"] == -32700
 
 
 def test_client_batch_returns_outcomes_in_order(board: Board, project: Project) -> None:
     task = project.task("batched")
-    outcomes = board.client.batch([
-        Call("getTask", [task]),
-        Call("noSuchProcedure"),
-        Call("getTask", {"task_id": task}),
-    ])
+    outcomes = board.client.batch(
+        [
+            Call("getTask", [task]),
+            Call("noSuchProcedure"),
+            Call("getTask", {"task_id": task}),
+        ]
+    )
     assert outcomes[0].unwrap()["id"] == task
     assert isinstance(outcomes[1].error, RpcError) and outcomes[1].error.code == -32601
     assert outcomes[2].unwrap()["title"] == "batched"
@@ -155,11 +163,13 @@ def test_client_batch_returns_outcomes_in_order(board: Board, project: Project) 
 
 def test_batch_is_not_atomic(board: Board, project: Project) -> None:
     ref = board.unique("ref")
-    outcomes = board.client.batch([
-        Call("createTask", {"title": "first", "project_id": project.id, "reference": ref}),
-        Call("getTask"),  # fails with -32602
-        Call("createTask", {"title": "third", "project_id": project.id}),
-    ])
+    outcomes = board.client.batch(
+        [
+            Call("createTask", {"title": "first", "project_id": project.id, "reference": ref}),
+            Call("getTask"),  # fails with -32602
+            Call("createTask", {"title": "third", "project_id": project.id}),
+        ]
+    )
     assert isinstance(outcomes[0].value, int) and outcomes[0].value > 0
     assert outcomes[1].error is not None and outcomes[1].error.code == -32602
     assert isinstance(outcomes[2].value, int) and outcomes[2].value > 0
@@ -167,8 +177,14 @@ def test_batch_is_not_atomic(board: Board, project: Project) -> None:
 
 
 def test_type_error_is_an_empty_http_500(board: Board, project: Project) -> None:
-    resp = board.post({"jsonrpc": "2.0", "method": "createTask", "id": 1,
-                       "params": {"title": "x", "project_id": project.id, "tags": "a"}})
+    resp = board.post(
+        {
+            "jsonrpc": "2.0",
+            "method": "createTask",
+            "id": 1,
+            "params": {"title": "x", "project_id": project.id, "tags": "a"},
+        }
+    )
     assert resp.status_code == 500
     assert resp.content == b""
 
@@ -176,17 +192,18 @@ def test_type_error_is_an_empty_http_500(board: Board, project: Project) -> None
 def test_http_500_after_a_committed_item_is_maybe_done(board: Board, project: Project) -> None:
     ref = board.unique("ref")
     with pytest.raises(MaybeDone):
-        board.client.batch([
-            Call("createTask", {"title": "kept", "project_id": project.id, "reference": ref}),
-            Call("createTask", {"title": "x", "project_id": project.id, "tags": "a"}),
-        ])
+        board.client.batch(
+            [
+                Call("createTask", {"title": "kept", "project_id": project.id, "reference": ref}),
+                Call("createTask", {"title": "x", "project_id": project.id, "tags": "a"}),
+            ]
+        )
     # The first item committed before PHP died: reconcile by reference.
     assert board.call("getTaskByReference", [project.id, ref])["title"] == "kept"
 
 
 def test_non_array_metadata_is_http_500(board: Board, project: Project) -> None:
     task = project.task()
-    resp = board.post({"jsonrpc": "2.0", "method": "saveTaskMetadata", "id": 1,
-                       "params": [task, "str"]})
+    resp = board.post({"jsonrpc": "2.0", "method": "saveTaskMetadata", "id": 1, "params": [task, "str"]})
     assert resp.status_code == 500
     assert resp.content == b""

@@ -1,7 +1,7 @@
 """A loopback stand-in for a **Gitea** forge's pull-request REST API (``/api/v1``).
 
 It stands in for the household's Gitea server, which the workspace lease opens pull
-requests on (``fabric.workspace.GiteaForge``). Only the part of the API the fabric uses is
+requests on (``fabric.apps.workspace.GiteaForge``). Only the part of the API the fabric uses is
 served, with Gitea's shapes:
 
 * ``GET  /api/v1/repos/{owner}/{repo}/pulls?state=open&page=N&limit=M`` — a JSON list of
@@ -75,8 +75,13 @@ class GiteaStub:
                     body = {"_unparsed": raw.decode(errors="replace")}
                 if not isinstance(body, dict):
                     body = {"_body": body}
-                rec = RecordedRequest(method, parts.path, parse_qs(parts.query),
-                                      {k.lower(): v for k, v in self.headers.items()}, body)
+                rec = RecordedRequest(
+                    method,
+                    parts.path,
+                    parse_qs(parts.query),
+                    {k.lower(): v for k, v in self.headers.items()},
+                    body,
+                )
                 with stub._lock:
                     stub.requests.append(rec)
                 status, data = stub._answer(method, parts.path, rec)
@@ -121,23 +126,33 @@ class GiteaStub:
                 page = int((rec.query.get("page") or ["1"])[0])
                 limit = int((rec.query.get("limit") or ["30"])[0])
                 chosen = [p for p in pulls if state == "all" or p["state"] == state]
-                return 200, chosen[(page - 1) * limit:page * limit]
+                return 200, chosen[(page - 1) * limit : page * limit]
             body = rec.body
             if not all(isinstance(body.get(k), str) and body.get(k) for k in ("head", "base", "title")):
-                return 422, {"message": "[Head]: Required; [Base]: Required; [Title]: Required",
-                             "url": self.url}
+                return 422, {
+                    "message": "[Head]: Required; [Base]: Required; [Title]: Required",
+                    "url": self.url,
+                }
             for p in pulls:
-                if p["state"] == "open" and p["head"]["ref"] == body["head"] \
-                        and p["base"]["ref"] == body["base"]:
-                    return 409, {"message": "pull request already exists for these targets "
-                                            f"[id: {p['id']}, issue_id: {p['number']}, head_repo_id: 1,"
-                                            " base_repo_id: 1, head_branch: "
-                                            f"{body['head']}, base_branch: {body['base']}]",
-                                 "url": self.url}
+                if (
+                    p["state"] == "open"
+                    and p["head"]["ref"] == body["head"]
+                    and p["base"]["ref"] == body["base"]
+                ):
+                    return 409, {
+                        "message": "pull request already exists for these targets "
+                        f"[id: {p['id']}, issue_id: {p['number']}, head_repo_id: 1,"
+                        " base_repo_id: 1, head_branch: "
+                        f"{body['head']}, base_branch: {body['base']}]",
+                        "url": self.url,
+                    }
             number = len(pulls) + 1
             pr = {
-                "id": 1000 + number, "number": number, "state": "open",
-                "title": body["title"], "body": body.get("body", ""),
+                "id": 1000 + number,
+                "number": number,
+                "state": "open",
+                "title": body["title"],
+                "body": body.get("body", ""),
                 "html_url": f"{self.url}/{repo}/pulls/{number}",
                 "url": f"{self.url}/api/v1/repos/{repo}/pulls/{number}",
                 "head": {"ref": body["head"], "label": body["head"]},

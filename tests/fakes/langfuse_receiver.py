@@ -89,8 +89,11 @@ class LangfuseReceiver:
 
     def env(self) -> dict[str, str]:
         """The environment LiteLLM's Langfuse callback reads to reach this receiver."""
-        return {"LANGFUSE_PUBLIC_KEY": self.public_key, "LANGFUSE_SECRET_KEY": self.secret_key,
-                "LANGFUSE_HOST": self.url}
+        return {
+            "LANGFUSE_PUBLIC_KEY": self.public_key,
+            "LANGFUSE_SECRET_KEY": self.secret_key,
+            "LANGFUSE_HOST": self.url,
+        }
 
     # -- assertions ----------------------------------------------------------------
 
@@ -107,8 +110,7 @@ class LangfuseReceiver:
                     tags.update(str(t) for t in body["tags"])
         return tags
 
-    def wait_for(self, predicate: Callable[[LangfuseReceiver], bool],
-                 timeout: float = 20.0) -> bool:
+    def wait_for(self, predicate: Callable[[LangfuseReceiver], bool], timeout: float = 20.0) -> bool:
         """Poll ``predicate(self)`` until true or ``timeout`` seconds pass."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -123,8 +125,9 @@ class LangfuseReceiver:
         expected = base64.b64encode(f"{self.public_key}:{self.secret_key}".encode()).decode()
         return header == f"Basic {expected}"
 
-    def _record(self, entry: dict[str, Any], spans: Sequence[ReceivedSpan] = (),
-                events: Sequence[dict[str, Any]] = ()) -> None:
+    def _record(
+        self, entry: dict[str, Any], spans: Sequence[ReceivedSpan] = (), events: Sequence[dict[str, Any]] = ()
+    ) -> None:
         with self._lock:
             self.requests.append(entry)
             self._spans.extend(spans)
@@ -161,11 +164,15 @@ def decode_otlp(body: bytes, content_type: str) -> list[ReceivedSpan]:
         resource = {kv.key: _any_value(kv.value) for kv in rs.resource.attributes}
         for ss in rs.scope_spans:
             for span in ss.spans:
-                out.append(ReceivedSpan(
-                    name=span.name, trace_id=bytes(span.trace_id).hex(),
-                    span_id=bytes(span.span_id).hex(),
-                    attributes={kv.key: _any_value(kv.value) for kv in span.attributes},
-                    resource=resource))
+                out.append(
+                    ReceivedSpan(
+                        name=span.name,
+                        trace_id=bytes(span.trace_id).hex(),
+                        span_id=bytes(span.span_id).hex(),
+                        attributes={kv.key: _any_value(kv.value) for kv in span.attributes},
+                        resource=resource,
+                    )
+                )
     return out
 
 
@@ -186,8 +193,9 @@ def _make_handler(receiver: LangfuseReceiver) -> type[BaseHTTPRequestHandler]:
         def _check(self) -> bool:
             if receiver._authorized(self.headers.get("Authorization")):
                 return True
-            self._send(401, {"message": "Invalid credentials. Confirm that you've configured "
-                                        "the correct host."})
+            self._send(
+                401, {"message": "Invalid credentials. Confirm that you've configured the correct host."}
+            )
             return False
 
         def do_GET(self) -> None:
@@ -198,8 +206,7 @@ def _make_handler(receiver: LangfuseReceiver) -> type[BaseHTTPRequestHandler]:
             if not self._check():
                 return
             if path == "/api/public/projects":
-                self._send(200, {"data": [{"id": "stub-project", "name": "agap-test",
-                                           "metadata": {}}]})
+                self._send(200, {"data": [{"id": "stub-project", "name": "agap-test", "metadata": {}}]})
                 return
             self._send(404, {"message": f"no route {path}"})
 
@@ -226,11 +233,16 @@ def _make_handler(receiver: LangfuseReceiver) -> type[BaseHTTPRequestHandler]:
                 except (ValueError, AttributeError):
                     self._send(400, {"message": "invalid JSON body"})
                     return
-                receiver._record({"path": path, "headers": headers, "body": data},
-                                 events=batch)
-                self._send(207, {"successes": [{"id": e.get("id"), "status": 201}
-                                               for e in batch if isinstance(e, dict)],
-                                 "errors": []})
+                receiver._record({"path": path, "headers": headers, "body": data}, events=batch)
+                self._send(
+                    207,
+                    {
+                        "successes": [
+                            {"id": e.get("id"), "status": 201} for e in batch if isinstance(e, dict)
+                        ],
+                        "errors": [],
+                    },
+                )
                 return
             self._send(404, {"message": f"no route {path}"})
 

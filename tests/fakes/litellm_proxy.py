@@ -80,13 +80,13 @@ class LiteLLMProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def config(self) -> dict[str, object]:
-        settings: dict[str, object] = {"num_retries": 0, "request_timeout": 30,
-                                       "drop_params": True}
+        settings: dict[str, object] = {"num_retries": 0, "request_timeout": 30, "drop_params": True}
         if self.callbacks:
             settings["success_callback"] = list(self.callbacks)
         return {
-            "model_list": [{"model_name": name, "litellm_params": params}
-                           for name, params in self.models.items()],
+            "model_list": [
+                {"model_name": name, "litellm_params": params} for name, params in self.models.items()
+            ],
             "litellm_settings": settings,
             "router_settings": {"num_retries": 0},
             "general_settings": {"master_key": "os.environ/LITELLM_MASTER_KEY"},
@@ -98,24 +98,37 @@ class LiteLLMProxy:
         self.workdir.mkdir(parents=True, exist_ok=True)
         config_path = self.workdir / "config.yaml"
         config_path.write_text(yaml.safe_dump(self.config(), sort_keys=False))
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("LANGFUSE_", "LITELLM_", "DATABASE_URL", "OPENAI_"))}
-        env.update({"LITELLM_MASTER_KEY": self.master_key, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                    "LITELLM_TELEMETRY": "False", "NO_PROXY": "127.0.0.1,localhost",
-                    "no_proxy": "127.0.0.1,localhost"})
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("LANGFUSE_", "LITELLM_", "DATABASE_URL", "OPENAI_"))
+        }
+        env.update(
+            {
+                "LITELLM_MASTER_KEY": self.master_key,
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                "LITELLM_TELEMETRY": "False",
+                "NO_PROXY": "127.0.0.1,localhost",
+                "no_proxy": "127.0.0.1,localhost",
+            }
+        )
         env.update(self.env)
         started = time.monotonic()
         with self.log_path.open("wb") as log:
             self._proc = subprocess.Popen(
-                [cli, "--config", str(config_path), "--host", "127.0.0.1",
-                 "--port", str(self.port)],
-                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
-                start_new_session=True)
+                [cli, "--config", str(config_path), "--host", "127.0.0.1", "--port", str(self.port)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                start_new_session=True,
+            )
         deadline = started + self.start_timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise RuntimeError(f"the LiteLLM proxy exited with {self._proc.returncode}:\n"
-                                   f"{self.log_tail()}")
+                raise RuntimeError(
+                    f"the LiteLLM proxy exited with {self._proc.returncode}:\n{self.log_tail()}"
+                )
             try:
                 if requests.get(f"{self.url}/health/liveliness", timeout=1).ok:
                     self.started_in = time.monotonic() - started
@@ -124,8 +137,9 @@ class LiteLLMProxy:
                 pass
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"the LiteLLM proxy was not live within {self.start_timeout:.0f}s:\n"
-                           f"{self.log_tail()}")
+        raise RuntimeError(
+            f"the LiteLLM proxy was not live within {self.start_timeout:.0f}s:\n{self.log_tail()}"
+        )
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None

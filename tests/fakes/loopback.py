@@ -12,12 +12,17 @@ from typing import Any
 class Loopback:
     """One running server: ``start()``, ``stop()``, ``port``, ``url``."""
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler], name: str,
-                 server_cls: type[ThreadingHTTPServer] = ThreadingHTTPServer) -> None:
+    def __init__(
+        self,
+        handler: type[BaseHTTPRequestHandler],
+        name: str,
+        server_cls: type[ThreadingHTTPServer] = ThreadingHTTPServer,
+    ) -> None:
         self.server = server_cls(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
-        self._thread = threading.Thread(target=self.server.serve_forever, name=name,
-                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, name=name, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     def start(self) -> Loopback:
         self._thread.start()
@@ -43,9 +48,14 @@ class JsonHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         return
 
-    def send_json(self, status: int, payload: Any, *,
-                  content_type: str = "application/json",
-                  headers: dict[str, str] | None = None) -> None:
+    def send_json(
+        self,
+        status: int,
+        payload: Any,
+        *,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", content_type)

@@ -94,8 +94,14 @@ class OpenAIStub:
 
     # -- steering and assertions ---------------------------------------------------
 
-    def fail_next(self, kind: Failure, count: int = 1, *, retry_after: str | None = "7",
-                  reset_requests: str | None = "7s") -> None:
+    def fail_next(
+        self,
+        kind: Failure,
+        count: int = 1,
+        *,
+        retry_after: str | None = "7",
+        reset_requests: str | None = "7s",
+    ) -> None:
         """Answer the next ``count`` chat calls with ``kind`` instead of a completion."""
         with self._lock:
             self._plans.append(_Plan(kind, count, retry_after, reset_requests))
@@ -132,11 +138,18 @@ class OpenAIStub:
 
     def _completion(self, body: dict[str, Any]) -> dict[str, Any]:
         messages = body.get("messages") or []
-        last_user = next((str(m.get("content", "")) for m in reversed(messages)
-                          if isinstance(m, dict) and m.get("role") == "user"), "")
+        last_user = next(
+            (
+                str(m.get("content", ""))
+                for m in reversed(messages)
+                if isinstance(m, dict) and m.get("role") == "user"
+            ),
+            "",
+        )
         text = self.reply(body) if self.reply else f"stub reply to: {last_user[:60]}"
-        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages
-                            if isinstance(m, dict)) or 1
+        prompt_tokens = (
+            sum(len(str(m.get("content", "")).split()) for m in messages if isinstance(m, dict)) or 1
+        )
         completion_tokens = len(text.split()) or 1
         return {
             "id": self._next_id(),
@@ -144,10 +157,14 @@ class OpenAIStub:
             "created": int(time.time()),
             "model": str(body.get("model", "stub-model")),
             "system_fingerprint": "fp_stub",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": text}}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
+            "choices": [
+                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
         }
 
 
@@ -167,8 +184,14 @@ def _make_handler(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             return
 
-        def _send(self, status: int, payload: Any = None, *, raw: bytes | None = None,
-                  headers: dict[str, str] | None = None) -> None:
+        def _send(
+            self,
+            status: int,
+            payload: Any = None,
+            *,
+            raw: bytes | None = None,
+            headers: dict[str, str] | None = None,
+        ) -> None:
             data = raw if raw is not None else json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -179,10 +202,14 @@ def _make_handler(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _error(self, status: int, message: str, etype: str, code: str,
-                   headers: dict[str, str] | None = None) -> None:
-            self._send(status, {"error": {"message": message, "type": etype, "param": None,
-                                          "code": code}}, headers=headers)
+        def _error(
+            self, status: int, message: str, etype: str, code: str, headers: dict[str, str] | None = None
+        ) -> None:
+            self._send(
+                status,
+                {"error": {"message": message, "type": etype, "param": None, "code": code}},
+                headers=headers,
+            )
 
         def _read(self) -> tuple[bytes, Any]:
             length = int(self.headers.get("Content-Length") or 0)
@@ -191,16 +218,17 @@ def _make_handler(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
                 body = json.loads(raw) if raw else None
             except ValueError:
                 body = None
-            stub._record(RecordedRequest(self.command, self.path,
-                                         {k.lower(): v for k, v in self.headers.items()},
-                                         body, raw))
+            stub._record(
+                RecordedRequest(
+                    self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, raw
+                )
+            )
             return raw, body
 
         def _authorized(self) -> bool:
             if self.headers.get("Authorization") == f"Bearer {stub.api_key}":
                 return True
-            self._error(401, "Incorrect API key provided.", "invalid_request_error",
-                        "invalid_api_key")
+            self._error(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
             return False
 
         def do_GET(self) -> None:
@@ -208,8 +236,13 @@ def _make_handler(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
             if not self._authorized():
                 return
             if self.path.rstrip("/") == "/v1/models":
-                self._send(200, {"object": "list", "data": [
-                    {"id": "stub-model", "object": "model", "created": 0, "owned_by": "stub"}]})
+                self._send(
+                    200,
+                    {
+                        "object": "list",
+                        "data": [{"id": "stub-model", "object": "model", "created": 0, "owned_by": "stub"}],
+                    },
+                )
                 return
             self._error(404, f"no route {self.path}", "invalid_request_error", "not_found")
 
@@ -221,8 +254,7 @@ def _make_handler(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
                 self._error(404, f"no route {self.path}", "invalid_request_error", "not_found")
                 return
             if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-                self._error(400, "'messages' is required", "invalid_request_error",
-                            "invalid_request")
+                self._error(400, "'messages' is required", "invalid_request_error", "invalid_request")
                 return
             plan = stub._take_plan()
             if plan is None:
@@ -235,11 +267,16 @@ def _make_handler(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
                     headers["x-ratelimit-reset-requests"] = plan.reset_requests
                     headers["x-ratelimit-remaining-requests"] = "0"
                     headers["x-ratelimit-limit-requests"] = "60"
-                self._error(429, "Rate limit reached for requests", "requests",
-                            "rate_limit_exceeded", headers=headers)
+                self._error(
+                    429, "Rate limit reached for requests", "requests", "rate_limit_exceeded", headers=headers
+                )
             elif plan.kind in ("500", "503"):
-                self._error(int(plan.kind), "The server had an error while processing "
-                            "your request.", "server_error", "server_error")
+                self._error(
+                    int(plan.kind),
+                    "The server had an error while processing your request.",
+                    "server_error",
+                    "server_error",
+                )
             elif plan.kind == "malformed":
                 self._send(200, raw=b'{"id": "chatcmpl-broken", "choices": [{"mess')
             else:  # no_choices

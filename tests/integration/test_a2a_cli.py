@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import fabric.cli.a2a_cmd  # noqa: F401  (registers `agap a2a` until COMMAND_MODULES lists it)
-from fabric.a2a.server import ServerThread
-from fabric.board.server import EmbeddedBoard
-from fabric.cli import main
+import fabric.apps.cli.a2a_cmd  # noqa: F401  (registers `agap a2a` until COMMAND_MODULES lists it)
+from fabric.apps.a2a.server import ServerThread
+from fabric.apps.cli import main
+from fabric.embedded.server import EmbeddedBoard
 from tests.fakes.openai_stub import OpenAIStub
 from tests.integration.test_a2a_interop import ALICE, reply, setup_env, start_server
 
@@ -29,8 +29,12 @@ def server(embedded_board: EmbeddedBoard, tmp_path: Path) -> Iterator[ServerThre
 
 
 def test_serve_refuses_to_start_without_tokens(embedded_board: EmbeddedBoard) -> None:
-    env = {"AGAP_A2A_TOKENS": "", "AGAP_A2A_TOKENS_FILE": "",
-           "KANBOARD_URL": embedded_board.url, "KANBOARD_API_TOKEN": embedded_board.token}
+    env = {
+        "AGAP_A2A_TOKENS": "",
+        "AGAP_A2A_TOKENS_FILE": "",
+        "KANBOARD_URL": embedded_board.url,
+        "KANBOARD_API_TOKEN": embedded_board.token,
+    }
     result = CliRunner().invoke(main, ["a2a", "serve", "--agent", "kimi"], env=env)
     assert result.exit_code == 2
     assert "no A2A client tokens are configured" in result.output
@@ -43,10 +47,11 @@ def test_call_sends_and_prints_the_result(server: ServerThread) -> None:
     assert result.exit_code == 0, result.output
     assert "stub reply to: Say hi" in result.output
 
-    result = runner.invoke(main, ["a2a", "call", url, "later", "--async", "--json"],
-                           env={"AGAP_A2A_TOKEN": ALICE})
+    result = runner.invoke(
+        main, ["a2a", "call", url, "later", "--async", "--json"], env={"AGAP_A2A_TOKEN": ALICE}
+    )
     assert result.exit_code == 0, result.output
-    task = json.loads(result.output[result.output.index("{"):])
+    task = json.loads(result.output[result.output.index("{") :])
     assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
 
     result = runner.invoke(main, ["a2a", "call", url, "--cancel", task["id"], "--token", ALICE])

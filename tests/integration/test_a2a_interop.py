@@ -24,17 +24,17 @@ from a2a.client import A2ACardResolver, A2AClientError
 from a2a.types.a2a_pb2 import TaskState
 from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
 
-from fabric.a2a import store as st
-from fabric.a2a.auth import TokenTable
-from fabric.a2a.client import FabricA2AClient, push_config, task_text, text_message
-from fabric.a2a.server import ServerThread, make_service
-from fabric.a2a.service import ServiceConfig
-from fabric.board.server import EmbeddedBoard
+from fabric.apps.a2a import store as st
+from fabric.apps.a2a.auth import TokenTable
+from fabric.apps.a2a.client import FabricA2AClient, push_config, task_text, text_message
+from fabric.apps.a2a.server import ServerThread, make_service
+from fabric.apps.a2a.service import ServiceConfig
 from fabric.cards import CardSet, load_cards
 from fabric.config import Settings
 from fabric.core import Fabric
+from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.layout import State
+from fabric.kanboard.layout import State
 from tests.conftest import make_fabric
 from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import Running, wait_until
@@ -78,7 +78,6 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(asyncio.wait_for(coro, 60))
 
 
-
 def reply(body: dict[str, Any]) -> str:
     user = str([m["content"] for m in body["messages"] if m["role"] == "user"][-1])
     if "[ask]" in user and "A person answered" not in user:
@@ -107,15 +106,15 @@ class Receiver:
                     self.send_response(503)
                     self.end_headers()
                     return
-                outer.posts.append(({k.lower(): v for k, v in self.headers.items()},
-                                    json.loads(body)))
+                outer.posts.append(({k.lower(): v for k, v in self.headers.items()}, json.loads(body)))
                 self.send_response(200)
                 self.end_headers()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.thread.start()
 
     def close(self) -> None:
@@ -149,30 +148,43 @@ class Env:
         return cur.state if cur else None
 
 
-
-
-def setup_env(board: EmbeddedBoard, tmp: Path, stub: OpenAIStub) -> tuple[Settings, CardSet,
-                                                                         dict[str, str], Fabric]:
+def setup_env(
+    board: EmbeddedBoard, tmp: Path, stub: OpenAIStub
+) -> tuple[Settings, CardSet, dict[str, str], Fabric]:
     cards_dir = tmp / "cards"
     cards_dir.mkdir(exist_ok=True)
     (cards_dir / "helper.yaml").write_text(HELPER)
     (cards_dir / "alvis.yaml").write_text(ALVIS)
     cards = load_cards(cards_dir, base_dir=cards_dir)
-    settings = Settings(board_url=board.url, board_token=board.token, cards_dir=cards_dir,
-                        state_dir=tmp / "state")
+    settings = Settings(
+        board_url=board.url, board_token=board.token, cards_dir=cards_dir, state_dir=tmp / "state"
+    )
     fab = make_fabric(KanboardClient(board.url, board.token), cards, settings=settings)
-    env = {"AGAP_MODEL_MODE": "gateway", "AGAP_LITELLM_URL": stub.url,
-           "AGAP_LITELLM_KEY": stub.api_key, "AGAP_A2A_PUSH_ALLOW": "127.0.0.1",
-           "AGAP_POLL_SECONDS": "0.05"}
+    env = {
+        "AGAP_MODEL_MODE": "gateway",
+        "AGAP_LITELLM_URL": stub.url,
+        "AGAP_LITELLM_KEY": stub.api_key,
+        "AGAP_A2A_PUSH_ALLOW": "127.0.0.1",
+        "AGAP_POLL_SECONDS": "0.05",
+    }
     return settings, cards, env, fab
 
 
-def start_server(settings: Settings, cards: CardSet, env: dict[str, str],
-                 board: EmbeddedBoard) -> ServerThread:
+def start_server(
+    settings: Settings, cards: CardSet, env: dict[str, str], board: EmbeddedBoard
+) -> ServerThread:
     def connect() -> Fabric:
         return Fabric.connect(settings, cards=cards, port=KanboardClient(board.url, board.token))
-    service = make_service(settings, cards, env, connect=connect, config=ServiceConfig(
-        watch_seconds=0.1, journal_retry_seconds=0.5, push_base_delay=0.05, follow_max_seconds=20))
+
+    service = make_service(
+        settings,
+        cards,
+        env,
+        connect=connect,
+        config=ServiceConfig(
+            watch_seconds=0.1, journal_retry_seconds=0.5, push_base_delay=0.05, follow_max_seconds=20
+        ),
+    )
     return ServerThread(service, ["helper", "alvis"], TOKENS).start()
 
 
@@ -208,25 +220,27 @@ def test_the_card_is_public_and_declares_bearer_auth_and_skills(a2a: Env) -> Non
         assert card.name == "Helper model"
         assert [s.id for s in card.skills] == ["chat", "code"]
         iface = card.supported_interfaces[0]
-        assert (iface.url, iface.protocol_binding, iface.protocol_version) == (
-            a2a.url, "JSONRPC", "1.0")
+        assert (iface.url, iface.protocol_binding, iface.protocol_version) == (a2a.url, "JSONRPC", "1.0")
         scheme = card.security_schemes["bearer"].http_auth_security_scheme
         assert scheme.scheme == "bearer"
         assert "bearer" in card.security_requirements[0].schemes
         assert card.capabilities.streaming and card.capabilities.push_notifications
         assert human.name == "Alvis" and [s.id for s in human.skills] == ["alvis"]
+
     run(go())
 
 
 def test_calls_without_a_valid_token_get_401_with_a_challenge(a2a: Env) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
-    for headers in ({}, {"Authorization": "Bearer nope-not-a-token-at-all"},
-                    {"Authorization": f"Basic {ALICE}"}):
+    for headers in (
+        {},
+        {"Authorization": "Bearer nope-not-a-token-at-all"},
+        {"Authorization": f"Basic {ALICE}"},
+    ):
         r = httpx.post(a2a.url, json=body, headers={"A2A-Version": "1.0", **headers})
         assert r.status_code == 401
         assert r.headers["www-authenticate"].startswith('Bearer realm="agap"')
-    ok = httpx.post(a2a.url, json=body, headers={"A2A-Version": "1.0",
-                                                 "Authorization": f"Bearer {ALICE}"})
+    ok = httpx.post(a2a.url, json=body, headers={"A2A-Version": "1.0", "Authorization": f"Bearer {ALICE}"})
     assert ok.status_code == 200 and "result" in ok.json()
 
     async def go() -> None:
@@ -234,6 +248,7 @@ def test_calls_without_a_valid_token_get_401_with_a_challenge(a2a: Env) -> None:
         async with c:
             with pytest.raises(A2AClientError, match="401"):
                 await c.send(text_message("hello"))
+
     run(go())
     assert a2a.stub.chat_requests() == []
 
@@ -251,6 +266,7 @@ def test_a_sync_send_runs_the_model_directly_then_journals_it(a2a: Env) -> None:
             task = await c.send(text_message("Say hello", message_id=mid))
             assert service.board.trips() == trips  # only the journal, afterwards, writes
             return task, await c.get(task.id)
+
     task, again = run(go())
     assert task.status.state == S.TASK_STATE_COMPLETED
     assert task_text(task).startswith("stub reply to: Say hello")
@@ -274,6 +290,7 @@ def test_streaming_send_yields_working_then_the_result(a2a: Env) -> None:
     async def go() -> list[Any]:
         async with await a2a.client(streaming=True) as c:
             return await c.stream(text_message("stream me"))
+
     events = run(go())
     kinds = [e.WhichOneof("payload") for e in events]
     assert kinds[0] == "task" and events[0].task.status.state == S.TASK_STATE_WORKING
@@ -287,6 +304,7 @@ def test_a_sync_question_is_answered_by_a_follow_up_with_the_same_task_id(a2a: E
             first = await c.send(text_message("[ask] book a table"))
             answer = text_message("Paris", task_id=first.id, context_id=first.context_id)
             return first, await c.send(answer)
+
     first, done = run(go())
     assert first.status.state == S.TASK_STATE_INPUT_REQUIRED
     assert task_text(first) == "which city?"
@@ -308,6 +326,7 @@ def test_an_async_send_becomes_a_fabric_task_that_a_worker_completes(a2a: Env) -
                 done = await c.wait(sent.id, timeout=30)
             listed = await c.list()
             return sent, done, listed
+
     sent, done, listed = run(go())
     assert done.status.state == S.TASK_STATE_COMPLETED
     assert task_text(done).startswith("stub reply to: Summarise the week")
@@ -326,6 +345,7 @@ def test_cancel_is_a_ledger_transition(a2a: Env) -> None:
             with pytest.raises(TaskNotCancelableError):
                 await c.cancel(sent.id)
             return sent, canceled
+
     sent, canceled = run(go())
     assert canceled.status.state == S.TASK_STATE_CANCELED
     assert a2a.board_state(sent.id) == State.CANCELED
@@ -339,10 +359,11 @@ def test_an_async_input_required_task_is_answered_by_a_follow_up(a2a: Env) -> No
                 asked = await c.wait(sent.id, timeout=30)
                 assert asked.status.state == S.TASK_STATE_INPUT_REQUIRED
                 resumed = await c.send(text_message("Rome", task_id=sent.id))
-                done = await c.wait(sent.id, timeout=30,
-                                    until=frozenset({S.TASK_STATE_COMPLETED,
-                                                     S.TASK_STATE_FAILED}))
+                done = await c.wait(
+                    sent.id, timeout=30, until=frozenset({S.TASK_STATE_COMPLETED, S.TASK_STATE_FAILED})
+                )
             return asked, resumed, done
+
     asked, resumed, done = run(go())
     assert task_text(asked) == "which city?"
     assert resumed.status.state == S.TASK_STATE_SUBMITTED
@@ -357,6 +378,7 @@ def test_a_human_agent_takes_async_messages_only(a2a: Env) -> None:
             with pytest.raises(Exception, match="returnImmediately"):
                 await c.send(text_message("approve the budget"))
             return await c.send(text_message("approve the budget"), return_immediately=True)
+
     sent = run(go())
     assert sent.status.state == S.TASK_STATE_SUBMITTED
     assert a2a.board_state(sent.id) == State.QUEUED
@@ -384,6 +406,7 @@ def test_another_callers_task_looks_like_not_found(a2a: Env) -> None:
             async with other:  # scoped to the agent too
                 with pytest.raises(TaskNotFoundError):
                     await other.get(later.id)
+
     run(go())
 
 
@@ -405,6 +428,7 @@ def test_a_retried_message_id_returns_the_same_task(a2a: Env) -> None:
             assert z.id == x.id
             with pytest.raises(InvalidParamsError):
                 await c.send(text_message("different", message_id=amid), return_immediately=True)
+
     run(go())
     rows = a2a.fab.board.search('status:open swimlane:"helper"')
     assert len([r for r in rows if r["title"] == "async once"]) == 1
@@ -416,19 +440,20 @@ def test_a_retried_message_id_returns_the_same_task(a2a: Env) -> None:
 def test_push_is_delivered_with_its_authentication_and_retried(a2a: Env) -> None:
     rx = Receiver(fail_first=1)
     try:
+
         async def go() -> Any:
             async with await a2a.client() as c:
-                cfg = push_config(rx.url, token="tok-1", scheme="Bearer",
-                                  credentials="push-secret")
-                sent = await c.send(text_message("notify me"), return_immediately=True,
-                                    push=cfg)
+                cfg = push_config(rx.url, token="tok-1", scheme="Bearer", credentials="push-secret")
+                sent = await c.send(text_message("notify me"), return_immediately=True, push=cfg)
                 with a2a.worker():
                     await c.wait(sent.id, timeout=30)
                 return sent
+
         sent = run(go())
-        post = wait_until(lambda: [p for p in rx.posts
-                                   if p[1]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"],
-                          what="completed push")
+        post = wait_until(
+            lambda: [p for p in rx.posts if p[1]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"],
+            what="completed push",
+        )
         headers, body = post[0]
         assert headers["authorization"] == "Bearer push-secret"
         assert headers["x-a2a-notification-token"] == "tok-1"
@@ -440,17 +465,23 @@ def test_push_is_delivered_with_its_authentication_and_retried(a2a: Env) -> None
 
 
 def test_a_loopback_push_target_is_refused_unless_allow_listed(
-        embedded_board: EmbeddedBoard, tmp_path: Path, stub: OpenAIStub) -> None:
+    embedded_board: EmbeddedBoard, tmp_path: Path, stub: OpenAIStub
+) -> None:
     settings, cards, env, _ = setup_env(embedded_board, tmp_path, stub)
     env.pop("AGAP_A2A_PUSH_ALLOW")
     server = start_server(settings, cards, env, embedded_board)
     try:
+
         async def go() -> None:
             c = await FabricA2AClient.open(f"{server.url}/helper", ALICE, timeout=10)
             async with c:
                 with pytest.raises(InvalidParamsError, match="push"):
-                    await c.send(text_message("x"), return_immediately=True,
-                                 push=push_config("http://127.0.0.1:9/hook"))
+                    await c.send(
+                        text_message("x"),
+                        return_immediately=True,
+                        push=push_config("http://127.0.0.1:9/hook"),
+                    )
+
         run(go())
     finally:
         server.stop()
@@ -460,12 +491,20 @@ def test_a_loopback_push_target_is_refused_unless_allow_listed(
 
 
 def test_sync_calls_cut_short_by_a_crash_are_failed_and_journaled_at_start(
-        embedded_board: EmbeddedBoard, tmp_path: Path, stub: OpenAIStub) -> None:
+    embedded_board: EmbeddedBoard, tmp_path: Path, stub: OpenAIStub
+) -> None:
     settings, cards, env, fab = setup_env(embedded_board, tmp_path, stub)
     store = st.CallStore(settings.state_dir / "a2a.sqlite3")
-    row = st.TaskRow(task_id="s-" + "0" * 32, caller="alice", agent="helper", kind=st.SYNC,
-                     context_id="ctx", message_id="m-crash", intent="in flight at the crash",
-                     state=st.WORKING)
+    row = st.TaskRow(
+        task_id="s-" + "0" * 32,
+        caller="alice",
+        agent="helper",
+        kind=st.SYNC,
+        context_id="ctx",
+        message_id="m-crash",
+        intent="in flight at the crash",
+        state=st.WORKING,
+    )
     assert store.claim_message(row) is None
     store.close()
     server = start_server(settings, cards, env, embedded_board)
@@ -476,6 +515,7 @@ def test_sync_calls_cut_short_by_a_crash_are_failed_and_journaled_at_start(
             c = await FabricA2AClient.open(f"{server.url}/helper", ALICE, timeout=10)
             async with c:
                 return await c.get(row.task_id)
+
         task = run(go())
         assert task.status.state == S.TASK_STATE_FAILED
         assert "stopped during the sync call" in task_text(task)
@@ -488,7 +528,8 @@ def test_sync_calls_cut_short_by_a_crash_are_failed_and_journaled_at_start(
 
 
 def test_with_the_board_down_sync_calls_still_answer_and_are_journaled_later(
-        a2a: Env, embedded_board: EmbeddedBoard) -> None:
+    a2a: Env, embedded_board: EmbeddedBoard
+) -> None:
     db, port, token = embedded_board.store.path, embedded_board.port, embedded_board.token
     embedded_board.stop()  # Kanboard is down (connections dropped, port closed)
     mid = uuid.uuid4().hex
@@ -496,6 +537,7 @@ def test_with_the_board_down_sync_calls_still_answer_and_are_journaled_later(
     async def go() -> Any:
         async with await a2a.client() as c:
             return await c.send(text_message("Answer while the board is away", message_id=mid))
+
     task = run(go())
     assert task.status.state == S.TASK_STATE_COMPLETED, "the sync path never waits on the board"
     assert task_text(task).startswith("stub reply to: Answer while the board is away")

@@ -112,8 +112,9 @@ def test_http_health_probe_timeout_and_refused(node: tuple[Node, str]) -> None:
 @pytest.mark.timeout(20)
 def test_on_demand_over_real_http_wakes_by_url(node: tuple[Node, str]) -> None:
     state, base = node
-    od = OnDemand(base + "/health", wake=url_waker(base + "/wake"), probe_timeout=2.0,
-                  wake_timeout=60, retry_seconds=0)
+    od = OnDemand(
+        base + "/health", wake=url_waker(base + "/wake"), probe_timeout=2.0, wake_timeout=60, retry_seconds=0
+    )
     v = od.check(T0)
     assert not v.available and reason_key(v.reason) == "asleep" and "HTTP 503" in v.reason
     assert state.posts == ["/wake"]

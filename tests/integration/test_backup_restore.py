@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-import fabric.cli.backup_cmd  # noqa: F401  (registers `agap backup` / `agap restore`)
-from fabric.board.server import EmbeddedBoard
+import fabric.apps.cli.backup_cmd  # noqa: F401  (registers `agap backup` / `agap restore`)
+from fabric.apps.cli import main
+from fabric.apps.deploy.backup import FORMAT, VERSION, map_refs
 from fabric.cards import CardSet
-from fabric.cli import main
 from fabric.config import Settings
 from fabric.core import Fabric
-from fabric.deploy.backup import FORMAT, VERSION, map_refs
+from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.layout import State, epoch_lock
+from fabric.kanboard.layout import State, epoch_lock
 from fabric.ledger import IllegalTransition, LostRace
 from tests.conftest import ROOT, make_fabric
 from workers.queue import QueueReader
@@ -28,8 +28,12 @@ from workers.results import AttachmentStore
 
 
 def env_for(board: EmbeddedBoard, tmp_path: Path) -> dict[str, str]:
-    return {"KANBOARD_URL": board.url, "KANBOARD_API_TOKEN": board.token,
-            "AGAP_CARDS_DIR": str(ROOT / "cards"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    return {
+        "KANBOARD_URL": board.url,
+        "KANBOARD_API_TOKEN": board.token,
+        "AGAP_CARDS_DIR": str(ROOT / "cards"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
 
 
 def run(env: dict[str, str], *args: str) -> Result:
@@ -65,8 +69,9 @@ def populate(fab: Fabric) -> dict[str, int]:
     lease = fab.ledger.claim(fab.board.read(ids["asking"]), "w-kimi", lease_seconds=60)
     fab.ledger.ask(lease, "Which branch?", "alvis")
     # queued, referring to the done task, idempotent under a key, with a comment
-    ids["queued"] = fab.submit("Build on the summary", target="kimi",
-                               refs=[f"task:{ids['done']}"], priority="high").task_id
+    ids["queued"] = fab.submit(
+        "Build on the summary", target="kimi", refs=[f"task:{ids['done']}"], priority="high"
+    ).task_id
     fab.board.comment(ids["queued"], f"see also kanboard://task/{ids['done']}/file/result-e1.md")
     ids["keyed"] = fab.submit("Nightly digest", target="kimi", key="cron:digest:1").task_id
     # working under a lease
@@ -81,8 +86,10 @@ def snapshot(fab: Fabric) -> dict[str, dict[str, Any]]:
     layout = fab.board.layout
     cols = {v: k.value for k, v in layout.columns.items()}
     users = {int(u["id"]): u["username"] for u in port.call("getAllUsers")}
-    rows = [*port.call("getAllTasks", {"project_id": layout.project_id, "status_id": 1}),
-            *port.call("getAllTasks", {"project_id": layout.project_id, "status_id": 0})]
+    rows = [
+        *port.call("getAllTasks", {"project_id": layout.project_id, "status_id": 1}),
+        *port.call("getAllTasks", {"project_id": layout.project_id, "status_id": 0}),
+    ]
     out: dict[str, dict[str, Any]] = {}
     for row in rows:
         tid = int(row["id"])
@@ -93,10 +100,14 @@ def snapshot(fab: Fabric) -> dict[str, dict[str, Any]]:
             files[f["name"]] = base64.b64decode(fab.board.download(int(f["id"])))
         out[view.uid] = {
             "id": tid,
-            "title": row["title"], "reference": row["reference"], "priority": int(row["priority"]),
-            "is_active": int(row["is_active"]), "column": cols[int(row["column_id"])],
+            "title": row["title"],
+            "reference": row["reference"],
+            "priority": int(row["priority"]),
+            "is_active": int(row["is_active"]),
+            "column": cols[int(row["column_id"])],
             "swimlane": layout.queue_of(int(row["swimlane_id"])),
-            "owner": users.get(int(row["owner_id"] or 0)), "date_due": int(row["date_due"] or 0),
+            "owner": users.get(int(row["owner_id"] or 0)),
+            "date_due": int(row["date_due"] or 0),
             "description": row["description"],
             "metadata": dict(view.meta),
             "comments": [c["comment"] for c in fab.board.comments(tid)],
@@ -106,8 +117,8 @@ def snapshot(fab: Fabric) -> dict[str, dict[str, Any]]:
 
 
 def test_a_populated_board_round_trips_into_a_fresh_one_and_works(
-        embedded_board: EmbeddedBoard, fresh_board: EmbeddedBoard, cards: CardSet,
-        tmp_path: Path) -> None:
+    embedded_board: EmbeddedBoard, fresh_board: EmbeddedBoard, cards: CardSet, tmp_path: Path
+) -> None:
     src = fabric_on(embedded_board, cards)
     ids = populate(src)
     before = snapshot(src)
@@ -121,7 +132,8 @@ def test_a_populated_board_round_trips_into_a_fresh_one_and_works(
     assert doc["projects"]["work"]["name"] == "Agent Fabric"
     assert doc["projects"]["locks"]["name"] == "Agent Fabric Locks"
     assert {"Queued", "Working", "Waiting on me", "Done", "Dead letter"} <= set(
-        doc["projects"]["work"]["columns"])
+        doc["projects"]["work"]["columns"]
+    )
 
     # Another project's tasks on the new board shift the ids: references must follow.
     other = KanboardClient(fresh_board.url, fresh_board.token)
@@ -141,8 +153,17 @@ def test_a_populated_board_round_trips_into_a_fresh_one_and_works(
     for uid, old in before.items():
         new = after[uid]
         assert id_map[old["id"]] == new["id"]
-        for key in ("title", "reference", "priority", "is_active", "column", "swimlane",
-                    "owner", "date_due", "files"):
+        for key in (
+            "title",
+            "reference",
+            "priority",
+            "is_active",
+            "column",
+            "swimlane",
+            "owner",
+            "date_due",
+            "files",
+        ):
             assert new[key] == old[key], (uid, key)
         assert new["description"] == map_refs(old["description"], id_map)
         assert new["metadata"] == {k: map_refs(v, id_map) for k, v in old["metadata"].items()}
@@ -184,7 +205,8 @@ def test_a_populated_board_round_trips_into_a_fresh_one_and_works(
 
 
 def test_restore_refuses_a_board_that_is_not_empty(
-        embedded_board: EmbeddedBoard, cards: CardSet, tmp_path: Path) -> None:
+    embedded_board: EmbeddedBoard, cards: CardSet, tmp_path: Path
+) -> None:
     src = fabric_on(embedded_board, cards)
     src.submit("already here", target="kimi")
     path = tmp_path / "b.json"
@@ -196,8 +218,7 @@ def test_restore_refuses_a_board_that_is_not_empty(
     assert len(src.listing()) == 1, "nothing was added"
 
 
-def test_restore_refuses_a_file_that_is_not_a_backup(
-        fresh_board: EmbeddedBoard, tmp_path: Path) -> None:
+def test_restore_refuses_a_file_that_is_not_a_backup(fresh_board: EmbeddedBoard, tmp_path: Path) -> None:
     env = env_for(fresh_board, tmp_path)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": FORMAT, "version": VERSION + 1, "tasks": []}))
@@ -209,8 +230,8 @@ def test_restore_refuses_a_file_that_is_not_a_backup(
 
 
 def test_an_empty_board_backs_up_and_restores(
-        embedded_board: EmbeddedBoard, fresh_board: EmbeddedBoard, cards: CardSet,
-        tmp_path: Path) -> None:
+    embedded_board: EmbeddedBoard, fresh_board: EmbeddedBoard, cards: CardSet, tmp_path: Path
+) -> None:
     fabric_on(embedded_board, cards)  # the layout only
     path = tmp_path / "empty.json"
     assert run(env_for(embedded_board, tmp_path), "backup", str(path)).exit_code == 0

@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from fabric.board.server import EmbeddedBoard
+from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.port import Call
 
@@ -31,12 +31,10 @@ def _worker(index: int, urls: list[str], project_id: int, barrier: Any) -> dict[
     try:
         for n in range(TASKS_PER_WORKER):
             ref = f"w{index}-t{n}"
-            task_id = client.call("createTask", {"title": ref, "project_id": project_id,
-                                                 "reference": ref})
+            task_id = client.call("createTask", {"title": ref, "project_id": project_id, "reference": ref})
             assert isinstance(task_id, int) and task_id > 0, task_id
             created[ref] = task_id
-            [saved] = client.batch([Call("saveTaskMetadata",
-                                         [task_id, {"owner": str(index), "n": str(n)}])])
+            [saved] = client.batch([Call("saveTaskMetadata", [task_id, {"owner": str(index), "n": str(n)}])])
             assert saved.unwrap() is True
             if n % (TASKS_PER_WORKER // TAG_ROUNDS + 1) == 0 and len(wins) < TAG_ROUNDS:
                 name = f"lock-{len(wins)}"

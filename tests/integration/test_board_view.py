@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from fabric.board.server import EmbeddedBoard
-from fabric.board.view import BoardView
+from fabric.apps.view import BoardView
 from fabric.cards import CardSet
 from fabric.config import Settings
 from fabric.core import Fabric
+from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 from tests.conftest import ROOT, make_fabric
 from workers.queue import QueueReader
@@ -48,11 +48,11 @@ Viewed = tuple[EmbeddedBoard, Fabric, dict[str, int]]
 
 @pytest.fixture
 def viewed_board(embedded_board: EmbeddedBoard, cards: CardSet) -> Viewed:
-    settings = Settings(board_url=embedded_board.url, board_token=embedded_board.token,
-                        cards_dir=ROOT / "cards")
+    settings = Settings(
+        board_url=embedded_board.url, board_token=embedded_board.token, cards_dir=ROOT / "cards"
+    )
     embedded_board.set_view(BoardView(embedded_board.api, settings, refresh_seconds=30))
-    fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards,
-                      settings=settings)
+    fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards, settings=settings)
     ids = {
         "plain": fab.submit("Summarise the week's notes", target="kimi").task_id,
         "urgent": fab.submit("Fix the backup alert", target="kimi", priority="urgent").task_id,
@@ -63,9 +63,16 @@ def viewed_board(embedded_board: EmbeddedBoard, cards: CardSet) -> Viewed:
     assert lease is not None
     ids["claimed"] = lease.task_id
     now = time.time()
-    fab.board.publish_park("gemma-local", {"queue": "gemma-local", "parked": True,
-                                           "reason": "quota spent: 60 in 5h",
-                                           "until": now + 7200, "since": now})
+    fab.board.publish_park(
+        "gemma-local",
+        {
+            "queue": "gemma-local",
+            "parked": True,
+            "reason": "quota spent: 60 in 5h",
+            "until": now + 7200,
+            "since": now,
+        },
+    )
     return embedded_board, fab, ids
 
 
@@ -78,8 +85,7 @@ def test_page_needs_the_token(viewed_board: Viewed) -> None:
     assert requests.get(_page(board) + "board.json", timeout=10).status_code == 401
 
 
-def test_page_shows_tasks_states_owners_and_parks(
-        viewed_board: Viewed) -> None:
+def test_page_shows_tasks_states_owners_and_parks(viewed_board: Viewed) -> None:
     board, fab, ids = viewed_board
     reply = requests.get(_page(board), headers=_auth(board.token), timeout=10)
     assert reply.status_code == 200
@@ -141,8 +147,8 @@ def decode_png(data: bytes) -> tuple[int, int, list[bytes], int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     pos, idat, width, height, bpp = 8, b"", 0, 0, 0
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
         pos += 12 + length
         if kind == b"IHDR":
             width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", body)
@@ -158,7 +164,7 @@ def decode_png(data: bytes) -> tuple[int, int, list[bytes], int]:
     prev = bytearray(stride)
     for y in range(height):
         start = y * (stride + 1)
-        ftype, line = raw[start], bytearray(raw[start + 1:start + 1 + stride])
+        ftype, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
         if ftype == 1:
             for i in range(bpp, stride):
                 line[i] = (line[i] + line[i - bpp]) & 0xFF
@@ -178,8 +184,7 @@ def decode_png(data: bytes) -> tuple[int, int, list[bytes], int]:
     return width, height, rows, bpp
 
 
-def test_headless_chromium_renders_the_board(
-        viewed_board: Viewed, tmp_path: Path) -> None:
+def test_headless_chromium_renders_the_board(viewed_board: Viewed, tmp_path: Path) -> None:
     if not CHROMIUM.exists():
         print("SKIP reason: /usr/bin/chromium is missing (CI installs it: apt-get install -y chromium)")
         pytest.skip("/usr/bin/chromium is missing; install it with `apt-get install -y chromium`")
@@ -187,12 +192,30 @@ def test_headless_chromium_renders_the_board(
     shot = tmp_path / "board.png"
     # Credentials in the URL: headless Chromium answers the 401 challenge with them.
     url = f"http://jsonrpc:{board.token}@{board.host}:{board.port}/"
-    argv = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-            "--no-first-run", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}",
-            f"--screenshot={shot}", f"--window-size={WIDTH},{HEIGHT}", url]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    argv = [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        f"--screenshot={shot}",
+        f"--window-size={WIDTH},{HEIGHT}",
+        url,
+    ]
+    proc = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
     assert proc.returncode == 0 and shot.exists(), proc.stderr[-2000:]
     keep = os.environ.get("AGAP_SCREENSHOT_DIR")
     if keep:  # for a human look at the page
@@ -202,7 +225,7 @@ def test_headless_chromium_renders_the_board(
     assert (width, height) == (WIDTH, HEIGHT)
     colours: set[bytes] = set()
     for row in rows[::3]:
-        colours.update(row[i:i + 3] for i in range(0, len(row), bpp * 2))
+        colours.update(row[i : i + 3] for i in range(0, len(row), bpp * 2))
     # A blank page or an error page has a handful of colours; the board has many
     # (badges, text antialiasing, the parked banner).
     assert len(colours) > 200, len(colours)

@@ -18,10 +18,10 @@ from collections import Counter
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
-from fabric.board.server import EmbeddedBoard
 from fabric.cards import CardSet
+from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.layout import State
+from fabric.kanboard.layout import State
 from keeper.sweeps import sweep_leases_and_gaps
 from tests.conftest import ROOT, make_fabric
 from tests.integration.procs import drill_worker
@@ -33,30 +33,54 @@ KILLS = 10
 DEADLINE = 180.0
 
 
-def _spawn(ctx: mp.context.SpawnContext, board: EmbeddedBoard, name: str, log: Path,
-           tmp: Path, min_s: float, max_s: float) -> BaseProcess:
-    p = ctx.Process(target=drill_worker, name=name, args=(
-        board.url, board.token, str(ROOT / "cards"), "gemma-local", name, str(log), LEASE,
-        min_s, max_s, False, str(tmp / f"cache-{name}")))
+def _spawn(
+    ctx: mp.context.SpawnContext,
+    board: EmbeddedBoard,
+    name: str,
+    log: Path,
+    tmp: Path,
+    min_s: float,
+    max_s: float,
+) -> BaseProcess:
+    p = ctx.Process(
+        target=drill_worker,
+        name=name,
+        args=(
+            board.url,
+            board.token,
+            str(ROOT / "cards"),
+            "gemma-local",
+            name,
+            str(log),
+            LEASE,
+            min_s,
+            max_s,
+            False,
+            str(tmp / f"cache-{name}"),
+        ),
+    )
     p.start()
     return p
 
 
 def _busy_owner(log: Path, owner: str) -> tuple[str, int] | None:
     db = open_log(log)
-    row = db.execute("SELECT uid, epoch FROM executions WHERE owner = ? AND finished IS NULL"
-                     " ORDER BY started DESC LIMIT 1", (owner,)).fetchone()
+    row = db.execute(
+        "SELECT uid, epoch FROM executions WHERE owner = ? AND finished IS NULL"
+        " ORDER BY started DESC LIMIT 1",
+        (owner,),
+    ).fetchone()
     db.close()
     return (str(row[0]), int(row[1])) if row else None
 
 
 def test_sigkilled_workers_lose_no_task_and_fenced_output_is_not_accepted(
-        embedded_board: EmbeddedBoard, cards: CardSet, tmp_path: Path) -> None:
+    embedded_board: EmbeddedBoard, cards: CardSet, tmp_path: Path
+) -> None:
     rng = random.Random(1234)
     client = KanboardClient(embedded_board.url, embedded_board.token)
     fab = make_fabric(client, cards)
-    task_ids = [fab.submit(f"chaos task {i}", target="gemma-local").task_id
-                for i in range(TASKS)]
+    task_ids = [fab.submit(f"chaos task {i}", target="gemma-local").task_id for i in range(TASKS)]
     log = tmp_path / "drill.sqlite3"
     ctx = mp.get_context("spawn")
     workers = [_spawn(ctx, embedded_board, f"w{i}", log, tmp_path, 0.05, 0.4) for i in range(4)]
@@ -83,8 +107,7 @@ def test_sigkilled_workers_lose_no_task_and_fenced_output_is_not_accepted(
                 victim.join(5)
                 kills += 1
                 workers.remove(victim)
-                workers.append(_spawn(ctx, embedded_board, f"w{spawned}", log, tmp_path,
-                                      0.05, 0.4))
+                workers.append(_spawn(ctx, embedded_board, f"w{spawned}", log, tmp_path, 0.05, 0.4))
                 spawned += 1
             views = [fab.board.read(t) for t in task_ids]
             if thawed and all(v.current and v.current.state == State.DONE for v in views):
@@ -118,8 +141,10 @@ def test_sigkilled_workers_lose_no_task_and_fenced_output_is_not_accepted(
     requeued = [v.id for v in views if any(r.op == "requeue" for r in v.records.values())]
     assert requeued, "no kill landed mid-task: the test proved nothing about recovery"
     deliveries = db.execute("SELECT COUNT(*) FROM deliveries").fetchone()[0]
-    print(f"chaos: {kills} kills, {len(requeued)} tasks requeued after lease expiry, "
-          f"{deliveries} deliveries for {TASKS} applied effects")
+    print(
+        f"chaos: {kills} kills, {len(requeued)} tasks requeued after lease expiry, "
+        f"{deliveries} deliveries for {TASKS} applied effects"
+    )
     per_epoch = Counter(db.execute("SELECT uid, epoch FROM executions").fetchall())
     assert max(per_epoch.values()) == 1, "two owners executed the same epoch"
 

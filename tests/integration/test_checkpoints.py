@@ -7,26 +7,39 @@ import sqlite3
 import time
 from pathlib import Path
 
-from fabric.board.server import EmbeddedBoard
 from fabric.cards import CardSet
+from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.layout import State
+from fabric.kanboard.layout import State
 from keeper.sweeps import sweep_leases_and_gaps
 from tests.conftest import ROOT, make_fabric
 from tests.integration.procs import checkpoint_worker
 
 
 def test_a_worker_killed_between_checkpoints_is_resumed_not_restarted(
-        embedded_board: EmbeddedBoard, cards: CardSet, tmp_path: Path) -> None:
+    embedded_board: EmbeddedBoard, cards: CardSet, tmp_path: Path
+) -> None:
     fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards)
     tid = fab.submit("five careful steps", target="gemma-local").task_id
     log, marker = tmp_path / "steps.sqlite3", tmp_path / "died"
     ctx = mp.get_context("spawn")
 
     def run(owner: str) -> int | None:
-        p = ctx.Process(target=checkpoint_worker, args=(
-            embedded_board.url, embedded_board.token, str(ROOT / "cards"), "gemma-local",
-            owner, str(log), str(tmp_path / f"cache-{owner}"), 5, 3, str(marker)))
+        p = ctx.Process(
+            target=checkpoint_worker,
+            args=(
+                embedded_board.url,
+                embedded_board.token,
+                str(ROOT / "cards"),
+                "gemma-local",
+                owner,
+                str(log),
+                str(tmp_path / f"cache-{owner}"),
+                5,
+                3,
+                str(marker),
+            ),
+        )
         p.start()
         p.join(60)
         return p.exitcode

@@ -9,16 +9,20 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from fabric.board.server import EmbeddedBoard
-from fabric.cli import main
+from fabric.apps.cli import main
+from fabric.embedded.server import EmbeddedBoard
 from tests.conftest import ROOT
 
 
 @pytest.fixture
 def env(embedded_board: EmbeddedBoard, tmp_path: Path) -> dict[str, str]:
-    return {"KANBOARD_URL": embedded_board.url, "KANBOARD_API_TOKEN": embedded_board.token,
-            "AGAP_CARDS_DIR": str(ROOT / "cards"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
-            "AGAP_ACTOR": "alvis"}
+    return {
+        "KANBOARD_URL": embedded_board.url,
+        "KANBOARD_API_TOKEN": embedded_board.token,
+        "AGAP_CARDS_DIR": str(ROOT / "cards"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "AGAP_ACTOR": "alvis",
+    }
 
 
 def run(env: dict[str, str], *args: str) -> Result:
@@ -31,8 +35,21 @@ def test_init_is_idempotent_and_submit_show_ls_work(env: dict[str, str]) -> None
     assert json.loads(first.output)["changed"]
     again = run(env, "init")
     assert again.exit_code == 0 and "nothing changed" in again.output
-    sub = run(env, "submit", "--target", "kimi", "--intent", "Summarise the notes",
-              "--ref", "file:///notes.md", "--priority", "high", "--deadline", "+2h", "--json")
+    sub = run(
+        env,
+        "submit",
+        "--target",
+        "kimi",
+        "--intent",
+        "Summarise the notes",
+        "--ref",
+        "file:///notes.md",
+        "--priority",
+        "high",
+        "--deadline",
+        "+2h",
+        "--json",
+    )
     assert sub.exit_code == 0, sub.output
     data = json.loads(sub.output)
     assert data["ref"] == f"task:{data['task_id']}" and data["created"]
@@ -52,19 +69,29 @@ def test_a_second_submit_uses_the_cached_layout_two_round_trips(env: dict[str, s
 
 def test_the_external_consumer_commands_follow_the_ledger(env: dict[str, str]) -> None:
     run(env, "init")
-    tid = json.loads(run(env, "submit", "--target", "claude-coder", "--intent", "fix the bug",
-                         "--json").output)["task_id"]
+    tid = json.loads(
+        run(env, "submit", "--target", "claude-coder", "--intent", "fix the bug", "--json").output
+    )["task_id"]
     claimed = run(env, "claim", "--agent", "claude-coder", "--owner", "loop-1", "--json")
     assert claimed.exit_code == 0, claimed.output
     lease = json.loads(claimed.output)
     assert lease["task_id"] == tid and lease["epoch"] == 1
     hb = run(env, "heartbeat", str(tid), "--epoch", "1", "--owner", "loop-1")
     assert hb.exit_code == 0, hb.output
-    wrong = run(env, "complete", str(tid), "--epoch", "1", "--owner", "loop-2",
-                "--result-ref", "file:///x")
+    wrong = run(env, "complete", str(tid), "--epoch", "1", "--owner", "loop-2", "--result-ref", "file:///x")
     assert wrong.exit_code == 2 and "holds no working lease" in wrong.output
-    done = run(env, "complete", str(tid), "--epoch", "1", "--owner", "loop-1",
-               "--result-ref", "https://git.example/pr/7", "--json")
+    done = run(
+        env,
+        "complete",
+        str(tid),
+        "--epoch",
+        "1",
+        "--owner",
+        "loop-1",
+        "--result-ref",
+        "https://git.example/pr/7",
+        "--json",
+    )
     assert done.exit_code == 0 and json.loads(done.output)["state"] == "done"
     nothing = run(env, "claim", "--agent", "claude-coder")
     assert nothing.exit_code == 4 and "nothing to claim" in nothing.output
@@ -72,18 +99,22 @@ def test_the_external_consumer_commands_follow_the_ledger(env: dict[str, str]) -
     assert verify.exit_code == 0 and "closed" in verify.output
 
 
-@pytest.mark.parametrize("args, code, message", [
-    (["submit", "--target", "kimi", "--intent", "   "], 2, "--intent: the intent is empty"),
-    (["submit", "--target", "ghost", "--intent", "x"], 2, "unknown agent 'ghost'"),
-    (["submit", "--target", "kimi", "--intent", "x", "--deadline", "soonish"], 2, "--deadline"),
-    (["submit", "--target", "kimi", "--intent", "x", "--priority", "asap"], 2, "--priority"),
-    (["submit", "--intent", "x"], 2, "exactly one of a target agent or constraints"),
-    (["show", "999"], 2, "task #999 does not exist"),
-    (["cancel", "999"], 2, "task #999 does not exist"),
-    (["verify", "999"], 2, "task #999 does not exist"),
-])
-def test_bad_input_is_one_clear_line_and_creates_nothing(env: dict[str, str], args: list[str],
-                                                         code: int, message: str) -> None:
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["submit", "--target", "kimi", "--intent", "   "], 2, "--intent: the intent is empty"),
+        (["submit", "--target", "ghost", "--intent", "x"], 2, "unknown agent 'ghost'"),
+        (["submit", "--target", "kimi", "--intent", "x", "--deadline", "soonish"], 2, "--deadline"),
+        (["submit", "--target", "kimi", "--intent", "x", "--priority", "asap"], 2, "--priority"),
+        (["submit", "--intent", "x"], 2, "exactly one of a target agent or constraints"),
+        (["show", "999"], 2, "task #999 does not exist"),
+        (["cancel", "999"], 2, "task #999 does not exist"),
+        (["verify", "999"], 2, "task #999 does not exist"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_creates_nothing(
+    env: dict[str, str], args: list[str], code: int, message: str
+) -> None:
     assert run(env, "init").exit_code == 0
     result = run(env, *args)
     assert result.exit_code == code, result.output
@@ -108,8 +139,9 @@ def test_missing_settings_and_wrong_token_and_board_down(env: dict[str, str]) ->
 def test_malformed_cards_name_the_file_and_field(env: dict[str, str], tmp_path: Path) -> None:
     cards = tmp_path / "cards"
     cards.mkdir()
-    (cards / "bad.yaml").write_text("id: bad\nkind: model\nname: Bad\ntrust: trusted\n"
-                                    "tier: huge\nruntime: {mode: demo}\n")
+    (cards / "bad.yaml").write_text(
+        "id: bad\nkind: model\nname: Bad\ntrust: trusted\ntier: huge\nruntime: {mode: demo}\n"
+    )
     r = run(env | {"AGAP_CARDS_DIR": str(cards)}, "init")
     assert r.exit_code == 2
     assert "bad.yaml" in r.output and "tier" in r.output

@@ -25,13 +25,13 @@ from typing import Any
 import pytest
 import requests
 
-from fabric.board.server import EmbeddedBoard
 from fabric.cards import load_cards
 from fabric.config import Settings
 from fabric.core import Fabric
+from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.layout import State
 from fabric.kanboard.port import BoardError
-from fabric.layout import State
 from tests.conftest import make_fabric
 from tests.fakes.litellm_proxy import free_port
 from tests.fakes.openai_stub import OpenAIStub
@@ -77,12 +77,10 @@ def write_cards(root: Path) -> Path:
     return cards
 
 
-
-
 def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
     """Wait through the outage: a board or broker that is down counts as "not yet"."""
-    return _wait_until(check, timeout, what,
-                       ignoring=(requests.RequestException, OSError, BoardError))
+    return _wait_until(check, timeout, what, ignoring=(requests.RequestException, OSError, BoardError))
+
 
 @dataclass
 class Stack:
@@ -110,9 +108,22 @@ class Stack:
         log = (self.root / "board.log").open("a")
         env = {**self.env, "AGAP_BOARD_TOKEN": TOKEN}
         self.board = subprocess.Popen(
-            [sys.executable, "-m", "fabric.cli", "board", "serve", "--db",
-             str(self.root / "board.sqlite3"), "--port", str(self.board_port)],
-            env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+            [
+                sys.executable,
+                "-m",
+                "fabric.apps.cli",
+                "board",
+                "serve",
+                "--db",
+                str(self.root / "board.sqlite3"),
+                "--port",
+                str(self.board_port),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         client = KanboardClient(self.board_url, TOKEN)
         try:
             wait_until(lambda: client.call("getVersion"), timeout=20, what="the board to answer")
@@ -129,24 +140,39 @@ class Stack:
 
     @property
     def env(self) -> dict[str, str]:
-        keep = {k: v for k, v in os.environ.items()
-                if not k.startswith(("AGAP_", "KANBOARD_", "LITELLM_"))}
-        return {**keep, "KANBOARD_URL": self.board_url, "KANBOARD_API_TOKEN": TOKEN,
-                "AGAP_CARDS_DIR": str(self.cards_dir), "AGAP_STATE_DIR": str(self.root / "state"),
-                "XDG_CACHE_HOME": str(self.root / "cache"), "AGAP_MODEL_MODE": "gateway",
-                "AGAP_LITELLM_URL": self.stub.url, "AGAP_LITELLM_KEY": self.stub.api_key,
-                "AGAP_KEEPER_METRICS_TOKEN": METRICS_TOKEN, "AGAP_KEEPER_LEASE_GRACE": "1",
-                "AGAP_KEEPER_LEASES_EVERY": "1", "AGAP_KEEPER_GAPS_EVERY": "1",
-                "AGAP_KEEPER_GESTURES_EVERY": "2", "AGAP_KEEPER_INBOX_EVERY": "2",
-                "AGAP_KEEPER_DEADLINES_EVERY": "2", "AGAP_KEEPER_REMINDERS_EVERY": "5",
-                "AGAP_KEEPER_GC_EVERY": "1h", "AGAP_KEEPER_BACKOFF": "1",
-                "AGAP_KEEPER_BACKOFF_CAP": "3"}
+        keep = {k: v for k, v in os.environ.items() if not k.startswith(("AGAP_", "KANBOARD_", "LITELLM_"))}
+        return {
+            **keep,
+            "KANBOARD_URL": self.board_url,
+            "KANBOARD_API_TOKEN": TOKEN,
+            "AGAP_CARDS_DIR": str(self.cards_dir),
+            "AGAP_STATE_DIR": str(self.root / "state"),
+            "XDG_CACHE_HOME": str(self.root / "cache"),
+            "AGAP_MODEL_MODE": "gateway",
+            "AGAP_LITELLM_URL": self.stub.url,
+            "AGAP_LITELLM_KEY": self.stub.api_key,
+            "AGAP_KEEPER_METRICS_TOKEN": METRICS_TOKEN,
+            "AGAP_KEEPER_LEASE_GRACE": "1",
+            "AGAP_KEEPER_LEASES_EVERY": "1",
+            "AGAP_KEEPER_GAPS_EVERY": "1",
+            "AGAP_KEEPER_GESTURES_EVERY": "2",
+            "AGAP_KEEPER_INBOX_EVERY": "2",
+            "AGAP_KEEPER_DEADLINES_EVERY": "2",
+            "AGAP_KEEPER_REMINDERS_EVERY": "5",
+            "AGAP_KEEPER_GC_EVERY": "1h",
+            "AGAP_KEEPER_BACKOFF": "1",
+            "AGAP_KEEPER_BACKOFF_CAP": "3",
+        }
 
     def start(self, name: str, *args: str) -> None:
         log = (self.root / f"{name}.log").open("w")
-        self.procs[name] = subprocess.Popen([sys.executable, "-m", "fabric.cli", *args],
-                                            env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                            text=True)
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "fabric.apps.cli", *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
     def log(self, name: str) -> str:
         return (self.root / f"{name}.log").read_text(errors="replace")[-3000:]
@@ -155,8 +181,11 @@ class Stack:
         return {name: p.poll() for name, p in self.procs.items()}
 
     def metrics(self) -> dict[str, Any]:
-        resp = requests.get(f"http://127.0.0.1:{self.metrics_port}/metrics.json", timeout=2,
-                            headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+        resp = requests.get(
+            f"http://127.0.0.1:{self.metrics_port}/metrics.json",
+            timeout=2,
+            headers={"Authorization": f"Bearer {METRICS_TOKEN}"},
+        )
         resp.raise_for_status()
         data: dict[str, Any] = resp.json()
         return data
@@ -194,15 +223,15 @@ def stub() -> Iterator[OpenAIStub]:
 
 
 def test_the_board_going_down_mid_run_parks_everyone_and_loses_nothing(
-        tmp_path: Path, stub: OpenAIStub) -> None:
+    tmp_path: Path, stub: OpenAIStub
+) -> None:
     cards_dir = write_cards(tmp_path)
     cards = load_cards(cards_dir, base_dir=tmp_path)
     stack = Stack(tmp_path, stub, cards_dir)
     stack.start_board()
     settings = Settings(board_url=stack.board_url, board_token=TOKEN, cards_dir=cards_dir)
     fab: Fabric = make_fabric(KanboardClient(stack.board_url, TOKEN), cards, settings=settings)
-    tasks = [fab.submit(f"job {i}", target="alpha" if i % 3 else "beta").task_id
-             for i in range(15)]
+    tasks = [fab.submit(f"job {i}", target="alpha" if i % 3 else "beta").task_id for i in range(15)]
 
     def states() -> list[State | None]:
         views = fab.board.read_many(tasks)
@@ -213,24 +242,34 @@ def test_the_board_going_down_mid_run_parks_everyone_and_loses_nothing(
         stack.start("alpha-1", "worker", "--agent", "alpha")
         stack.start("alpha-2", "worker", "--agent", "alpha")
         stack.start("beta-1", "worker", "--agent", "beta")
-        wait_until(lambda: states().count(State.DONE) >= 3 and State.WORKING in states(),
-                   timeout=60, what="some tasks done and some in flight")
+        wait_until(
+            lambda: states().count(State.DONE) >= 3 and State.WORKING in states(),
+            timeout=60,
+            what="some tasks done and some in flight",
+        )
         assert stack.metrics()["board_up"] == 1
 
         stack.kill_board()  # Kanboard goes away mid-run
-        wait_until(lambda: stack.metrics()["board_up"] == 0, timeout=20,
-                   what="the keeper to report the board down")
+        wait_until(
+            lambda: stack.metrics()["board_up"] == 0, timeout=20, what="the keeper to report the board down"
+        )
         time.sleep(2.0)  # everyone polls a dead board for a while
-        assert all(code is None for code in stack.alive().values()), \
-            {n: stack.log(n) for n, c in stack.alive().items() if c is not None}
+        assert all(code is None for code in stack.alive().values()), {
+            n: stack.log(n) for n, c in stack.alive().items() if c is not None
+        }
 
         stack.start_board()  # back on the same port, with the same DB
-        wait_until(lambda: all(s == State.DONE for s in states()), timeout=90,
-                   what="every task done after the board came back")
+        wait_until(
+            lambda: all(s == State.DONE for s in states()),
+            timeout=90,
+            what="every task done after the board came back",
+        )
         # The keeper recovered: its sweeps reach the board again and see the drained queues.
         metrics = wait_until(
-            lambda: (m := stack.metrics())["board_up"] == 1 and m["queued"] == 0
-            and m["working"] == 0 and m, timeout=30, what="the keeper to see the board again")
+            lambda: (m := stack.metrics())["board_up"] == 1 and m["queued"] == 0 and m["working"] == 0 and m,
+            timeout=30,
+            what="the keeper to see the board again",
+        )
         assert metrics["board_errors_total"] >= 1, "the keeper noticed the outage"
         assert metrics["jobs"]["leases"]["last_success"] > time.time() - 15
         assert all(code is None for code in stack.alive().values()), "nothing crashed"
@@ -239,8 +278,11 @@ def test_the_board_going_down_mid_run_parks_everyone_and_loses_nothing(
     assert codes == {name: 0 for name in codes}, {n: stack.log(n) for n in codes if codes[n]}
 
     with EmbeddedBoard(tmp_path / "board.sqlite3", token=TOKEN) as after:
-        check = make_fabric(KanboardClient(after.url, TOKEN), cards, settings=Settings(
-            board_url=after.url, board_token=TOKEN, cards_dir=cards_dir))
+        check = make_fabric(
+            KanboardClient(after.url, TOKEN),
+            cards,
+            settings=Settings(board_url=after.url, board_token=TOKEN, cards_dir=cards_dir),
+        )
         views = check.board.read_many(tasks)
         assert len(views) == len(tasks), "no task lost"
         for tid, view in views.items():

@@ -11,24 +11,44 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-import fabric.cli.eval_cmd  # noqa: F401  (registers `agap eval`)
-from fabric.cli import main
-from fabric.deploy.evalgate import JUDGE_SYSTEM
+import fabric.apps.cli.eval_cmd  # noqa: F401  (registers `agap eval`)
+from fabric.apps.cli import main
+from fabric.apps.deploy.evalgate import JUDGE_SYSTEM
 from tests.fakes.openai_stub import OpenAIStub
 
 CURRENT = "openai/good"
 
 # What each backbone answers to each golden input.
 ANSWERS: dict[str, dict[str, str]] = {
-    CURRENT: {"Capital of France?": "It is Paris.", "Say OK": "OK", "Is 7 prime?": "Yes, it is.",
-              "Greet me": "Good morning, a pleasure to help (polite).", "17*23?": "381"},
-    "openai/better": {"Capital of France?": "Paris", "Say OK": " OK ", "Is 7 prime?": "yes",
-                      "Greet me": "Hello there (polite)", "17*23?": "391"},
-    "openai/worse": {"Capital of France?": "Lyon", "Say OK": "Okay!", "Is 7 prime?": "Yes",
-                     "Greet me": "what do you want", "17*23?": "400"},
+    CURRENT: {
+        "Capital of France?": "It is Paris.",
+        "Say OK": "OK",
+        "Is 7 prime?": "Yes, it is.",
+        "Greet me": "Good morning, a pleasure to help (polite).",
+        "17*23?": "381",
+    },
+    "openai/better": {
+        "Capital of France?": "Paris",
+        "Say OK": " OK ",
+        "Is 7 prime?": "yes",
+        "Greet me": "Hello there (polite)",
+        "17*23?": "391",
+    },
+    "openai/worse": {
+        "Capital of France?": "Lyon",
+        "Say OK": "Okay!",
+        "Is 7 prime?": "Yes",
+        "Greet me": "what do you want",
+        "17*23?": "400",
+    },
     # Passes as many as the current one, but trades "Say OK" for "17*23?".
-    "openai/swap": {"Capital of France?": "Paris", "Say OK": "ok sure", "Is 7 prime?": "Yes",
-                    "Greet me": "Hi (polite)", "17*23?": "391"},
+    "openai/swap": {
+        "Capital of France?": "Paris",
+        "Say OK": "ok sure",
+        "Is 7 prime?": "Yes",
+        "Greet me": "Hi (polite)",
+        "17*23?": "391",
+    },
 }
 
 CARD = """\
@@ -89,8 +109,12 @@ def stub() -> Iterator[OpenAIStub]:
 
 
 def run(repo: Path, stub: OpenAIStub, *args: str) -> Result:
-    env = {"AGAP_MODEL_MODE": "gateway", "AGAP_LITELLM_URL": stub.url,
-           "AGAP_LITELLM_KEY": stub.api_key, "AGAP_CARDS_DIR": str(repo / "cards")}
+    env = {
+        "AGAP_MODEL_MODE": "gateway",
+        "AGAP_LITELLM_URL": stub.url,
+        "AGAP_LITELLM_KEY": stub.api_key,
+        "AGAP_CARDS_DIR": str(repo / "cards"),
+    }
     return CliRunner().invoke(main, ["eval", *args], env=env)
 
 
@@ -127,8 +151,7 @@ def test_trading_one_kept_case_for_another_is_a_regression(repo: Path, stub: Ope
     assert report["broken"] == ["says ok"] and report["regression"] is True
 
 
-def test_both_runs_go_through_the_plane_and_one_judge_scores_both(
-        repo: Path, stub: OpenAIStub) -> None:
+def test_both_runs_go_through_the_plane_and_one_judge_scores_both(repo: Path, stub: OpenAIStub) -> None:
     assert run(repo, stub, "--agent", "helper", "--backbone", "openai/better").exit_code == 0
     bodies = [r.body for r in stub.chat_requests()]
     judged = [b for b in bodies if b["messages"][0]["content"] == JUDGE_SYSTEM]
@@ -140,8 +163,7 @@ def test_both_runs_go_through_the_plane_and_one_judge_scores_both(
     assert headers["authorization"] == f"Bearer {stub.api_key}"
 
 
-def test_a_judge_that_answers_neither_pass_nor_fail_fails_the_case(
-        repo: Path, stub: OpenAIStub) -> None:
+def test_a_judge_that_answers_neither_pass_nor_fail_fails_the_case(repo: Path, stub: OpenAIStub) -> None:
     def vague(body: dict[str, Any]) -> str:
         if body["messages"][0]["content"] == JUDGE_SYSTEM:
             return "It depends."
@@ -156,13 +178,17 @@ def test_a_judge_that_answers_neither_pass_nor_fail_fails_the_case(
 
 def test_refusals(repo: Path, stub: OpenAIStub) -> None:
     (repo / "cards" / "plain.yaml").write_text(
-        CARD.replace("id: helper", "id: plain").replace("golden: cards/golden/helper.yaml\n", ""))
+        CARD.replace("id: helper", "id: plain").replace("golden: cards/golden/helper.yaml\n", "")
+    )
     res = run(repo, stub, "--agent", "plain", "--backbone", "openai/better")
     assert res.exit_code == 2 and "has no golden set" in res.output
     res = run(repo, stub, "--agent", "nobody", "--backbone", "openai/better")
     assert res.exit_code == 2 and "unknown agent" in res.output
-    env = {"AGAP_MODEL_MODE": "gateway", "AGAP_LITELLM_URL": "http://127.0.0.1:9",
-           "AGAP_LITELLM_KEY": "unused", "AGAP_CARDS_DIR": str(repo / "cards")}
-    res = CliRunner().invoke(main, ["eval", "--agent", "helper", "--backbone", "openai/better"],
-                             env=env)
+    env = {
+        "AGAP_MODEL_MODE": "gateway",
+        "AGAP_LITELLM_URL": "http://127.0.0.1:9",
+        "AGAP_LITELLM_KEY": "unused",
+        "AGAP_CARDS_DIR": str(repo / "cards"),
+    }
+    res = CliRunner().invoke(main, ["eval", "--agent", "helper", "--backbone", "openai/better"], env=env)
     assert res.exit_code == 3 and "model plane" in res.output

@@ -24,19 +24,19 @@ from typing import Any
 
 import pytest
 
-from fabric.board.server import EmbeddedBoard
 from fabric.cards import CardSet, load_cards
 from fabric.config import Settings
 from fabric.core import Fabric
+from fabric.embedded.server import EmbeddedBoard
 from fabric.events.config import EventsConfig
 from fabric.events.subscriber import BoardStatus, WatchOptions, WatchResult, watch
 from fabric.events.transport import open_transport
 from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.taskboard import TaskBoard
 from fabric.ledger import Ledger
-from fabric.taskboard import TaskBoard
 from tests.conftest import make_fabric
 from tests.helpers import wait_until
-from workers.job import Job, Outcome
+from workers.job import Job, JobOutcome
 from workers.loop import Worker, WorkerConfig
 
 CARDS = Path(__file__).parent / "cards_worker"
@@ -57,10 +57,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-
 def events_env(kind: str, host: str, port: int, prefix: str, **extra: str) -> dict[str, str]:
-    return {"AGAP_EVENTS_URL": f"{kind}://{host}:{port}", "AGAP_EVENTS_SECRET": SECRET,
-            "AGAP_EVENTS_PREFIX": prefix, **extra}
+    return {
+        "AGAP_EVENTS_URL": f"{kind}://{host}:{port}",
+        "AGAP_EVENTS_SECRET": SECRET,
+        "AGAP_EVENTS_PREFIX": prefix,
+        **extra,
+    }
 
 
 def config_for(kind: str, host: str, port: int, prefix: str) -> EventsConfig:
@@ -80,8 +83,9 @@ def purge_nats_stream(host: str, port: int, prefix: str) -> None:
     import nats
 
     async def run() -> None:
-        nc = await nats.connect(f"nats://{host}:{port}", connect_timeout=2,
-                                max_reconnect_attempts=1, allow_reconnect=False)
+        nc = await nats.connect(
+            f"nats://{host}:{port}", connect_timeout=2, max_reconnect_attempts=1, allow_reconnect=False
+        )
         try:
             with contextlib.suppress(Exception):
                 await nc.jetstream(timeout=2).purge_stream(f"{prefix.upper()}_EVENTS")
@@ -100,8 +104,9 @@ def sweep_test_streams(host: str, port: int) -> None:
     import nats
 
     async def run() -> None:
-        nc = await nats.connect(f"nats://{host}:{port}", connect_timeout=2,
-                                max_reconnect_attempts=1, allow_reconnect=False)
+        nc = await nats.connect(
+            f"nats://{host}:{port}", connect_timeout=2, max_reconnect_attempts=1, allow_reconnect=False
+        )
         try:
             js = nc.jetstream(timeout=2)
             for name in await js.streams_info():
@@ -188,8 +193,7 @@ class OwnBroker:
         if self.kind == "mqtt":
             exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
             conf = self.tmp / f"mosquitto-{self.port}.conf"
-            conf.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
-                            "persistence false\n")
+            conf.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
             cmd = [exe, "-c", str(conf)]
         else:
             exe = shutil.which("nats-server") or "/usr/sbin/nats-server"
@@ -232,14 +236,17 @@ def wcards() -> CardSet:
 
 @pytest.fixture
 def settings(embedded_board: EmbeddedBoard, tmp_path: Path) -> Settings:
-    return Settings(board_url=embedded_board.url, board_token=embedded_board.token,
-                    cards_dir=CARDS, state_dir=tmp_path / "state")
+    return Settings(
+        board_url=embedded_board.url,
+        board_token=embedded_board.token,
+        cards_dir=CARDS,
+        state_dir=tmp_path / "state",
+    )
 
 
 @pytest.fixture
 def fab(embedded_board: EmbeddedBoard, wcards: CardSet, settings: Settings) -> Fabric:
-    return make_fabric(KanboardClient(embedded_board.url, embedded_board.token), wcards,
-                       settings=settings)
+    return make_fabric(KanboardClient(embedded_board.url, embedded_board.token), wcards, settings=settings)
 
 
 def another(fab: Fabric) -> Fabric:
@@ -263,7 +270,7 @@ def board_check(fab: Fabric, task_id: int) -> Callable[[], BoardStatus]:
 class Gate:
     """An executor that reports progress, waits for the test, then finishes."""
 
-    def __init__(self, steps: int = 2, outcome: Outcome | None = None, hold: bool = True) -> None:
+    def __init__(self, steps: int = 2, outcome: JobOutcome | None = None, hold: bool = True) -> None:
         self.steps = steps
         self.outcome = outcome
         self.release = threading.Event()
@@ -272,32 +279,35 @@ class Gate:
             self.release.set()
         self.leases: list[int] = []
 
-    def __call__(self, job: Job) -> Outcome:
+    def __call__(self, job: Job) -> JobOutcome:
         self.leases.append(job.lease.epoch)
         job.progress("step 1 of 2")
         self.entered.set()
         self.release.wait(20)
         for i in range(2, self.steps + 1):
             job.progress(f"step {i} of {self.steps}")
-        return self.outcome or Outcome.done(f"kanboard://task/{job.lease.task_id}/file/r.md")
+        return self.outcome or JobOutcome.done(f"kanboard://task/{job.lease.task_id}/file/r.md")
 
 
-def make_worker(fab: Fabric, executor: Any, *, poll: float = 0.05, lease: float = 30.0,
-                owner: str = "w1") -> Worker:
+def make_worker(
+    fab: Fabric, executor: Any, *, poll: float = 0.05, lease: float = 30.0, owner: str = "w1"
+) -> Worker:
     def connect() -> Fabric:
         return another(fab)
 
-    return Worker(connect, executor, WorkerConfig(queue=QUEUE, owner=owner, lease_seconds=lease,
-                                                  poll_seconds=poll, backoff_seconds=0.05))
-
-
+    return Worker(
+        connect,
+        executor,
+        WorkerConfig(queue=QUEUE, owner=owner, lease_seconds=lease, poll_seconds=poll, backoff_seconds=0.05),
+    )
 
 
 class Watching:
     """``watch`` in a thread, collecting its lines."""
 
-    def __init__(self, task_id: int, board: Callable[[], BoardStatus], cfg: EventsConfig | None,
-                 **options: float) -> None:
+    def __init__(
+        self, task_id: int, board: Callable[[], BoardStatus], cfg: EventsConfig | None, **options: float
+    ) -> None:
         self.lines: list[dict[str, Any]] = []
         self.result: WatchResult | None = None
         self.live = threading.Event()
@@ -306,10 +316,15 @@ class Watching:
         opts = WatchOptions(**{"timeout": 30.0, "idle_timeout": 30.0, **options})
 
         def run() -> None:
-            self.result = watch(task_id, board=board, emit=self.lines.append,
-                                transport=self.transport,
-                                secret=cfg.secret if cfg is not None else None, options=opts,
-                                on_live=self._on_live)
+            self.result = watch(
+                task_id,
+                board=board,
+                emit=self.lines.append,
+                transport=self.transport,
+                secret=cfg.secret if cfg is not None else None,
+                options=opts,
+                on_live=self._on_live,
+            )
 
         self.thread = threading.Thread(target=run, daemon=True)
         self.thread.start()

@@ -20,7 +20,7 @@ from fabric.events.subscriber import EXIT_COMPLETED, EXIT_UNAVAILABLE
 from fabric.events.transport import open_transport
 from fabric.events.wiring import attach_worker
 from fabric.kanboard.client import KanboardClient
-from fabric.layout import State
+from fabric.kanboard.layout import State
 from tests.conftest import make_fabric
 from tests.helpers import Running, wait_until
 from tests.integration.test_events_helpers import (
@@ -42,8 +42,9 @@ def state_of(fab: Fabric, tid: int) -> State | None:
     return cur.state if cur else None
 
 
-def test_a_dead_broker_costs_a_bounded_skip_and_never_a_transition(own_broker: OwnBroker,
-                                                                   fab: Fabric) -> None:
+def test_a_dead_broker_costs_a_bounded_skip_and_never_a_transition(
+    own_broker: OwnBroker, fab: Fabric
+) -> None:
     broker = own_broker.broker()
     own_broker.kill()
     pub = Publisher(open_transport(broker.config), broker.config.secret, background=False)
@@ -62,15 +63,15 @@ def test_a_dead_broker_costs_a_bounded_skip_and_never_a_transition(own_broker: O
     assert att is not None
     t0 = time.monotonic()
     with Running(worker):
-        wait_until(lambda: all(state_of(fab, t) == State.DONE for t in tids), timeout=20,
-                   what="all done")
+        wait_until(lambda: all(state_of(fab, t) == State.DONE for t in tids), timeout=20, what="all done")
     assert time.monotonic() - t0 < 10
     att.close(timeout=5)
     assert att.publisher.stats.published == 0 and att.publisher.stats.skipped > 0
 
 
 def test_watch_falls_back_to_the_board_when_the_broker_dies_mid_task(
-        own_broker: OwnBroker, fab: Fabric) -> None:
+    own_broker: OwnBroker, fab: Fabric
+) -> None:
     broker = own_broker.broker()
     tid = fab.submit("outlive the broker", target=QUEUE).task_id
     gate = Gate()
@@ -117,19 +118,33 @@ def test_watch_rejoins_the_broker_when_it_comes_back(own_broker: OwnBroker, fab:
 
 
 def test_exit_3_only_when_the_broker_and_the_board_are_both_away(
-        own_broker: OwnBroker, wcards: CardSet, tmp_path: Path) -> None:
+    own_broker: OwnBroker, wcards: CardSet, tmp_path: Path
+) -> None:
     # The board runs as its own process too, so that killing it closes every connection.
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "fabric.cli", "board", "serve", "--db",
-                             str(tmp_path / "own-board.sqlite3"), "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fabric.apps.cli",
+            "board",
+            "serve",
+            "--db",
+            str(tmp_path / "own-board.sqlite3"),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         env = dict(proc.stdout.readline().strip().split("=", 1) for _ in range(2))
-        settings = Settings(board_url=env["KANBOARD_URL"], board_token=env["KANBOARD_API_TOKEN"],
-                            cards_dir=CARDS)
-        fab = make_fabric(KanboardClient(settings.board_url, settings.board_token), wcards,
-                          settings=settings)
+        settings = Settings(
+            board_url=env["KANBOARD_URL"], board_token=env["KANBOARD_API_TOKEN"], cards_dir=CARDS
+        )
+        fab = make_fabric(KanboardClient(settings.board_url, settings.board_token), wcards, settings=settings)
         tid = fab.submit("lose everything", target=QUEUE).task_id
         broker = own_broker.broker()
         w = Watching(tid, board_check(fab, tid), broker.config, board_poll=0.3)

@@ -12,11 +12,12 @@ from fabric.events.schema import Event, EventType
 from fabric.events.signing import seal
 from fabric.events.subscriber import EXIT_COMPLETED, BoardStatus
 from fabric.events.transport import Signal, open_transport, task_topic
+from fabric.kanboard.layout import State
 from fabric.kanboard.port import BoardUnavailable
-from fabric.layout import State
 from tests.integration.test_events_helpers import QUEUE, Broker, Watching, board_check
 
 pytest_plugins = ["tests.integration.test_events_helpers"]  # the fixtures
+
 
 def ev(tid: int, epoch: int, counter: int, kind: EventType, detail: str = "") -> Event:
     return Event.make(tid, epoch, counter, kind, detail)
@@ -79,9 +80,12 @@ def test_watch_ignores_duplicates_and_late_deliveries(shared_broker: Broker, fab
     pub = Publisher(transport, cfg.secret, background=False)
     try:
         w.wait_live()
-        started, p1, p2, p3 = (ev(tid, 1, 0, EventType.STARTED), ev(tid, 1, 1, EventType.PROGRESS, "a"),
-                               ev(tid, 1, 2, EventType.PROGRESS, "b"),
-                               ev(tid, 1, 3, EventType.PROGRESS, "c"))
+        started, p1, p2, p3 = (
+            ev(tid, 1, 0, EventType.STARTED),
+            ev(tid, 1, 1, EventType.PROGRESS, "a"),
+            ev(tid, 1, 2, EventType.PROGRESS, "b"),
+            ev(tid, 1, 3, EventType.PROGRESS, "c"),
+        )
         for e in (started, p1, p1, p3, p2, started):  # a duplicate, and two late ones
             transport.publish(task_topic(tid), seal(e, cfg.secret), retain=False, timeout=2)
         assert pub.send(ev(tid, 2, 0, EventType.COMPLETED, "ok"))
@@ -90,13 +94,15 @@ def test_watch_ignores_duplicates_and_late_deliveries(shared_broker: Broker, fab
         transport.close()
     assert result.code == EXIT_COMPLETED
     assert [(line["type"], line["seq"]) for line in w.lines] == [
-        ("started", 1_000_000), ("progress", 1_000_001), ("progress", 1_000_003),
-        ("completed", 2_000_000)]
+        ("started", 1_000_000),
+        ("progress", 1_000_001),
+        ("progress", 1_000_003),
+        ("completed", 2_000_000),
+    ]
     assert result.dropped == {"duplicate or out of order": 3}
 
 
-def test_tampered_unsigned_foreign_and_stale_events_are_dropped(shared_broker: Broker,
-                                                                fab: Fabric) -> None:
+def test_tampered_unsigned_foreign_and_stale_events_are_dropped(shared_broker: Broker, fab: Fabric) -> None:
     tid = fab.submit("guard me", target=QUEUE).task_id
     lease = fab.ledger.claim(fab.board.read(tid), "w0", lease_seconds=30)  # the board: epoch 1
     cfg = shared_broker.config
@@ -124,13 +130,18 @@ def test_tampered_unsigned_foreign_and_stale_events_are_dropped(shared_broker: B
         transport.close()
     assert result.code == EXIT_COMPLETED
     assert [line["detail"] for line in w.lines] == ["the real one"]
-    assert result.dropped == {"bad signature": 2, "unsigned": 1, "wrong version": 1,
-                              "unexpected task": 1, "stale epoch": 1, "not json": 1}
+    assert result.dropped == {
+        "bad signature": 2,
+        "unsigned": 1,
+        "wrong version": 1,
+        "unexpected task": 1,
+        "stale epoch": 1,
+        "not json": 1,
+    }
     assert lease.epoch == 1
 
 
-def test_a_late_watch_sees_the_retained_terminal_event_with_the_board_away(
-        shared_broker: Broker) -> None:
+def test_a_late_watch_sees_the_retained_terminal_event_with_the_board_away(shared_broker: Broker) -> None:
     cfg = shared_broker.config
     tid = 4242
     shared_broker.retained_tasks.append(tid)

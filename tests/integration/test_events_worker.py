@@ -17,7 +17,7 @@ from fabric.core import Fabric
 from fabric.errors import ConfigError
 from fabric.events.subscriber import EXIT_COMPLETED, EXIT_FAILED
 from fabric.events.wiring import WebhookHint, attach_submitter, attach_worker
-from fabric.layout import State
+from fabric.kanboard.layout import State
 from tests.helpers import Running, wait_until
 from tests.integration.test_events_helpers import (
     QUEUE,
@@ -27,7 +27,7 @@ from tests.integration.test_events_helpers import (
     board_check,
     make_worker,
 )
-from workers.job import Outcome
+from workers.job import JobOutcome
 
 pytest_plugins = ["tests.integration.test_events_helpers"]  # the fixtures
 
@@ -66,8 +66,7 @@ def test_a_worker_publishes_its_lifecycle_in_order(shared_broker: Broker, fab: F
 def test_a_dead_letter_is_published_as_failed(shared_broker: Broker, fab: Fabric) -> None:
     tid = fab.submit("fail me", target=QUEUE).task_id
     shared_broker.retained_tasks.append(tid)
-    worker = make_worker(fab, Gate(outcome=Outcome.failed("it broke at /home/me/x", poison=True),
-                                   hold=False))
+    worker = make_worker(fab, Gate(outcome=JobOutcome.failed("it broke at /home/me/x", poison=True), hold=False))
     att = attach_worker(worker, env=shared_broker.env(), wake=False)
     assert att is not None
     w = Watching(tid, board_check(fab, tid), shared_broker.config)
@@ -94,8 +93,7 @@ def test_cancel_through_the_hooked_ledger_is_published(shared_broker: Broker, fa
     assert pub.flush(2)
 
 
-def test_a_submit_wakes_an_idle_worker_long_before_its_poll(shared_broker: Broker,
-                                                          fab: Fabric) -> None:
+def test_a_submit_wakes_an_idle_worker_long_before_its_poll(shared_broker: Broker, fab: Fabric) -> None:
     gate = Gate(hold=False)
     worker = make_worker(fab, gate, poll=30.0)  # the safety net alone would take 30 s
     att = attach_worker(worker, env=shared_broker.env())
@@ -150,8 +148,9 @@ def test_the_webhook_wakes_a_worker(shared_broker: Broker, fab: Fabric) -> None:
         wait_until(lambda: worker.stats.polls >= 1, what="first poll")
         time.sleep(0.2)
         tid = fab.submit("no event for this one", target=QUEUE).task_id  # not hooked
-        urllib.request.urlopen(urllib.request.Request(att.webhook.url, data=b"{}", method="POST"),
-                               timeout=2).close()
+        urllib.request.urlopen(
+            urllib.request.Request(att.webhook.url, data=b"{}", method="POST"), timeout=2
+        ).close()
         wait_until(lambda: state_of(fab, tid) == State.DONE, timeout=10, what="done")
     att.close()
 
@@ -175,19 +174,29 @@ def test_events_without_a_secret_refuse_to_start(fab: Fabric) -> None:
 # -- the command ------------------------------------------------------------------------
 
 
-def _watch_cli(fab: Fabric, broker: Broker, tid: int, *args: str,
-               env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    env = {**os.environ, **broker.env(), "KANBOARD_URL": fab.settings.board_url,
-           "KANBOARD_API_TOKEN": fab.settings.board_token,
-           "AGAP_CARDS_DIR": str(fab.settings.cards_dir), **(env or {})}
-    code = "import fabric.cli.watch_cmd; from fabric.cli import main; main()"
-    return subprocess.Popen([sys.executable, "-c", code, "watch", str(tid), *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=ROOT)
+def _watch_cli(
+    fab: Fabric, broker: Broker, tid: int, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        **broker.env(),
+        "KANBOARD_URL": fab.settings.board_url,
+        "KANBOARD_API_TOKEN": fab.settings.board_token,
+        "AGAP_CARDS_DIR": str(fab.settings.cards_dir),
+        **(env or {}),
+    }
+    code = "import fabric.apps.cli.watch_cmd; from fabric.apps.cli import main; main()"
+    return subprocess.Popen(
+        [sys.executable, "-c", code, "watch", str(tid), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
 
 
-def test_agap_watch_prints_json_lines_and_exits_by_outcome(shared_broker: Broker,
-                                                            fab: Fabric) -> None:
+def test_agap_watch_prints_json_lines_and_exits_by_outcome(shared_broker: Broker, fab: Fabric) -> None:
     tid = fab.submit("watch from the command line", target=QUEUE).task_id
     shared_broker.retained_tasks.append(tid)
     gate = Gate()
@@ -225,8 +234,7 @@ def test_agap_watch_times_out_with_exit_2(shared_broker: Broker, fab: Fabric) ->
     assert "idle timeout" in err
 
 
-def test_agap_watch_reports_bad_input_apart_from_timeouts(shared_broker: Broker,
-                                                          fab: Fabric) -> None:
+def test_agap_watch_reports_bad_input_apart_from_timeouts(shared_broker: Broker, fab: Fabric) -> None:
     proc = _watch_cli(fab, shared_broker, 999)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 4 and "999" in err

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from fabric.board.server import EmbeddedBoard
+from fabric.apps.cli import main
 from fabric.cards import CardSet
-from fabric.cli import main
 from fabric.config import Settings
 from fabric.core import Fabric
+from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.layout import Column, State
+from fabric.kanboard.layout import Column, State
 from keeper.config import JOBS, KeeperConfig
 from keeper.daemon import Keeper
 from tests.conftest import ROOT, make_fabric
@@ -28,9 +28,13 @@ from workers.queue import QueueReader
 
 @pytest.fixture
 def env(embedded_board: EmbeddedBoard, tmp_path: Path) -> dict[str, str]:
-    return {"KANBOARD_URL": embedded_board.url, "KANBOARD_API_TOKEN": embedded_board.token,
-            "AGAP_CARDS_DIR": str(ROOT / "cards"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
-            "AGAP_ACTOR": "cron"}
+    return {
+        "KANBOARD_URL": embedded_board.url,
+        "KANBOARD_API_TOKEN": embedded_board.token,
+        "AGAP_CARDS_DIR": str(ROOT / "cards"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "AGAP_ACTOR": "cron",
+    }
 
 
 def run(env: dict[str, str], *args: str) -> Result:
@@ -50,8 +54,9 @@ def test_with_no_keeper_running_submit_claim_complete_still_works(http_fabric: F
     assert http_fabric.board.read(receipt.task_id).current.state == State.CLOSED  # type: ignore[union-attr]
 
 
-def test_agap_keeper_once_runs_every_job(env: dict[str, str], embedded_board: EmbeddedBoard,
-                                        cards: CardSet) -> None:
+def test_agap_keeper_once_runs_every_job(
+    env: dict[str, str], embedded_board: EmbeddedBoard, cards: CardSet
+) -> None:
     assert run(env, "init").exit_code == 0
     fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards)
     tid = fab.submit("expire me", target="gemma-local").task_id
@@ -65,8 +70,9 @@ def test_agap_keeper_once_runs_every_job(env: dict[str, str], embedded_board: Em
 
 
 def test_agap_keeper_once_with_the_board_down_exits_non_zero(env: dict[str, str]) -> None:
-    res = CliRunner().invoke(main, ["keeper", "--once"],
-                             env={**env, "KANBOARD_URL": "http://127.0.0.1:9/jsonrpc.php"})
+    res = CliRunner().invoke(
+        main, ["keeper", "--once"], env={**env, "KANBOARD_URL": "http://127.0.0.1:9/jsonrpc.php"}
+    )
     assert res.exit_code == 3
     out = json.loads(res.output)
     assert not any(out["jobs"].values()) and out["metrics"]["board_up"] == 0
@@ -77,15 +83,18 @@ def test_the_metrics_endpoint_refuses_to_start_without_a_token(env: dict[str, st
     assert run(env, "init").exit_code == 0
     res = CliRunner().invoke(main, ["keeper", "--once", "--metrics-port", "0"], env=env)
     assert res.exit_code == 0  # port 0: no endpoint, nothing to protect
-    res = CliRunner().invoke(main, ["keeper", "--once", "--metrics-port", "19464"],
-                             env={**env, "AGAP_KEEPER_METRICS_TOKEN": ""})
+    res = CliRunner().invoke(
+        main, ["keeper", "--once", "--metrics-port", "19464"], env={**env, "AGAP_KEEPER_METRICS_TOKEN": ""}
+    )
     assert res.exit_code == 2 and "token" in res.output
 
 
 def test_the_keeper_never_imports_litellm() -> None:
-    code = ("import sys, keeper.daemon, keeper.gc, fabric.cli.keeper_cmd; "
-            "from fabric.cli import main; "
-            "sys.exit(1 if 'litellm' in sys.modules else 0)")
+    code = (
+        "import sys, keeper.daemon, keeper.gc, fabric.apps.cli.keeper_cmd; "
+        "from fabric.apps.cli import main; "
+        "sys.exit(1 if 'litellm' in sys.modules else 0)"
+    )
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=60).returncode == 0
 
 
@@ -104,20 +113,30 @@ def test_the_scheduler_has_one_job_per_duty_with_its_own_interval(http_fabric: F
     assert all(j.max_instances == 1 and j.coalesce for j in jobs.values())
 
 
-def test_serve_sweeps_on_its_own_and_stops_cleanly(embedded_board: EmbeddedBoard,
-                                                  cards: CardSet) -> None:
-    settings = Settings(board_url=embedded_board.url, board_token=embedded_board.token,
-                        cards_dir=ROOT / "cards")
-    fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards,
-                      settings=settings)
+def test_serve_sweeps_on_its_own_and_stops_cleanly(embedded_board: EmbeddedBoard, cards: CardSet) -> None:
+    settings = Settings(
+        board_url=embedded_board.url, board_token=embedded_board.token, cards_dir=ROOT / "cards"
+    )
+    fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards, settings=settings)
     tid = fab.submit("expire under the daemon", target="gemma-local").task_id
     fab.ledger.claim(fab.board.read(tid), "w1", lease_seconds=1)
-    fab.port.call("moveTaskPosition", {  # a lagging projection for the gesture job
-        "project_id": fab.board.layout.project_id, "task_id": tid, "position": 1,
-        "column_id": fab.board.layout.columns[Column.QUEUED], "swimlane_id": 0})
+    fab.port.call(
+        "moveTaskPosition",
+        {  # a lagging projection for the gesture job
+            "project_id": fab.board.layout.project_id,
+            "task_id": tid,
+            "position": 1,
+            "column_id": fab.board.layout.columns[Column.QUEUED],
+            "swimlane_id": 0,
+        },
+    )
     cfg = KeeperConfig(intervals={name: 0.3 for name in KeeperConfig().intervals}, lease_grace=0)
-    keeper = Keeper(cfg, lambda: make_fabric(
-        KanboardClient(embedded_board.url, embedded_board.token), cards, settings=settings))
+    keeper = Keeper(
+        cfg,
+        lambda: make_fabric(
+            KanboardClient(embedded_board.url, embedded_board.token), cards, settings=settings
+        ),
+    )
     stop = threading.Event()
     t = threading.Thread(target=keeper.serve, args=(stop,))
     t.start()
@@ -163,8 +182,12 @@ def test_sigterm_stops_the_daemon_cleanly(env: dict[str, str]) -> None:
 
     assert run(env, "init").exit_code == 0
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from fabric.cli import main; main()", "keeper"],
-        cwd=ROOT, env={**os.environ, **env}, stderr=subprocess.PIPE, text=True)
+        [sys.executable, "-c", "from fabric.apps.cli import main; main()", "keeper"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stderr is not None
         deadline = time.monotonic() + 30

@@ -14,7 +14,7 @@ import pytest
 from tests.fakes.langfuse_receiver import LangfuseReceiver
 from tests.fakes.litellm_proxy import LiteLLMProxy, free_port, proxy_unavailable_reason
 from tests.fakes.openai_stub import OpenAIStub
-from workers.models import (
+from workers.llm import (
     BadModelResponse,
     GatewayClient,
     ModelAuthFailed,
@@ -44,27 +44,41 @@ class Plane:
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     with OpenAIStub() as stub, LangfuseReceiver() as receiver:
-        params: dict[str, object] = {"model": "openai/gpt-4o-mini",  # a priced name: the cost map prices it
-                  "api_base": stub.base_url, "api_key": "os.environ/STUB_PROVIDER_KEY"}
-        proxy = LiteLLMProxy(tmp_path_factory.mktemp("litellm"), {"kimi-k2": params},
-                             env={"STUB_PROVIDER_KEY": stub.api_key, **receiver.env()},
-                             callbacks=["langfuse"])
+        params: dict[str, object] = {
+            "model": "openai/gpt-4o-mini",  # a priced name: the cost map prices it
+            "api_base": stub.base_url,
+            "api_key": "os.environ/STUB_PROVIDER_KEY",
+        }
+        proxy = LiteLLMProxy(
+            tmp_path_factory.mktemp("litellm"),
+            {"kimi-k2": params},
+            env={"STUB_PROVIDER_KEY": stub.api_key, **receiver.env()},
+            callbacks=["langfuse"],
+        )
         with proxy:
             print(f"LiteLLM proxy live in {proxy.started_in:.1f}s")
             yield Plane(stub, receiver, proxy)
 
 
 def ask(client: GatewayClient, text: str, *, timeout: float = 30.0) -> object:
-    return client.complete(build_messages(text, {"task:1": "ctx"}, None), model="kimi-k2",
-                           metadata=dict(META), idempotency_key="4242:1:complete",
-                           timeout=timeout)
+    return client.complete(
+        build_messages(text, {"task:1": "ctx"}, None),
+        model="kimi-k2",
+        metadata=dict(META),
+        idempotency_key="4242:1:complete",
+        timeout=timeout,
+    )
 
 
 def test_completion_through_the_proxy(plane: Plane) -> None:
     before = len(plane.stub.chat_requests())
-    done = plane.client().complete(build_messages("say hi", {}, None), model="kimi-k2",
-                                   metadata=dict(META), idempotency_key="4242:1:complete",
-                                   timeout=30)
+    done = plane.client().complete(
+        build_messages("say hi", {}, None),
+        model="kimi-k2",
+        metadata=dict(META),
+        idempotency_key="4242:1:complete",
+        timeout=30,
+    )
     assert done.text == "stub reply to: say hi"
     assert done.cost_usd > 0  # x-litellm-response-cost, priced from the bundled cost map
     assert done.call_id and done.call_id != "chatcmpl-stub-1"  # the proxy's x-litellm-call-id
@@ -77,11 +91,17 @@ def test_completion_through_the_proxy(plane: Plane) -> None:
 
 
 def test_trace_reaches_langfuse_with_agent_task_and_queue(plane: Plane) -> None:
-    plane.client().complete(build_messages("trace me", {}, None), model="kimi-k2",
-                            metadata=dict(META), idempotency_key="4242:1:complete", timeout=30)
+    plane.client().complete(
+        build_messages("trace me", {}, None),
+        model="kimi-k2",
+        metadata=dict(META),
+        idempotency_key="4242:1:complete",
+        timeout=30,
+    )
     want = {"agent:kimi", "task:4242", "queue:kimi-queue"}
     assert plane.receiver.wait_for(lambda r: want <= r.trace_tags(), timeout=30), (
-        f"tags seen: {plane.receiver.trace_tags()}\n{plane.proxy.log_tail()}")
+        f"tags seen: {plane.receiver.trace_tags()}\n{plane.proxy.log_tail()}"
+    )
     span = next(s for s in plane.receiver.spans() if want <= set(s.tags))
     assert span.attributes["langfuse.trace.name"] == "task #4242 (kimi)"
     assert span.attributes["user.id"] == "kimi"

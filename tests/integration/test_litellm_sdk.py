@@ -17,7 +17,7 @@ import pytest
 
 from tests.fakes.langfuse_receiver import LangfuseReceiver
 from tests.fakes.openai_stub import OpenAIStub
-from workers.models import (
+from workers.llm import (
     BadModelResponse,
     Completion,
     ModelAuthFailed,
@@ -28,8 +28,9 @@ from workers.models import (
 from workers.prompt import build_messages
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("litellm") is None,
-                                reason="litellm is not installed (pip install litellm)")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("litellm") is None, reason="litellm is not installed (pip install litellm)"
+)
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before any litellm import
 
 MODEL = "openai/gpt-4o-mini"  # a priced name: the bundled cost map gives a cost
@@ -43,8 +44,13 @@ def stub() -> Iterator[OpenAIStub]:
 
 
 def ask(client: SdkClient, text: str = "hello") -> Completion:
-    return client.complete(build_messages(text, {}, None), model=MODEL, metadata=dict(META),
-                           idempotency_key="77:2:complete", timeout=20)
+    return client.complete(
+        build_messages(text, {}, None),
+        model=MODEL,
+        metadata=dict(META),
+        idempotency_key="77:2:complete",
+        timeout=20,
+    )
 
 
 def test_sdk_completion(stub: OpenAIStub) -> None:
@@ -96,7 +102,7 @@ def test_sdk_wrong_key_is_auth_failure(stub: OpenAIStub) -> None:
 _CALLBACK = """
 import json, os, sys
 import litellm
-from workers.models import SdkClient
+from workers.llm import SdkClient
 from workers.prompt import build_messages
 litellm.success_callback = ["langfuse"]
 cfg = json.loads(sys.argv[1])
@@ -112,20 +118,28 @@ print(json.dumps({"text": done.text}))
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("langfuse") is None,
-                    reason="langfuse is not installed (pip install 'langfuse>=4.7,<5')")
+@pytest.mark.skipif(
+    importlib.util.find_spec("langfuse") is None,
+    reason="langfuse is not installed (pip install 'langfuse>=4.7,<5')",
+)
 def test_sdk_langfuse_callback_carries_agent_task_queue(stub: OpenAIStub) -> None:
     with LangfuseReceiver() as receiver:
         env = {**os.environ, **receiver.env(), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-        cfg = {"api_base": stub.base_url, "api_key": stub.api_key, "model": MODEL,
-               "metadata": META}
-        out = subprocess.run([sys.executable, "-c", _CALLBACK, json.dumps(cfg)], cwd=ROOT,
-                             env=env, capture_output=True, text=True, timeout=120)
+        cfg = {"api_base": stub.base_url, "api_key": stub.api_key, "model": MODEL, "metadata": META}
+        out = subprocess.run(
+            [sys.executable, "-c", _CALLBACK, json.dumps(cfg)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         assert json.loads(out.stdout.strip().splitlines()[-1])["text"].startswith("stub reply")
         want = {"agent:torgash", "task:77", "queue:torgash"}
         assert receiver.wait_for(lambda r: want <= r.trace_tags(), timeout=30), (
-            f"tags seen: {receiver.trace_tags()}\n{out.stderr[-3000:]}")
+            f"tags seen: {receiver.trace_tags()}\n{out.stderr[-3000:]}"
+        )
         span = next(s for s in receiver.spans() if want <= set(s.tags))
         assert span.attributes["langfuse.trace.name"] == "task #77 (torgash)"
         assert span.attributes["session.id"] == "queue:torgash"

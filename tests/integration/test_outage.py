@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from fabric.board.server import EmbeddedBoard
 from fabric.config import Settings
 from fabric.core import Fabric
-from fabric.layout import State
+from fabric.embedded.server import EmbeddedBoard
+from fabric.kanboard.layout import State
 from tests.fakes.openai_stub import OpenAIStub
 from tests.integration.test_worker import (
     Running,
@@ -81,8 +81,13 @@ def _cut(board: EmbeddedBoard) -> tuple[str, int, str]:
 
 
 def test_no_model_call_starts_while_the_board_is_cut(
-        embedded_board: EmbeddedBoard, fab: Fabric, settings: Settings,  # noqa: F811
-        wcards: Any, stub: OpenAIStub, doc: SlowDoc) -> None:  # noqa: F811
+    embedded_board: EmbeddedBoard,
+    fab: Fabric,  # noqa: F811
+    settings: Settings,  # noqa: F811
+    wcards: Any,  # noqa: F811
+    stub: OpenAIStub,  # noqa: F811
+    doc: SlowDoc,
+) -> None:
     tid = fab.submit("read and answer", target="tester", refs=[doc.url]).task_id
     with Running(build_worker("tester", settings, wcards, env=gateway_env(stub))):
         assert doc.asked.wait(20), "the worker never resolved the ref"
@@ -99,8 +104,12 @@ def test_no_model_call_starts_while_the_board_is_cut(
 
 
 def test_an_outage_past_the_grace_redoes_the_call_with_the_same_key(
-        embedded_board: EmbeddedBoard, fab: Fabric, settings: Settings,  # noqa: F811
-        wcards: Any, stub: OpenAIStub) -> None:  # noqa: F811
+    embedded_board: EmbeddedBoard,
+    fab: Fabric,  # noqa: F811
+    settings: Settings,  # noqa: F811
+    wcards: Any,  # noqa: F811
+    stub: OpenAIStub,  # noqa: F811
+) -> None:
     started = threading.Event()
 
     def slow(body: dict[str, Any]) -> str:

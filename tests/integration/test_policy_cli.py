@@ -8,17 +8,21 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-import fabric.cli.route_cmd  # noqa: F401 - registers `agap route` until the CLI lists it
-from fabric.board.server import EmbeddedBoard
-from fabric.cli import main
+import fabric.apps.cli.route_cmd  # noqa: F401 - registers `agap route` until the CLI lists it
+from fabric.apps.cli import main
+from fabric.embedded.server import EmbeddedBoard
 from tests.conftest import ROOT
 
 
 @pytest.fixture
 def env(embedded_board: EmbeddedBoard, tmp_path: Path) -> dict[str, str]:
-    e = {"KANBOARD_URL": embedded_board.url, "KANBOARD_API_TOKEN": embedded_board.token,
-         "AGAP_CARDS_DIR": str(ROOT / "cards"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
-         "AGAP_ACTOR": "alvis"}
+    e = {
+        "KANBOARD_URL": embedded_board.url,
+        "KANBOARD_API_TOKEN": embedded_board.token,
+        "AGAP_CARDS_DIR": str(ROOT / "cards"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "AGAP_ACTOR": "alvis",
+    }
     assert run(e, "init").exit_code == 0
     return e
 
@@ -28,8 +32,9 @@ def run(env: dict[str, str], *args: str) -> Result:
 
 
 def test_route_explain_prints_candidates_reasons_and_the_pick(env: dict[str, str]) -> None:
-    res = run(env, "route", "--explain", "--constraints", "cap=code,trust>=trusted",
-              "--intent", "fix the parser")
+    res = run(
+        env, "route", "--explain", "--constraints", "cap=code,trust>=trusted", "--intent", "fix the parser"
+    )
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     assert lines[0] == "constraints: cap=code,trust>=trusted"
@@ -55,13 +60,21 @@ def test_route_errors_are_one_line(env: dict[str, str]) -> None:
 
 
 def test_policy_refusals_name_the_rule_and_limit(env: dict[str, str]) -> None:
-    res = run(env, "submit", "--target", "torgash", "--intent", "price this",
-              "--ref", "file:///notes/x.md#domain=private:alvis")
+    res = run(
+        env,
+        "submit",
+        "--target",
+        "torgash",
+        "--intent",
+        "price this",
+        "--ref",
+        "file:///notes/x.md#domain=private:alvis",
+    )
     assert res.exit_code == 6
     assert "PRIVACY [privacy.sandboxed, limit: shared domains only]" in res.output
-    research = json.loads(run(env, "submit", "--target", "researcher", "--intent", "read the web",
-                              "--json").output)
-    gated = run(env, "submit", "--target", "adolf", "--intent", "remember it",
-                "--ref", research["ref"])
+    research = json.loads(
+        run(env, "submit", "--target", "researcher", "--intent", "read the web", "--json").output
+    )
+    gated = run(env, "submit", "--target", "adolf", "--intent", "remember it", "--ref", research["ref"])
     assert gated.exit_code == 6 and "TAINT_GATED [taint.promotion" in gated.output
     assert "waits on alvis" in gated.output

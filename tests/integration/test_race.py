@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from fabric.board.server import EmbeddedBoard
 from fabric.cards import CardSet
 from fabric.config import Settings
+from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.layout import Column, State
+from fabric.kanboard.layout import Column, State
 from keeper.config import KeeperConfig
 from keeper.daemon import Keeper
 from tests.conftest import ROOT, make_fabric, real_kanboard
@@ -36,35 +36,60 @@ WORKERS = 8
 
 
 @pytest.fixture(params=["embedded", "real-kanboard"])
-def board_target(request: pytest.FixtureRequest,
-                 tmp_path: Path) -> Iterator[tuple[str, str, int]]:
+def board_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, int]]:
     if request.param == "embedded":
         with EmbeddedBoard(tmp_path / "board.sqlite3") as board:
             yield board.url, board.token, TASKS
         return
     real = real_kanboard()
     if real is None:
-        pytest.skip("KANBOARD_URL is not set: set KANBOARD_URL and KANBOARD_API_TOKEN to "
-                    "race the workers against a real Kanboard too")
+        pytest.skip(
+            "KANBOARD_URL is not set: set KANBOARD_URL and KANBOARD_API_TOKEN to "
+            "race the workers against a real Kanboard too"
+        )
     yield real[0], real[1], REAL_TASKS
 
 
 # Real Kanboard on PostgreSQL opens a database connection per request (~20 ms a call).
 @pytest.mark.timeout(1200)
 def test_eight_processes_drain_the_queue_exactly_once(
-        board_target: tuple[str, str, int], cards: CardSet, tmp_path: Path) -> None:
+    board_target: tuple[str, str, int], cards: CardSet, tmp_path: Path
+) -> None:
     url, token, tasks = board_target
     run = secrets.token_hex(4)
-    settings = Settings(board_url=url, board_token=token, cards_dir=ROOT / "cards",
-                        project=f"race-{run}", locks_project=f"race-locks-{run}")
+    settings = Settings(
+        board_url=url,
+        board_token=token,
+        cards_dir=ROOT / "cards",
+        project=f"race-{run}",
+        locks_project=f"race-locks-{run}",
+    )
     fab = make_fabric(KanboardClient(url, token), cards, settings=settings)
     task_ids = [fab.submit(f"race task {i}", target="gemma-local").task_id for i in range(tasks)]
     log = tmp_path / "drill.sqlite3"
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=drill_worker, args=(
-        url, token, str(ROOT / "cards"), "gemma-local", f"w{i}", str(log), 60.0, 0.0, 0.0,
-        True, str(tmp_path / f"cache{i}"), None, settings.project, settings.locks_project))
-        for i in range(WORKERS)]
+    procs = [
+        ctx.Process(
+            target=drill_worker,
+            args=(
+                url,
+                token,
+                str(ROOT / "cards"),
+                "gemma-local",
+                f"w{i}",
+                str(log),
+                60.0,
+                0.0,
+                0.0,
+                True,
+                str(tmp_path / f"cache{i}"),
+                None,
+                settings.project,
+                settings.locks_project,
+            ),
+        )
+        for i in range(WORKERS)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -90,7 +115,9 @@ def test_eight_processes_drain_the_queue_exactly_once(
     wrong = [v for v in views if int(v.row.get("column_id") or 0) != done]
     assert wrong == [], f"{len(wrong)} done cards left in another column: " + "; ".join(
         f"#{v.id} in column {v.row.get('column_id')}, moved {v.row.get('date_moved')}, "
-        f"record e{v.epoch} at {v.current.at if v.current else None}" for v in wrong[:10])
+        f"record e{v.epoch} at {v.current.at if v.current else None}"
+        for v in wrong[:10]
+    )
     for v in views:
         # submit e0, claim e1, complete e2: no extra epochs when nobody dies.
         assert v.epoch == 2

@@ -7,30 +7,46 @@ import sqlite3
 import time
 from pathlib import Path
 
-from fabric.board.server import EmbeddedBoard
 from fabric.cards import CardSet
+from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.layout import State, epoch_lock, record_key
-from fabric.models import Record
+from fabric.kanboard.layout import State, epoch_lock, record_key
+from fabric.task import Record
 from keeper.sweeps import sweep_leases_and_gaps
 from tests.conftest import ROOT, make_fabric
 from tests.integration.procs import drill_worker, win_lock_and_die
 from workers.queue import QueueReader
 
 
-def _drain(board: EmbeddedBoard, log: Path, tmp: Path, name: str, lease: float,
-           crash_marker: Path | None = None) -> int | None:
+def _drain(
+    board: EmbeddedBoard, log: Path, tmp: Path, name: str, lease: float, crash_marker: Path | None = None
+) -> int | None:
     ctx = mp.get_context("spawn")
-    p = ctx.Process(target=drill_worker, args=(
-        board.url, board.token, str(ROOT / "cards"), "gemma-local", name, str(log), lease,
-        0.0, 0.0, True, str(tmp / f"cache-{name}"), str(crash_marker) if crash_marker else None))
+    p = ctx.Process(
+        target=drill_worker,
+        args=(
+            board.url,
+            board.token,
+            str(ROOT / "cards"),
+            "gemma-local",
+            name,
+            str(log),
+            lease,
+            0.0,
+            0.0,
+            True,
+            str(tmp / f"cache-{name}"),
+            str(crash_marker) if crash_marker else None,
+        ),
+    )
     p.start()
     p.join(60)
     return p.exitcode
 
 
 def test_a_worker_dying_after_delivery_does_not_apply_the_effect_twice(
-        embedded_board: EmbeddedBoard, cards: CardSet, tmp_path: Path) -> None:
+    embedded_board: EmbeddedBoard, cards: CardSet, tmp_path: Path
+) -> None:
     fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards)
     tid = fab.submit("deliver exactly once", target="gemma-local").task_id
     log, marker = tmp_path / "drill.sqlite3", tmp_path / "crashed"
@@ -51,15 +67,22 @@ def test_a_worker_dying_after_delivery_does_not_apply_the_effect_twice(
 
 
 def test_a_winner_dying_between_tag_and_record_leaves_a_gap_that_is_resolved(
-        embedded_board: EmbeddedBoard, cards: CardSet, tmp_path: Path) -> None:
+    embedded_board: EmbeddedBoard, cards: CardSet, tmp_path: Path
+) -> None:
     fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards)
     fab.ledger.gap_timeout = 0.5
     tid = fab.submit("gap drill", target="gemma-local").task_id
     view = fab.board.read(tid)
     assert view.uid is not None
-    p = mp.get_context("spawn").Process(target=win_lock_and_die, args=(
-        embedded_board.url, embedded_board.token, fab.board.layout.locks_project_id,
-        epoch_lock(view.uid, 1)))
+    p = mp.get_context("spawn").Process(
+        target=win_lock_and_die,
+        args=(
+            embedded_board.url,
+            embedded_board.token,
+            fab.board.layout.locks_project_id,
+            epoch_lock(view.uid, 1),
+        ),
+    )
     p.start()
     p.join(30)
     assert p.exitcode == 9
@@ -79,7 +102,8 @@ def test_a_winner_dying_between_tag_and_record_leaves_a_gap_that_is_resolved(
 
 
 def test_a_delayed_stale_write_never_changes_the_current_state(
-        embedded_board: EmbeddedBoard, cards: CardSet) -> None:
+    embedded_board: EmbeddedBoard, cards: CardSet
+) -> None:
     fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards)
     tid = fab.submit("stale write drill", target="gemma-local").task_id
     reader = QueueReader(fab.board, fab.ledger, "gemma-local")
@@ -87,12 +111,19 @@ def test_a_delayed_stale_write_never_changes_the_current_state(
     assert lease is not None
     # A renewal from epoch 1 was sent, stalled in the network, and arrives after the
     # task completed: it rewrites record e1 only, and e2 stays the current state.
-    stale = Record(epoch=1, state=State.WORKING, op="claim", by="w1", at=time.time(),
-                   owner="w1", lease_until=time.time() + 3600, attempt=1)
+    stale = Record(
+        epoch=1,
+        state=State.WORKING,
+        op="claim",
+        by="w1",
+        at=time.time(),
+        owner="w1",
+        lease_until=time.time() + 3600,
+        attempt=1,
+    )
     fab.ledger.complete(lease, "file:///result")
     other = KanboardClient(embedded_board.url, embedded_board.token)
-    assert other.call("saveTaskMetadata", {"task_id": tid,
-                                           "values": {record_key(1): stale.to_meta()}})
+    assert other.call("saveTaskMetadata", {"task_id": tid, "values": {record_key(1): stale.to_meta()}})
     view = fab.board.read(tid)
     assert view.epoch == 2 and view.current is not None
     assert view.current.state == State.DONE and view.current.result_ref == "file:///result"

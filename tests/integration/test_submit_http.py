@@ -5,10 +5,10 @@ from __future__ import annotations
 import multiprocessing as mp
 from pathlib import Path
 
-from fabric.board.server import EmbeddedBoard
 from fabric.cards import CardSet, load_cards
 from fabric.config import Settings
 from fabric.core import Fabric
+from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 from tests.conftest import ROOT, make_fabric
 
@@ -18,22 +18,28 @@ def _submit_same_key(url: str, token: str, cache: str, barrier: object, out: obj
 
     os.environ["XDG_CACHE_HOME"] = cache
     settings = Settings(board_url=url, board_token=token, cards_dir=ROOT / "cards")
-    fab = Fabric.connect(settings, cards=load_cards(ROOT / "cards", base_dir=ROOT),
-                         port=KanboardClient(url, token))
+    fab = Fabric.connect(
+        settings, cards=load_cards(ROOT / "cards", base_dir=ROOT), port=KanboardClient(url, token)
+    )
     barrier.wait()  # type: ignore[attr-defined]
     r = fab.submit("morning briefing", target="kimi", key="cron:briefing:2026-11-30")
     out.put((r.task_id, r.created))  # type: ignore[attr-defined]
 
 
-def test_two_cron_firings_at_once_make_one_task(embedded_board: EmbeddedBoard, cards: CardSet,
-                                                tmp_path: Path) -> None:
+def test_two_cron_firings_at_once_make_one_task(
+    embedded_board: EmbeddedBoard, cards: CardSet, tmp_path: Path
+) -> None:
     fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards)
     ctx = mp.get_context("spawn")
     for trial in range(3):
         barrier, out = ctx.Barrier(4), ctx.Queue()
-        procs = [ctx.Process(target=_submit_same_key, args=(
-            embedded_board.url, embedded_board.token, str(tmp_path / f"c{trial}{i}"), barrier, out))
-            for i in range(4)]
+        procs = [
+            ctx.Process(
+                target=_submit_same_key,
+                args=(embedded_board.url, embedded_board.token, str(tmp_path / f"c{trial}{i}"), barrier, out),
+            )
+            for i in range(4)
+        ]
         for p in procs:
             p.start()
         results = [out.get(timeout=60) for _ in procs]

@@ -15,12 +15,23 @@ from tests.conftest import ROOT
 
 
 def test_up_runs_the_fabric_offline_and_stops_cleanly(tmp_path: Path) -> None:
-    env = {**os.environ, "AGAP_STATE_DIR": str(tmp_path / "var"), "AGAP_BOARD_PORT": "0",
-           "AGAP_CARDS_DIR": str(ROOT / "cards"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
-           "AGAP_POLL_SECONDS": "0.2"}
+    env = {
+        **os.environ,
+        "AGAP_STATE_DIR": str(tmp_path / "var"),
+        "AGAP_BOARD_PORT": "0",
+        "AGAP_CARDS_DIR": str(ROOT / "cards"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "AGAP_POLL_SECONDS": "0.2",
+    }
     env.pop("AGAP_MODEL_MODE", None)
-    up = subprocess.Popen([sys.executable, "-m", "fabric.cli", "up"], env=env, cwd=tmp_path,
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "fabric.apps.cli", "up"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert up.stdout is not None
         banner = ""
@@ -34,8 +45,14 @@ def test_up_runs_the_fabric_offline_and_stops_cleanly(tmp_path: Path) -> None:
         cli = {**env, "KANBOARD_URL": url.group(1), "KANBOARD_API_TOKEN": token.group(1)}
 
         def agap(*args: str) -> dict[str, object]:
-            out = subprocess.run([sys.executable, "-m", "fabric.cli", *args, "--json"], env=cli,
-                                 capture_output=True, text=True, timeout=60, check=True)
+            out = subprocess.run(
+                [sys.executable, "-m", "fabric.apps.cli", *args, "--json"],
+                env=cli,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
             return json.loads(out.stdout)  # type: ignore[no-any-return]
 
         tid = agap("submit", "--target", "kimi", "--intent", "hello from make run")["task_id"]

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from fabric.board.server import EmbeddedBoard
 from fabric.cards import CardSet, load_cards
 from fabric.config import Settings
 from fabric.core import Fabric
+from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.layout import State
+from fabric.kanboard.layout import State
 from tests.conftest import make_fabric
 from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import Running, wait_until
@@ -29,7 +29,6 @@ from workers.daemon import build_worker
 from workers.executor import ModelExecutor
 
 CARDS = Path(__file__).parent / "cards_worker"
-
 
 
 @pytest.fixture
@@ -45,21 +44,26 @@ def stub() -> Iterator[OpenAIStub]:
 
 @pytest.fixture
 def settings(embedded_board: EmbeddedBoard, tmp_path: Path) -> Settings:
-    return Settings(board_url=embedded_board.url, board_token=embedded_board.token,
-                    cards_dir=CARDS, state_dir=tmp_path / "state")
+    return Settings(
+        board_url=embedded_board.url,
+        board_token=embedded_board.token,
+        cards_dir=CARDS,
+        state_dir=tmp_path / "state",
+    )
 
 
 @pytest.fixture
 def fab(embedded_board: EmbeddedBoard, wcards: CardSet, settings: Settings) -> Fabric:
-    return make_fabric(KanboardClient(embedded_board.url, embedded_board.token), wcards,
-                       settings=settings)
+    return make_fabric(KanboardClient(embedded_board.url, embedded_board.token), wcards, settings=settings)
 
 
 def gateway_env(stub: OpenAIStub, **extra: str) -> dict[str, str]:
-    return {"AGAP_MODEL_MODE": "gateway", "AGAP_LITELLM_URL": stub.url,
-            "AGAP_LITELLM_KEY": stub.api_key, **extra}
-
-
+    return {
+        "AGAP_MODEL_MODE": "gateway",
+        "AGAP_LITELLM_URL": stub.url,
+        "AGAP_LITELLM_KEY": stub.api_key,
+        **extra,
+    }
 
 
 def start(settings: Settings, cards: CardSet, env: dict[str, str]) -> Running:
@@ -72,7 +76,8 @@ def state_of(fab: Fabric, tid: int) -> State | None:
 
 
 def test_a_task_runs_through_the_gateway_tagged_and_keyed(
-        fab: Fabric, settings: Settings, wcards: CardSet, stub: OpenAIStub) -> None:
+    fab: Fabric, settings: Settings, wcards: CardSet, stub: OpenAIStub
+) -> None:
     tid = fab.submit("Say hello", target="tester").task_id
     with start(settings, wcards, gateway_env(stub)):
         wait_until(lambda: state_of(fab, tid) == State.DONE, what="task done")
@@ -92,26 +97,30 @@ def test_a_task_runs_through_the_gateway_tagged_and_keyed(
 
 
 def test_a_spent_quota_parks_the_queue_visibly_and_low_priority_waits(
-        fab: Fabric, settings: Settings, wcards: CardSet, stub: OpenAIStub) -> None:
+    fab: Fabric, settings: Settings, wcards: CardSet, stub: OpenAIStub
+) -> None:
     # quota 4 per hour, half reserved for interactive work: 2 background calls, then
     # only high/urgent tasks run, then nothing.
-    low = [fab.submit(f"background {i}", target="tester", priority="low").task_id
-           for i in range(3)]
+    low = [fab.submit(f"background {i}", target="tester", priority="low").task_id for i in range(3)]
     with start(settings, wcards, gateway_env(stub)):
         wait_until(lambda: sum(state_of(fab, t) == State.DONE for t in low) == 2, what="2 done")
         time.sleep(0.5)
         assert sum(state_of(fab, t) == State.DONE for t in low) == 2, "the reserve must hold"
-        parks = wait_until(lambda: fab.board.park_states().get("tester", {}).get("parked"),
-                           what="park published")
+        parks = wait_until(
+            lambda: fab.board.park_states().get("tester", {}).get("parked"), what="park published"
+        )
         assert parks
         state = fab.board.park_states()["tester"]
         assert state["reason"].startswith("reserved for interactive work")
-        urgent = [fab.submit(f"urgent {i}", target="tester", priority="urgent").task_id
-                  for i in range(3)]
-        wait_until(lambda: sum(state_of(fab, t) == State.DONE for t in urgent) == 2,
-                   what="interactive work runs in the reserve")
-        wait_until(lambda: fab.board.park_states()["tester"]["reason"].startswith("quota spent"),
-                   what="quota spent published")
+        urgent = [fab.submit(f"urgent {i}", target="tester", priority="urgent").task_id for i in range(3)]
+        wait_until(
+            lambda: sum(state_of(fab, t) == State.DONE for t in urgent) == 2,
+            what="interactive work runs in the reserve",
+        )
+        wait_until(
+            lambda: fab.board.park_states()["tester"]["reason"].startswith("quota spent"),
+            what="quota spent published",
+        )
         state = fab.board.park_states()["tester"]
         assert state["parked"] and state["until"] > time.time() + 3000
         time.sleep(0.3)
@@ -121,12 +130,12 @@ def test_a_spent_quota_parks_the_queue_visibly_and_low_priority_waits(
 
 
 def test_a_429_parks_until_the_announced_reset_and_resumes_by_itself(
-        fab: Fabric, settings: Settings, wcards: CardSet, stub: OpenAIStub) -> None:
+    fab: Fabric, settings: Settings, wcards: CardSet, stub: OpenAIStub
+) -> None:
     stub.fail_next("429", retry_after="1", reset_requests="1s")
     tid = fab.submit("rate limited at first", target="tester").task_id
     with start(settings, wcards, gateway_env(stub)):
-        wait_until(lambda: fab.board.park_states().get("tester", {}).get("parked"),
-                   what="parked on 429")
+        wait_until(lambda: fab.board.park_states().get("tester", {}).get("parked"), what="parked on 429")
         assert fab.board.park_states()["tester"]["reason"].startswith("rate limited")
         wait_until(lambda: state_of(fab, tid) == State.DONE, what="resumed after reset")
         wait_until(lambda: not fab.board.park_states()["tester"]["parked"], what="unparked")
@@ -137,7 +146,8 @@ def test_a_429_parks_until_the_announced_reset_and_resumes_by_itself(
 
 
 def test_an_unreachable_model_plane_parks_and_the_queue_resumes(
-        fab: Fabric, settings: Settings, wcards: CardSet, stub: OpenAIStub) -> None:
+    fab: Fabric, settings: Settings, wcards: CardSet, stub: OpenAIStub
+) -> None:
     stub.fail_next("503", count=2)
     tid = fab.submit("plane down at first", target="tester").task_id
     worker = build_worker("tester", settings, wcards, env=gateway_env(stub))
@@ -151,7 +161,8 @@ def test_an_unreachable_model_plane_parks_and_the_queue_resumes(
 
 
 def test_a_malformed_answer_is_a_failed_attempt_then_a_retry_succeeds(
-        fab: Fabric, settings: Settings, wcards: CardSet, stub: OpenAIStub) -> None:
+    fab: Fabric, settings: Settings, wcards: CardSet, stub: OpenAIStub
+) -> None:
     stub.fail_next("malformed")
     tid = fab.submit("flaky model", target="tester").task_id
     with start(settings, wcards, gateway_env(stub)):
@@ -163,7 +174,8 @@ def test_a_malformed_answer_is_a_failed_attempt_then_a_retry_succeeds(
 
 
 def test_an_unknown_ref_scheme_dead_letters_with_a_clear_reason(
-        fab: Fabric, settings: Settings, wcards: CardSet, stub: OpenAIStub) -> None:
+    fab: Fabric, settings: Settings, wcards: CardSet, stub: OpenAIStub
+) -> None:
     tid = fab.submit("read this", target="tester", refs=["gopher://old.example/doc"]).task_id
     with start(settings, wcards, gateway_env(stub)):
         wait_until(lambda: state_of(fab, tid) == State.DEAD, what="dead letter")
@@ -172,8 +184,9 @@ def test_an_unknown_ref_scheme_dead_letters_with_a_clear_reason(
     assert stub.chat_requests() == [], "no paid call for a task that cannot be resolved"
 
 
-def test_results_can_go_to_a_directory(fab: Fabric, settings: Settings, wcards: CardSet,
-                                       stub: OpenAIStub, tmp_path: Path) -> None:
+def test_results_can_go_to_a_directory(
+    fab: Fabric, settings: Settings, wcards: CardSet, stub: OpenAIStub, tmp_path: Path
+) -> None:
     tid = fab.submit("write it down", target="tester").task_id
     env = gateway_env(stub, AGAP_RESULT_STORE="dir", AGAP_RESULT_DIR=str(tmp_path / "results"))
     with start(settings, wcards, env):
@@ -181,12 +194,17 @@ def test_results_can_go_to_a_directory(fab: Fabric, settings: Settings, wcards: 
     view = fab.board.read(tid)
     ref = view.current.result_ref  # type: ignore[union-attr]
     assert ref == (tmp_path / "results" / str(view.uid) / "result-e1.md").as_uri()
-    assert Path(ref[len("file://"):]).read_text().startswith("stub reply to:")
+    assert Path(ref[len("file://") :]).read_text().startswith("stub reply to:")
 
 
 def test_the_board_going_down_mid_task_loses_nothing(
-        embedded_board: EmbeddedBoard, fab: Fabric, settings: Settings, wcards: CardSet,
-        stub: OpenAIStub, tmp_path: Path) -> None:
+    embedded_board: EmbeddedBoard,
+    fab: Fabric,
+    settings: Settings,
+    wcards: CardSet,
+    stub: OpenAIStub,
+    tmp_path: Path,
+) -> None:
     started = threading.Event()
 
     def slow_reply(body: dict[str, Any]) -> str:
@@ -202,8 +220,9 @@ def test_the_board_going_down_mid_task_loses_nothing(
         embedded_board.stop()  # the board dies while the model is thinking
         time.sleep(1.5)
         revived = EmbeddedBoard(db, port=port, token=token).start()
-        wait_until(lambda: state_of(fab, tid) == State.DONE, timeout=30,
-                   what="done after the board came back")
+        wait_until(
+            lambda: state_of(fab, tid) == State.DONE, timeout=30, what="done after the board came back"
+        )
     ops = [r.op for _, r in sorted(fab.board.read(tid).records.items())]
     revived.stop()
     # A short outage (within the grace): the result was held and stored on reconnect.
@@ -212,7 +231,8 @@ def test_the_board_going_down_mid_task_loses_nothing(
 
 
 def test_sigterm_finishes_the_current_task_and_exits_zero(
-        fab: Fabric, settings: Settings, stub: OpenAIStub, tmp_path: Path) -> None:
+    fab: Fabric, settings: Settings, stub: OpenAIStub, tmp_path: Path
+) -> None:
     import os
     import signal
     import subprocess
@@ -228,11 +248,21 @@ def test_sigterm_finishes_the_current_task_and_exits_zero(
     stub.reply = slow_reply
     tid = fab.submit("long task", target="tester").task_id
     other = fab.submit("next task", target="tester").task_id
-    env = {**os.environ, **gateway_env(stub), "KANBOARD_URL": settings.board_url,
-           "KANBOARD_API_TOKEN": settings.board_token, "AGAP_CARDS_DIR": str(CARDS),
-           "AGAP_STATE_DIR": str(tmp_path / "state"), "XDG_CACHE_HOME": str(tmp_path / "c")}
-    proc = subprocess.Popen([sys.executable, "-m", "fabric.cli", "worker", "--agent", "tester",
-                             "--concurrency", "1"], env=env, stderr=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        **gateway_env(stub),
+        "KANBOARD_URL": settings.board_url,
+        "KANBOARD_API_TOKEN": settings.board_token,
+        "AGAP_CARDS_DIR": str(CARDS),
+        "AGAP_STATE_DIR": str(tmp_path / "state"),
+        "XDG_CACHE_HOME": str(tmp_path / "c"),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fabric.apps.cli", "worker", "--agent", "tester", "--concurrency", "1"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert started.wait(30), "the worker never called the model"
         proc.send_signal(signal.SIGTERM)

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-import fabric.cli.workspace_cmd  # noqa: F401  (registers `agap workspace`)
-from fabric.board.server import EmbeddedBoard
-from fabric.cli import main
+import fabric.apps.cli.workspace_cmd  # noqa: F401  (registers `agap workspace`)
+from fabric.apps.cli import main
+from fabric.apps.workspace import ForgeError, GiteaForge, PushRefused, RepoRef, Workspace, WorkspaceError
 from fabric.config import Settings
 from fabric.core import Fabric
-from fabric.layout import State
+from fabric.embedded.server import EmbeddedBoard
+from fabric.kanboard.layout import State
 from fabric.ledger import Lease
-from fabric.workspace import ForgeError, GiteaForge, PushRefused, RepoRef, Workspace, WorkspaceError
 from tests.conftest import ROOT, FakeClock
 from tests.fakes.gitea_stub import GiteaStub
 from workers.queue import QueueReader
@@ -60,8 +60,7 @@ def remote(tmp_path: Path) -> Path:
 
 
 def head_of(bare: Path, branch: str) -> str:
-    out = git("--git-dir", str(bare), "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}",
-              check=False)
+    out = git("--git-dir", str(bare), "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False)
     return out.stdout.strip()
 
 
@@ -77,12 +76,12 @@ def claim(fab: Fabric, owner: str) -> Lease:
     return lease
 
 
-def test_workspace_lease_lifecycle(local_fabric: Fabric, clock: FakeClock, remote: Path,
-                                   forge: GiteaStub, tmp_path: Path) -> None:
+def test_workspace_lease_lifecycle(
+    local_fabric: Fabric, clock: FakeClock, remote: Path, forge: GiteaStub, tmp_path: Path
+) -> None:
     fab, root = local_fabric, tmp_path / "state"
     ref = f"git+file://{remote}#main"
-    tid = fab.submit("Fix the CSV parser\nIt drops quoted commas.", target=AGENT,
-                     refs=[ref]).task_id
+    tid = fab.submit("Fix the CSV parser\nIt drops quoted commas.", target=AGENT, refs=[ref]).task_id
 
     # prepare: a fresh clone on the task's own branch, from main
     lease = claim(fab, "w1")
@@ -119,8 +118,9 @@ def test_workspace_lease_lifecycle(local_fabric: Fabric, clock: FakeClock, remot
 
     # a zombie copy elsewhere (same branch, older view of it) cannot overwrite new pushes
     zombie = Workspace.prepare(tmp_path / "other-host", lease2)
-    (ws2.path / "parser.py").write_text("import csv\n\ndef parse(line):\n"
-                                        "    return next(csv.reader([line]))\n")
+    (ws2.path / "parser.py").write_text(
+        "import csv\n\ndef parse(line):\n    return next(csv.reader([line]))\n"
+    )
     ws2.checkpoint("parser: use csv")
     (zombie.path / "parser.py").write_text("# stale\n")
     with pytest.raises(WorkspaceError, match="push of"):
@@ -139,7 +139,10 @@ def test_workspace_lease_lifecycle(local_fabric: Fabric, clock: FakeClock, remot
     assert post.path == "/api/v1/repos/alvis/agap/pulls"
     assert post.headers["authorization"] == f"token {forge.token}"
     assert {k: post.body[k] for k in ("head", "base", "title")} == {
-        "head": ws2.branch, "base": "main", "title": "Fix the CSV parser"}
+        "head": ws2.branch,
+        "base": "main",
+        "title": "Fix the CSV parser",
+    }
     assert fab.ledger.complete(lease2, url).state == State.DONE
 
     # never to main: the guard refuses before git runs …
@@ -175,13 +178,15 @@ def test_gitea_forge_is_idempotent_under_a_race_and_checks_the_token(forge: Gite
     assert [r.body["_status"] for r in forge.requests if r.method == "POST"] == [201, 409]
     with pytest.raises(ForgeError, match="refused the token"):
         GiteaForge(forge.url, "T", env={"T": "wrong"}).open_pull_request(
-            "alvis/agap", "agap/x-2", "main", "Two", "")
+            "alvis/agap", "agap/x-2", "main", "Two", ""
+        )
     with pytest.raises(Exception, match="GITEA_TOKEN is not set"):
         GiteaForge(forge.url, env={}).open_pull_request("alvis/agap", "agap/x-2", "main", "T", "")
 
 
-def test_prepare_needs_a_repository_and_an_existing_base(local_fabric: Fabric, remote: Path,
-                                                         tmp_path: Path) -> None:
+def test_prepare_needs_a_repository_and_an_existing_base(
+    local_fabric: Fabric, remote: Path, tmp_path: Path
+) -> None:
     local_fabric.submit("Refactor nothing", target=AGENT)
     lease = claim(local_fabric, "w1")
     with pytest.raises(Exception, match="names no repository"):
@@ -198,15 +203,30 @@ def run(env: dict[str, str], *args: str) -> Result:
     return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
 
 
-def test_cli_prepare_checkpoint_finish(embedded_board: EmbeddedBoard, remote: Path,
-                                       forge: GiteaStub, tmp_path: Path) -> None:
-    env = {"KANBOARD_URL": embedded_board.url, "KANBOARD_API_TOKEN": embedded_board.token,
-           "AGAP_CARDS_DIR": str(ROOT / "cards"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
-           "AGAP_STATE_DIR": str(tmp_path / "var"), "AGAP_FORGE_URL": forge.url,
-           "GITEA_TOKEN": forge.token}
+def test_cli_prepare_checkpoint_finish(
+    embedded_board: EmbeddedBoard, remote: Path, forge: GiteaStub, tmp_path: Path
+) -> None:
+    env = {
+        "KANBOARD_URL": embedded_board.url,
+        "KANBOARD_API_TOKEN": embedded_board.token,
+        "AGAP_CARDS_DIR": str(ROOT / "cards"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "AGAP_STATE_DIR": str(tmp_path / "var"),
+        "AGAP_FORGE_URL": forge.url,
+        "GITEA_TOKEN": forge.token,
+    }
     assert run(env, "init").exit_code == 0
-    sub = run(env, "submit", "--target", AGENT, "--intent", "Add a CHANGELOG",
-              "--ref", f"git+file://{remote}#main", "--json")
+    sub = run(
+        env,
+        "submit",
+        "--target",
+        AGENT,
+        "--intent",
+        "Add a CHANGELOG",
+        "--ref",
+        f"git+file://{remote}#main",
+        "--json",
+    )
     tid = json.loads(sub.output)["task_id"]
     claimed = json.loads(run(env, "claim", "--agent", AGENT, "--owner", "loop-1", "--json").output)
     lease = ["--epoch", str(claimed["epoch"]), "--owner", "loop-1"]
@@ -222,8 +242,9 @@ def test_cli_prepare_checkpoint_finish(embedded_board: EmbeddedBoard, remote: Pa
     shown = json.loads(run(env, "show", str(tid), "--json").output)
     assert json.dumps(shown).count(point) >= 1  # recorded on the task
 
-    done = run(env, "workspace", "finish", str(tid), *lease, "--title", "Add a CHANGELOG",
-               "--complete", "--json")
+    done = run(
+        env, "workspace", "finish", str(tid), *lease, "--title", "Add a CHANGELOG", "--complete", "--json"
+    )
     assert done.exit_code == 0, done.output
     out = json.loads(done.output)
     assert out["pull_request"] == f"{forge.url}/alvis/agap/pulls/1" and out["state"] == "done"
@@ -238,16 +259,31 @@ def test_cli_prepare_checkpoint_finish(embedded_board: EmbeddedBoard, remote: Pa
     assert wrong.exit_code == 2 and "holds no working lease" in wrong.output
 
 
-def test_cli_fenced_owner_cannot_push(embedded_board: EmbeddedBoard, remote: Path,
-                                      tmp_path: Path) -> None:
-    env = {"KANBOARD_URL": embedded_board.url, "KANBOARD_API_TOKEN": embedded_board.token,
-           "AGAP_CARDS_DIR": str(ROOT / "cards"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
-           "AGAP_STATE_DIR": str(tmp_path / "var")}
+def test_cli_fenced_owner_cannot_push(embedded_board: EmbeddedBoard, remote: Path, tmp_path: Path) -> None:
+    env = {
+        "KANBOARD_URL": embedded_board.url,
+        "KANBOARD_API_TOKEN": embedded_board.token,
+        "AGAP_CARDS_DIR": str(ROOT / "cards"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "AGAP_STATE_DIR": str(tmp_path / "var"),
+    }
     assert run(env, "init").exit_code == 0
-    tid = json.loads(run(env, "submit", "--target", AGENT, "--intent", "Tidy up", "--ref",
-                         f"git+file://{remote}#main", "--json").output)["task_id"]
-    claimed = json.loads(run(env, "claim", "--agent", AGENT, "--owner", "slow", "--lease", "0.5",
-                             "--json").output)
+    tid = json.loads(
+        run(
+            env,
+            "submit",
+            "--target",
+            AGENT,
+            "--intent",
+            "Tidy up",
+            "--ref",
+            f"git+file://{remote}#main",
+            "--json",
+        ).output
+    )["task_id"]
+    claimed = json.loads(
+        run(env, "claim", "--agent", AGENT, "--owner", "slow", "--lease", "0.5", "--json").output
+    )
     lease = ["--epoch", str(claimed["epoch"]), "--owner", "slow"]
     prep = run(env, "workspace", "prepare", str(tid), *lease, "--json")
     path = Path(json.loads(prep.output)["path"])
@@ -262,13 +298,17 @@ def test_cli_fenced_owner_cannot_push(embedded_board: EmbeddedBoard, remote: Pat
 
 
 def test_claim_with_workspace_prepares_it_on_the_tasks_branch(
-        embedded_board: EmbeddedBoard, remote: Path, tmp_path: Path) -> None:
-    env = {"KANBOARD_URL": embedded_board.url, "KANBOARD_API_TOKEN": embedded_board.token,
-           "AGAP_CARDS_DIR": str(ROOT / "cards"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
-           "AGAP_STATE_DIR": str(tmp_path / "var")}
+    embedded_board: EmbeddedBoard, remote: Path, tmp_path: Path
+) -> None:
+    env = {
+        "KANBOARD_URL": embedded_board.url,
+        "KANBOARD_API_TOKEN": embedded_board.token,
+        "AGAP_CARDS_DIR": str(ROOT / "cards"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "AGAP_STATE_DIR": str(tmp_path / "var"),
+    }
     assert run(env, "init").exit_code == 0
-    run(env, "submit", "--target", AGENT, "--intent", "Fix the typo", "--ref",
-        f"git+file://{remote}#main")
+    run(env, "submit", "--target", AGENT, "--intent", "Fix the typo", "--ref", f"git+file://{remote}#main")
     out = run(env, "claim", "--agent", AGENT, "--owner", "loop-1", "--workspace", "--json")
     assert out.exit_code == 0, out.output
     ws = json.loads(out.output)["workspace"]

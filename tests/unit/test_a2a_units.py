@@ -17,13 +17,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from fabric.a2a import convert as cv
-from fabric.a2a import store as st
-from fabric.a2a.auth import BearerGate, TokenTable, load_tokens
-from fabric.a2a.push import PushPolicy, RetryingPushSender
+from fabric.apps.a2a import convert as cv
+from fabric.apps.a2a import store as st
+from fabric.apps.a2a.auth import BearerGate, TokenTable, load_tokens
+from fabric.apps.a2a.push import PushPolicy, RetryingPushSender
 from fabric.cards import CardSet
 from fabric.errors import ConfigError
-from fabric.layout import State
+from fabric.kanboard.layout import State
 
 A = "alice-" + "a" * 20
 B = "bob-" + "b" * 20
@@ -48,12 +48,15 @@ def test_tokens_come_inline_or_from_a_file(tmp_path: Path) -> None:
     assert A not in repr(table)
 
 
-@pytest.mark.parametrize("value, what", [
-    ("alice:short", "shorter"),
-    (f"alice:{A},bob:{A}", "another caller"),
-    (f"al ice:{A}", "caller:token"),
-    (f"bad/name:{A}", "bad caller"),
-])
+@pytest.mark.parametrize(
+    "value, what",
+    [
+        ("alice:short", "shorter"),
+        (f"alice:{A},bob:{A}", "another caller"),
+        (f"al ice:{A}", "caller:token"),
+        (f"bad/name:{A}", "bad caller"),
+    ],
+)
 def test_bad_token_settings_are_refused(value: str, what: str) -> None:
     with pytest.raises(ConfigError, match=what):
         load_tokens({"AGAP_A2A_TOKENS": value})
@@ -64,10 +67,14 @@ def _gated() -> TestClient:
         user = request.scope.get("user")
         return JSONResponse({"user": user.display_name if user else None})
 
-    app = Starlette(routes=[Route("/card", whoami, methods=["GET"]),
-                            Route("/rpc", whoami, methods=["POST"])],
-                    middleware=[Middleware(BearerGate, tokens=TokenTable.from_pairs(
-                        [("alice", A)], where="t"), public_paths=["/card"])])
+    app = Starlette(
+        routes=[Route("/card", whoami, methods=["GET"]), Route("/rpc", whoami, methods=["POST"])],
+        middleware=[
+            Middleware(
+                BearerGate, tokens=TokenTable.from_pairs([("alice", A)], where="t"), public_paths=["/card"]
+            )
+        ],
+    )
     return TestClient(app)
 
 
@@ -88,8 +95,16 @@ def test_the_gate_lets_public_paths_through_and_challenges_the_rest() -> None:
 
 
 def _row(tid: str, mid: str, caller: str = "alice", **kw: Any) -> st.TaskRow:
-    return st.TaskRow(task_id=tid, caller=caller, agent="kimi", kind=st.SYNC, context_id="c",
-                      message_id=mid, intent="hi", **kw)
+    return st.TaskRow(
+        task_id=tid,
+        caller=caller,
+        agent="kimi",
+        kind=st.SYNC,
+        context_id="c",
+        message_id=mid,
+        intent="hi",
+        **kw,
+    )
 
 
 def test_a_message_id_names_one_task_per_caller(tmp_path: Path) -> None:
@@ -104,8 +119,7 @@ def test_a_message_id_names_one_task_per_caller(tmp_path: Path) -> None:
     assert store.list_for("bob", "kimi")[1] == 1
 
 
-def test_working_rows_survive_a_restart_and_terminal_ones_queue_for_the_journal(
-        tmp_path: Path) -> None:
+def test_working_rows_survive_a_restart_and_terminal_ones_queue_for_the_journal(tmp_path: Path) -> None:
     path = tmp_path / "a2a.sqlite3"
     store = st.CallStore(path)
     store.claim_message(_row("s-1", "m1", conversation=[("question", "which?")]))
@@ -130,8 +144,7 @@ def test_every_fabric_state_has_an_a2a_state() -> None:
     assert cv.STATE_MAP[State.QUEUED] == TaskState.TASK_STATE_SUBMITTED
     assert cv.STATE_MAP[State.CLOSED] == TaskState.TASK_STATE_COMPLETED
     assert cv.STATE_MAP[State.DEAD] == TaskState.TASK_STATE_FAILED
-    assert set(cv.SYNC_STATE_MAP) == {st.WORKING, st.INPUT_REQUIRED, st.COMPLETED, st.FAILED,
-                                      st.CANCELED}
+    assert set(cv.SYNC_STATE_MAP) == {st.WORKING, st.INPUT_REQUIRED, st.COMPLETED, st.FAILED, st.CANCELED}
 
 
 def test_ids_say_which_kind_of_task_they_name() -> None:
@@ -153,8 +166,13 @@ def test_the_agent_card_comes_from_the_fabric_card(cards: CardSet) -> None:
 
 
 def test_a_sync_row_becomes_a_task() -> None:
-    row = _row("s-" + "0" * 32, "m1", state=st.INPUT_REQUIRED,
-               conversation=[("question", "which city?")], refs=["file:///x"])
+    row = _row(
+        "s-" + "0" * 32,
+        "m1",
+        state=st.INPUT_REQUIRED,
+        conversation=[("question", "which city?")],
+        refs=["file:///x"],
+    )
     task = cv.sync_task(row)
     assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     assert task.status.message.parts[0].text == "which city?"
@@ -178,12 +196,13 @@ def test_private_push_targets_need_the_allow_list() -> None:
         assert await PushPolicy.parse(["10.0.0.0/8"]).accepts("http://10.1.2.3/hook")
         assert not await PushPolicy.parse(["10.0.0.0/8"]).accepts("http://192.168.1.1/hook")
         assert await PushPolicy.parse(["localhost"]).accepts("http://localhost:1/x")
+
     asyncio.run(go())
 
 
 class _Configs:
     def __init__(self, url: str) -> None:
-        from fabric.a2a.client import push_config
+        from fabric.apps.a2a.client import push_config
 
         self.cfg = push_config(url, scheme="Bearer", credentials="s3cret")
 
@@ -200,12 +219,17 @@ def _send_with(statuses: list[int]) -> tuple[RetryingPushSender, list[httpx.Requ
 
     async def go() -> RetryingPushSender:
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
-            sender = RetryingPushSender(http, _Configs("http://127.0.0.1/h"),  # type: ignore[arg-type]
-                                        PushPolicy.parse(["127.0.0.1"]), attempts=4,
-                                        base_delay=0.001)
+            sender = RetryingPushSender(
+                http,
+                _Configs("http://127.0.0.1/h"),  # type: ignore[arg-type]
+                PushPolicy.parse(["127.0.0.1"]),
+                attempts=4,
+                base_delay=0.001,
+            )
             task = Task(id="t", status=TaskStatus(state=TaskState.TASK_STATE_COMPLETED))
             await sender.send_notification("t", task)
             return sender
+
     return asyncio.run(go()), seen
 
 
@@ -223,7 +247,7 @@ def test_a_refusing_receiver_is_not_retried() -> None:
 def test_the_call_context_user_is_the_caller() -> None:
     from a2a.auth.user import UnauthenticatedUser
 
-    from fabric.a2a.service import _caller
+    from fabric.apps.a2a.service import _caller
 
     with pytest.raises(Exception, match="unauthenticated"):
         _caller(ServerCallContext(user=UnauthenticatedUser()))

@@ -147,8 +147,18 @@ def test_quota_interactive_reserve() -> None:
 
 
 def test_quota_from_card_spec() -> None:
-    c = card([{"shape": "quota", "limit": 60, "window": "5h", "second_limit": 300,
-               "second_window": "7d", "reserve_interactive": 0.2}])
+    c = card(
+        [
+            {
+                "shape": "quota",
+                "limit": 60,
+                "window": "5h",
+                "second_limit": 300,
+                "second_window": "7d",
+                "reserve_interactive": 0.2,
+            }
+        ]
+    )
     avail = Availability.from_card(c)
     (q,) = avail.shapes
     assert isinstance(q, QuotaWindow)
@@ -236,8 +246,12 @@ HTTP_DATE_TS = datetime(2027, 1, 15, 8, 5, tzinfo=UTC).timestamp()
         ({"x-ratelimit-reset-tokens": "1h2m3s"}, T0 + 3723),
         ({"x-ratelimit-reset-requests": "2s", "x-ratelimit-reset-tokens": "6m0s"}, T0 + 360),
         (  # the exhausted limit decides
-            {"x-ratelimit-reset-requests": "2s", "x-ratelimit-remaining-requests": "0",
-             "x-ratelimit-reset-tokens": "6m0s", "x-ratelimit-remaining-tokens": "5000"},
+            {
+                "x-ratelimit-reset-requests": "2s",
+                "x-ratelimit-remaining-requests": "0",
+                "x-ratelimit-reset-tokens": "6m0s",
+                "x-ratelimit-remaining-tokens": "5000",
+            },
             T0 + 2,
         ),
         ({"X-RateLimit-Reset": str(int(T0 + 90))}, T0 + 90),
@@ -330,8 +344,9 @@ class FakeNode:
 
 def test_on_demand_wakes_once_per_wake_timeout_then_available() -> None:
     node = FakeNode()
-    od = OnDemand("http://127.0.0.1:1/health", probe=node.probe, wake=node.wake,
-                  wake_timeout=120, retry_seconds=5)
+    od = OnDemand(
+        "http://127.0.0.1:1/health", probe=node.probe, wake=node.wake, wake_timeout=120, retry_seconds=5
+    )
     v = od.check(T0)
     assert not v.available and reason_key(v.reason) == "asleep"
     assert "connection refused" in v.reason
@@ -380,8 +395,16 @@ def test_on_demand_wake_failure_and_probe_exception_never_raise() -> None:
 
 def test_on_demand_from_card_uses_injected_probes() -> None:
     node = FakeNode()
-    c = card([{"shape": "on_demand", "health_url": "http://127.0.0.1:8081/health",
-               "wake_command": "wakeonlan 00:00:00:00:00:00", "wake_timeout": "180s"}])
+    c = card(
+        [
+            {
+                "shape": "on_demand",
+                "health_url": "http://127.0.0.1:8081/health",
+                "wake_command": "wakeonlan 00:00:00:00:00:00",
+                "wake_timeout": "180s",
+            }
+        ]
+    )
     avail = Availability.from_card(c, probes=Probes(health=node.probe, wake=node.wake))
     od = avail.shapes[0]
     assert isinstance(od, OnDemand) and od.wake_timeout == 180 and od.probe_timeout == 3
@@ -490,18 +513,31 @@ def test_local_gpu_with_residency_policy() -> None:
     reg = GpuResidents.from_cards([], loaded=())
     assert reg.residents == {}
     reg = GpuResidents(RESIDENTS)
-    gpu = LocalGpu(3300, headroom_mb=256, probe=fixed(2000), model="gemma-local", residents=reg,
-                   loaded_probe=lambda: ["bge-m3", "reranker"])
+    gpu = LocalGpu(
+        3300,
+        headroom_mb=256,
+        probe=fixed(2000),
+        model="gemma-local",
+        residents=reg,
+        loaded_probe=lambda: ["bge-m3", "reranker"],
+    )
     v = gpu.check(T0)
     assert not v.available and reason_key(v.reason) == "would evict never-evict model"
-    gpu2 = LocalGpu(3300, probe=fixed(100), model="gemma-local", residents=reg,
-                    loaded_probe=lambda: ["gemma-local", "bge-m3"])
+    gpu2 = LocalGpu(
+        3300,
+        probe=fixed(100),
+        model="gemma-local",
+        residents=reg,
+        loaded_probe=lambda: ["gemma-local", "bge-m3"],
+    )
     assert gpu2.check(T0).available  # already resident: no room needed
 
 
 def test_gpu_from_card() -> None:
-    c = card([{"shape": "gpu", "vram_mb": 3300, "headroom_mb": 256}],
-             gpu={"vram_mb": 3300, "co_residency_group": "house-gpu"})
+    c = card(
+        [{"shape": "gpu", "vram_mb": 3300, "headroom_mb": 256}],
+        gpu={"vram_mb": 3300, "co_residency_group": "house-gpu"},
+    )
     avail = Availability.from_card(c, probes=Probes(gpu_free=fixed(2000)))
     v = avail.check(T0)
     assert v.reason == "not enough free VRAM: need 3556 MiB, free 2000 MiB"
@@ -596,14 +632,24 @@ def test_composition_skips_probes_when_a_local_shape_refuses() -> None:
 
 def test_composition_of_real_shapes_from_a_card() -> None:
     node = FakeNode()
-    c = card([
-        {"shape": "hours", "timezone": "UTC", "start": "08:00", "end": "20:00"},
-        {"shape": "budget", "usd": 1, "period": "1d"},
-        {"shape": "on_demand", "health_url": "http://127.0.0.1:9/health", "wake_url": "http://127.0.0.1:9/wake"},
-    ])
+    c = card(
+        [
+            {"shape": "hours", "timezone": "UTC", "start": "08:00", "end": "20:00"},
+            {"shape": "budget", "usd": 1, "period": "1d"},
+            {
+                "shape": "on_demand",
+                "health_url": "http://127.0.0.1:9/health",
+                "wake_url": "http://127.0.0.1:9/wake",
+            },
+        ]
+    )
     avail = Availability.from_card(c, probes=Probes(health=node.probe, wake=node.wake))
-    assert [type(s).__name__ for s in avail.shapes] == ["HumanHours", "CostBudget", "OnDemand",
-                                                        "RateLimitBackoff"]
+    assert [type(s).__name__ for s in avail.shapes] == [
+        "HumanHours",
+        "CostBudget",
+        "OnDemand",
+        "RateLimitBackoff",
+    ]
     noon = datetime(2027, 1, 15, 12, 0, tzinfo=UTC).timestamp()
     assert reason_key(avail.check(noon).reason) == "asleep"
     node.healthy = True
@@ -637,8 +683,9 @@ def test_the_repository_cards_build() -> None:
 
 
 def kimi_like() -> Availability:
-    return Availability([QuotaWindow(60, 5 * H, second_limit=300, second_window=7 * D),
-                         CostBudget(5.0, 7 * D)], queue="kimi")
+    return Availability(
+        [QuotaWindow(60, 5 * H, second_limit=300, second_window=7 * D), CostBudget(5.0, 7 * D)], queue="kimi"
+    )
 
 
 def test_snapshot_restore_round_trip_through_json() -> None:
@@ -665,20 +712,47 @@ def test_snapshot_restore_round_trip_through_json() -> None:
         {"version": 2, "shapes": []},
         {"version": 1, "shapes": "nope"},
         {"version": 1, "shapes": [{"kind": "quota", "state": {}}]},  # wrong number of shapes
-        {"version": 1, "shapes": [{"kind": "budget", "state": {"spend": []}},  # wrong order
-                                  {"kind": "quota", "state": {"calls": [], "backoff": {}}},
-                                  {"kind": "rate_limit", "state": {}}]},
-        {"version": 1, "shapes": [
-            {"kind": "quota", "state": {"calls": [T0, "x"], "backoff": {}}},
-            {"kind": "budget", "state": {"spend": [[T0, 1.0]]}}]},
-        {"version": 1, "shapes": [
-            {"kind": "quota", "state": {"calls": [T0] * 60, "backoff": {
-                "parked_until": None, "streak": 0, "announced": False}}},
-            {"kind": "budget", "state": {"spend": [[T0, float("nan")]]}}]},  # second shape bad
-        {"version": 1, "shapes": [
-            {"kind": "quota", "state": {"calls": [], "backoff": {
-                "parked_until": "tomorrow", "streak": 0, "announced": False}}},
-            {"kind": "budget", "state": {"spend": []}}]},
+        {
+            "version": 1,
+            "shapes": [
+                {"kind": "budget", "state": {"spend": []}},  # wrong order
+                {"kind": "quota", "state": {"calls": [], "backoff": {}}},
+                {"kind": "rate_limit", "state": {}},
+            ],
+        },
+        {
+            "version": 1,
+            "shapes": [
+                {"kind": "quota", "state": {"calls": [T0, "x"], "backoff": {}}},
+                {"kind": "budget", "state": {"spend": [[T0, 1.0]]}},
+            ],
+        },
+        {
+            "version": 1,
+            "shapes": [
+                {
+                    "kind": "quota",
+                    "state": {
+                        "calls": [T0] * 60,
+                        "backoff": {"parked_until": None, "streak": 0, "announced": False},
+                    },
+                },
+                {"kind": "budget", "state": {"spend": [[T0, float("nan")]]}},
+            ],
+        },  # second shape bad
+        {
+            "version": 1,
+            "shapes": [
+                {
+                    "kind": "quota",
+                    "state": {
+                        "calls": [],
+                        "backoff": {"parked_until": "tomorrow", "streak": 0, "announced": False},
+                    },
+                },
+                {"kind": "budget", "state": {"spend": []}},
+            ],
+        },
         {"version": 1, "shapes": [{"kind": "quota", "state": None}, {"kind": "budget", "state": 3}]},
     ],
 )

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from fabric.board import api as board_api
-from fabric.board.api import BoardApi, Fatal, _php_base64_decode
-from fabric.board.dates import BadDate, parse_input_date
-from fabric.board.search import tokenize
-from fabric.board.store import Store, StoreError
+from fabric.embedded import api as board_api
+from fabric.embedded.api import BoardApi, Fatal, _php_base64_decode
+from fabric.embedded.search import tokenize
+from fabric.embedded.store import Store, StoreError
+from fabric.kanboard.dates import BadDate, parse_input_date
 
 
 @pytest.fixture
@@ -27,8 +27,12 @@ def rpc(api: BoardApi, method: str, params: Any = None) -> Any:
 
 def test_new_board_has_admin_user_1(api: BoardApi) -> None:
     admin = rpc(api, "getUser", [1])
-    assert (admin["username"], admin["role"], admin["name"], admin["email"]) == \
-        ("admin", "app-admin", None, None)
+    assert (admin["username"], admin["role"], admin["name"], admin["email"]) == (
+        "admin",
+        "app-admin",
+        None,
+        None,
+    )
 
 
 def test_ids_are_reused_like_kanboard(api: BoardApi) -> None:
@@ -45,8 +49,9 @@ def test_sql_error_is_a_code_0_error(api: BoardApi, monkeypatch: pytest.MonkeyPa
         raise sqlite3.OperationalError("database is locked")
 
     spec = board_api._REGISTRY["getTimezone"]
-    monkeypatch.setitem(board_api._REGISTRY, "getTimezone",
-                        board_api._Spec(locked, spec.names, spec.defaults, spec.required))
+    monkeypatch.setitem(
+        board_api._REGISTRY, "getTimezone", board_api._Spec(locked, spec.names, spec.defaults, spec.required)
+    )
     err = rpc(api, "getTimezone")
     assert err["code"] == 0 and err["message"].endswith("database is locked")
 
@@ -76,30 +81,36 @@ def test_reopening_a_board_keeps_its_data(tmp_path: Path) -> None:
     assert rpc(again, "getProjectById", [pid])["name"] == "kept"
 
 
-@pytest.mark.parametrize(("query", "groups"), [
-    ("status:open", {"status": ["open"]}),
-    ("STATUS:open", {"status": ["open"]}),
-    ("status: open", {"title": ["open"]}),
-    ("login tag:backend style", {"tag": ["backend"], "title": ["login  style"]}),
-    ('column:"Work in progress" x', {"column": ["Work in progress"], "title": ["x"]}),
-    ("column:Work in progress", {"column": ["Work"], "title": ["in progress"]}),
-    ("ref:a reference:b", {"ref": ["a"], "reference": ["b"]}),
-    ("priority:>=2 priority:<1", {"priority": [">=2", "<1"]}),
-    ("foo:bar", {"title": ["foo:bar"]}),
-    ("title:a b", {"title": ["b"]}),  # the free text replaces title: values
-])
+@pytest.mark.parametrize(
+    ("query", "groups"),
+    [
+        ("status:open", {"status": ["open"]}),
+        ("STATUS:open", {"status": ["open"]}),
+        ("status: open", {"title": ["open"]}),
+        ("login tag:backend style", {"tag": ["backend"], "title": ["login  style"]}),
+        ('column:"Work in progress" x', {"column": ["Work in progress"], "title": ["x"]}),
+        ("column:Work in progress", {"column": ["Work"], "title": ["in progress"]}),
+        ("ref:a reference:b", {"ref": ["a"], "reference": ["b"]}),
+        ("priority:>=2 priority:<1", {"priority": [">=2", "<1"]}),
+        ("foo:bar", {"title": ["foo:bar"]}),
+        ("title:a b", {"title": ["b"]}),  # the free text replaces title: values
+    ],
+)
 def test_search_lexer(query: str, groups: dict[str, list[str]]) -> None:
     assert tokenize(query) == groups
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("2026-12-01 10:00", 1796119200),
-    ("12/01/2026 10:00", 1796119200),
-    ("2026_12_01 10:00", 1796119200),
-    ("2026-12-1 9:05", 1796115900),
-    ("", 0),
-    (None, 0),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-12-01 10:00", 1796119200),
+        ("12/01/2026 10:00", 1796119200),
+        ("2026_12_01 10:00", 1796119200),
+        ("2026-12-1 9:05", 1796115900),
+        ("", 0),
+        (None, 0),
+    ],
+)
 def test_dates(text: object, expected: int) -> None:
     assert parse_input_date(text, now=0) == expected
 
@@ -108,17 +119,34 @@ def test_date_only_keeps_the_time_of_day() -> None:
     assert parse_input_date("2026-12-01", now=3600 * 5 + 7) == 1796083200 + 3600 * 5 + 7
 
 
-@pytest.mark.parametrize("text", ["2026-12-01T10:00", "2026-12-01 10:00:00", "1764583200",
-                                  1764583200, 0, "0", "2026-02-30", "1970-01-01 00:00",
-                                  "2026-12-01 24:00"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-12-01T10:00",
+        "2026-12-01 10:00:00",
+        "1764583200",
+        1764583200,
+        0,
+        "0",
+        "2026-02-30",
+        "1970-01-01 00:00",
+        "2026-12-01 24:00",
+    ],
+)
 def test_bad_dates(text: object) -> None:
     with pytest.raises(BadDate):
         parse_input_date(text, now=0)
 
 
-@pytest.mark.parametrize(("text", "data"), [
-    ("aGVsbG8=", b"hello"), ("aGVsbG8", b"hello"), ("!!bm90YmFzZTY0", b"notbase64"),
-    ("", b""), ("a", b""),
-])
+@pytest.mark.parametrize(
+    ("text", "data"),
+    [
+        ("aGVsbG8=", b"hello"),
+        ("aGVsbG8", b"hello"),
+        ("!!bm90YmFzZTY0", b"notbase64"),
+        ("", b""),
+        ("a", b""),
+    ],
+)
 def test_php_base64_decode(text: str, data: bytes) -> None:
     assert _php_base64_decode(text) == data

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from fabric.board.api import BoardApi
-from fabric.board.flavour import FLAVOURS, SqlError, ci_key, fit, get_flavour
-from fabric.board.server import EmbeddedBoard
-from fabric.board.store import Store
-from fabric.kanboard.local import LocalPort
+from fabric.embedded.api import BoardApi
+from fabric.embedded.flavour import FLAVOURS, SqlError, ci_key, fit, get_flavour
+from fabric.embedded.local import LocalPort
+from fabric.embedded.server import EmbeddedBoard
+from fabric.embedded.store import Store
 
 
 def rpc(api: BoardApi, method: str, params: Any = None) -> Any:
@@ -46,7 +46,7 @@ def test_the_flavour_reaches_every_entry_point(tmp_path: Path) -> None:
 
 
 def test_cli_offers_the_flavours() -> None:
-    from fabric.cli import main
+    from fabric.apps.cli import main
 
     result = CliRunner().invoke(main, ["board", "serve", "--help"])
     assert result.exit_code == 0, result.output
@@ -73,11 +73,22 @@ def test_sequences_survive_a_reopen(tmp_path: Path) -> None:
     assert rpc(again, "createTask", ["b", pid]) == task + 1
 
 
-@pytest.mark.parametrize(("a", "b", "equal"), [
-    ("abc", "ABC", True), ("abc", "abc  ", True), ("àbc", "abc", True),
-    ("straße", "strasse", True), ("ﬁ", "fi", True), ("e😀", "e😃", True), ("İ", "i", True),
-    ("abc", " abc", False), ("abc", "abc\t", False), ("Æ", "ae", False), ("ø", "o", False),
-])
+@pytest.mark.parametrize(
+    ("a", "b", "equal"),
+    [
+        ("abc", "ABC", True),
+        ("abc", "abc  ", True),
+        ("àbc", "abc", True),
+        ("straße", "strasse", True),
+        ("ﬁ", "fi", True),
+        ("e😀", "e😃", True),
+        ("İ", "i", True),
+        ("abc", " abc", False),
+        ("abc", "abc\t", False),
+        ("Æ", "ae", False),
+        ("ø", "o", False),
+    ],
+)
 def test_mysql_collation(a: str, b: str, equal: bool) -> None:
     assert (ci_key(a) == ci_key(b)) is equal
 

@@ -223,9 +223,7 @@ def test_all_problems_are_reported_at_once(tmp_path: Path) -> None:
 def test_problem_line_format() -> None:
     problem = CardProblem("cards/kimi.yaml", "availability.0.limit", "must be greater than 0")
     assert str(problem) == "cards/kimi.yaml: availability.0.limit: must be greater than 0"
-    assert (
-        str(CardProblem("cards/a.yaml", "", "YAML error", line=4)) == "cards/a.yaml:4: YAML error"
-    )
+    assert str(CardProblem("cards/a.yaml", "", "YAML error", line=4)) == "cards/a.yaml:4: YAML error"
 
 
 # --- field level problems ----------------------------------------------------------------
@@ -263,12 +261,9 @@ def test_reserve_interactive_is_a_fraction(tmp_path: Path) -> None:
     write(
         tmp_path,
         "m1.yaml",
-        MODEL
-        + "availability:\n  - {shape: budget, usd: 5, period: 7d, reserve_interactive: 1.5}\n",
+        MODEL + "availability:\n  - {shape: budget, usd: 5, period: 7d, reserve_interactive: 1.5}\n",
     )
-    assert one_problem(tmp_path) == (
-        "cards/m1.yaml: availability.0.reserve_interactive: must be at most 1"
-    )
+    assert one_problem(tmp_path) == ("cards/m1.yaml: availability.0.reserve_interactive: must be at most 1")
 
 
 def test_unknown_and_missing_shape(tmp_path: Path) -> None:
@@ -369,16 +364,12 @@ def test_id_must_equal_file_stem(tmp_path: Path) -> None:
 
 def test_human_kind_needs_human_trust(tmp_path: Path) -> None:
     write(tmp_path, "ann.yaml", HUMAN.replace("trust: human", "trust: trusted"))
-    assert (
-        one_problem(tmp_path) == "cards/ann.yaml: trust: a kind: human card must have trust: human"
-    )
+    assert one_problem(tmp_path) == "cards/ann.yaml: trust: a kind: human card must have trust: human"
 
 
 def test_human_trust_needs_human_kind(tmp_path: Path) -> None:
     write(tmp_path, "m1.yaml", MODEL.replace("trust: trusted", "trust: human"))
-    assert (
-        one_problem(tmp_path) == "cards/m1.yaml: trust: trust: human is only for kind: human cards"
-    )
+    assert one_problem(tmp_path) == "cards/m1.yaml: trust: trust: human is only for kind: human cards"
 
 
 def test_human_card_needs_human_block_and_runtime(tmp_path: Path) -> None:
@@ -396,9 +387,7 @@ def test_human_runtime_only_for_humans(tmp_path: Path) -> None:
         "p1.yaml",
         "id: p1\nkind: persona\nname: P\ntrust: trusted\nruntime: {mode: human}\n",
     )
-    assert one_problem(tmp_path) == (
-        "cards/p1.yaml: runtime.mode: mode: human is only for kind: human cards"
-    )
+    assert one_problem(tmp_path) == ("cards/p1.yaml: runtime.mode: mode: human is only for kind: human cards")
 
 
 @pytest.mark.parametrize("trust", ["sandboxed", "untrusted"])
@@ -434,8 +423,7 @@ def test_human_reads_only_their_own_private_domain(tmp_path: Path) -> None:
     bob = HUMAN.replace("ann", "bob").replace("Ann", "Bob")
     write(tmp_path, "bob.yaml", bob)
     assert one_problem(tmp_path) == (
-        "cards/ann.yaml: privacy_domains.1: a human reads only their own private domain, "
-        "not private:bob"
+        "cards/ann.yaml: privacy_domains.1: a human reads only their own private domain, not private:bob"
     )
 
 
@@ -451,13 +439,9 @@ def test_secret_in_api_key_env_is_refused_and_not_echoed(tmp_path: Path) -> None
     assert secret not in line
 
 
-@pytest.mark.parametrize(
-    "value", ["Q2hhbmdlTWVQbGVhc2VJdHNBU2VjcmV0", "a8f3k2m9x7q1w5e6r4t0", "ghp_abcdef"]
-)
+@pytest.mark.parametrize("value", ["Q2hhbmdlTWVQbGVhc2VJdHNBU2VjcmV0", "a8f3k2m9x7q1w5e6r4t0", "ghp_abcdef"])
 def test_other_secret_shapes_are_refused(tmp_path: Path, value: str) -> None:
-    write(
-        tmp_path, "m1.yaml", MODEL.replace("{mode: demo}", f"{{mode: demo, api_key_env: {value}}}")
-    )
+    write(tmp_path, "m1.yaml", MODEL.replace("{mode: demo}", f"{{mode: demo, api_key_env: {value}}}"))
     assert "looks like a secret" in one_problem(tmp_path)
 
 
@@ -482,17 +466,13 @@ def test_matrix_token_env_is_checked_too(tmp_path: Path) -> None:
 
 
 def test_matrix_room_id_is_checked(tmp_path: Path) -> None:
-    channel = (
-        "channels: [{type: matrix, room: 'general', homeserver: 'https://h.org', token_env: T}]"
-    )
+    channel = "channels: [{type: matrix, room: 'general', homeserver: 'https://h.org', token_env: T}]"
     write(
         tmp_path,
         "ann.yaml",
         HUMAN.replace("display_name: Ann}", "display_name: Ann, " + channel + "}"),
     )
-    assert one_problem(tmp_path).startswith(
-        "cards/ann.yaml: human.channels.0.room: must be a room id"
-    )
+    assert one_problem(tmp_path).startswith("cards/ann.yaml: human.channels.0.room: must be a room id")
 
 
 def test_unknown_channel_type(tmp_path: Path) -> None:
@@ -563,9 +543,7 @@ def test_duplicate_human_username(tmp_path: Path) -> None:
         "ann2.yaml",
         HUMAN.replace("id: ann", "id: ann2").replace("private:ann]", "shared2]"),
     )
-    assert one_problem(tmp_path) == (
-        "cards/ann2.yaml: human.username: 'ann' is also used by cards/ann.yaml"
-    )
+    assert one_problem(tmp_path) == ("cards/ann2.yaml: human.username: 'ann' is also used by cards/ann.yaml")
 
 
 def test_backbone_model_must_be_a_model_card(tmp_path: Path) -> None:
@@ -573,13 +551,9 @@ def test_backbone_model_must_be_a_model_card(tmp_path: Path) -> None:
     write(tmp_path, "ann.yaml", HUMAN)
     persona = "id: p1\nkind: persona\nname: P\ntrust: trusted\nruntime: {mode: demo}\n"
     write(tmp_path, "p1.yaml", persona + "backbone: {model: ghost}\n")
-    assert one_problem(tmp_path) == (
-        "cards/p1.yaml: backbone.model: no card 'ghost' (model cards: m1)"
-    )
+    assert one_problem(tmp_path) == ("cards/p1.yaml: backbone.model: no card 'ghost' (model cards: m1)")
     write(tmp_path, "p1.yaml", persona + "backbone: {model: ann}\n")
-    assert one_problem(tmp_path) == (
-        "cards/p1.yaml: backbone.model: 'ann' is a human card, not a model"
-    )
+    assert one_problem(tmp_path) == ("cards/p1.yaml: backbone.model: 'ann' is a human card, not a model")
     write(tmp_path, "p1.yaml", persona + "backbone: {model: m1}\n")
     assert load_cards(tmp_path / "cards").get("p1").backbone is not None
 
@@ -604,9 +578,7 @@ def test_backbone_needs_exactly_one_form(tmp_path: Path) -> None:
 
 def test_backbone_only_for_personas_and_routers(tmp_path: Path) -> None:
     write(tmp_path, "m1.yaml", MODEL + "backbone: {model: m1}\n")
-    assert one_problem(tmp_path) == (
-        "cards/m1.yaml: backbone: only persona and router cards have a backbone"
-    )
+    assert one_problem(tmp_path) == ("cards/m1.yaml: backbone: only persona and router cards have a backbone")
 
 
 def test_persona_file_must_exist(repo: Path) -> None:
@@ -632,9 +604,7 @@ def test_golden_set_is_checked(repo: Path) -> None:
     golden.write_text("agent: kimi\ncases:\n  - input: hi\n    expect: {exact: hello}\n")
     assert one_problem(repo) == "cards/golden/adolf.yaml: agent: 'kimi' but the card is 'adolf'"
     golden.unlink()
-    assert one_problem(repo).startswith(
-        "cards/adolf.yaml: golden: cards/golden/adolf.yaml does not exist"
-    )
+    assert one_problem(repo).startswith("cards/adolf.yaml: golden: cards/golden/adolf.yaml does not exist")
 
 
 def test_golden_expectations_match() -> None:

@@ -4,28 +4,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
-import types
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-import fabric
-
-# fabric.cli imports every command module; while a sibling module is still being written,
-# stand in an empty one so this module's commands can be tested on their own.
-for _name in ("board_cmd", "tasks_cmd"):
-    if not (Path(fabric.__file__).parent / "cli" / f"{_name}.py").exists():
-        sys.modules.setdefault(f"fabric.cli.{_name}", types.ModuleType(f"fabric.cli.{_name}"))
-
-from fabric.cli import main  # noqa: E402
+from fabric.apps.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-IDS = (
-    "adolf, alvis, claude-coder, elizaveta, gemma-local, kimi, qwen-remote, researcher, "
-    "router, torgash"
-)
+IDS = "adolf, alvis, claude-coder, elizaveta, gemma-local, kimi, qwen-remote, researcher, router, torgash"
 
 
 @pytest.fixture

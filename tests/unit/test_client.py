@@ -41,8 +41,11 @@ def test_basic_auth_and_named_params_are_sent() -> None:
 
 @responses.activate
 def test_401_is_an_auth_error_with_a_hint() -> None:
-    responses.post(URL, status=401, json={"jsonrpc": "2.0", "error": {"code": 401,
-                                                                      "message": "Unauthorized"}, "id": None})
+    responses.post(
+        URL,
+        status=401,
+        json={"jsonrpc": "2.0", "error": {"code": 401, "message": "Unauthorized"}, "id": None},
+    )
     with pytest.raises(BoardAuthError) as err:
         KanboardClient(URL, "wrong").call("getVersion")
     assert "KANBOARD_API_TOKEN" in err.value.line() and err.value.exit_code == 3
@@ -94,13 +97,17 @@ def test_a_refused_connection_is_unavailable_even_for_writes() -> None:
 
 @responses.activate
 def test_batch_outcomes_follow_request_order_even_if_replies_do_not() -> None:
-    responses.post(URL, json=[
-        {"jsonrpc": "2.0", "error": {"code": -32601, "message": "Method not found"}, "id": 2},
-        _ok(7, rid=1),
-        _ok(False, rid=3),
-    ])
-    out = KanboardClient(URL, "t").batch([Call("createTag", [1, "a"]), Call("nope"),
-                                          Call("createTag", [1, "a"])])
+    responses.post(
+        URL,
+        json=[
+            {"jsonrpc": "2.0", "error": {"code": -32601, "message": "Method not found"}, "id": 2},
+            _ok(7, rid=1),
+            _ok(False, rid=3),
+        ],
+    )
+    out = KanboardClient(URL, "t").batch(
+        [Call("createTag", [1, "a"]), Call("nope"), Call("createTag", [1, "a"])]
+    )
     assert out[0].value == 7 and out[2].value is False
     assert out[1].error is not None and out[1].error.code == -32601
     assert not out[1].error.maybe_done
@@ -108,8 +115,14 @@ def test_batch_outcomes_follow_request_order_even_if_replies_do_not() -> None:
 
 @responses.activate
 def test_sql_errors_on_writes_are_flagged_maybe_done() -> None:
-    responses.post(URL, json={"jsonrpc": "2.0", "id": 1, "error": {
-        "code": 0, "message": "SQL Error[HY000]: database is locked"}})
+    responses.post(
+        URL,
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "error": {"code": 0, "message": "SQL Error[HY000]: database is locked"},
+        },
+    )
     with pytest.raises(RpcError) as err:
         KanboardClient(URL, "t").call("createTask", {"title": "x", "project_id": 1})
     assert err.value.maybe_done and "read back" in err.value.line()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fabric.cli import main
+from fabric.apps.cli import main
 from fabric.config import apply_config_files, resolve, warn_if_plaintext
 from fabric.errors import ConfigError
 
@@ -17,8 +17,9 @@ def test_environment_beats_the_env_file_beats_the_project_file(tmp_path: Path) -
     project = tmp_path / "repo"
     deep = project / "a" / "b"
     deep.mkdir(parents=True)
-    (project / ".agap.env").write_text("AGAP_ACTOR=from-project\nAGAP_PROJECT=P\n"
-                                       "KANBOARD_URL=http://127.0.0.1:1/jsonrpc.php\n")
+    (project / ".agap.env").write_text(
+        "AGAP_ACTOR=from-project\nAGAP_PROJECT=P\nKANBOARD_URL=http://127.0.0.1:1/jsonrpc.php\n"
+    )
     named = tmp_path / "prod.env"
     named.write_text("# comment\nexport AGAP_ACTOR='from-file'\nAGAP_STATE_DIR=\"/srv/agap\"\n")
     env = {"AGAP_ENV_FILE": str(named), "AGAP_STATE_DIR": "/from/env"}
@@ -49,12 +50,17 @@ def test_config_show_masks_secrets_and_names_sources(tmp_path: Path) -> None:
     (tmp_path / ".agap.env").write_text("KANBOARD_API_TOKEN=supersecret-token-value\n")
     runner = CliRunner()
     with runner.isolated_filesystem(temp_dir=tmp_path) as fs:
-        (Path(fs) / ".agap.env").write_text("KANBOARD_API_TOKEN=supersecret-token-value\n"
-                                            "AGAP_ACTOR=alvis\n")
-        result = runner.invoke(main, ["config", "show", "--json"],
-                               env={"KANBOARD_URL": "http://127.0.0.1:9/jsonrpc.php",
-                                    "KANBOARD_API_TOKEN": None, "AGAP_ACTOR": None,
-                                    "AGAP_ENV_FILE": None})
+        (Path(fs) / ".agap.env").write_text("KANBOARD_API_TOKEN=supersecret-token-value\nAGAP_ACTOR=alvis\n")
+        result = runner.invoke(
+            main,
+            ["config", "show", "--json"],
+            env={
+                "KANBOARD_URL": "http://127.0.0.1:9/jsonrpc.php",
+                "KANBOARD_API_TOKEN": None,
+                "AGAP_ACTOR": None,
+                "AGAP_ENV_FILE": None,
+            },
+        )
     assert result.exit_code == 0, result.output
     rows = {r["name"]: r for r in json.loads(result.output)}
     assert "supersecret" not in result.output
@@ -65,8 +71,7 @@ def test_config_show_masks_secrets_and_names_sources(tmp_path: Path) -> None:
 
 
 def test_the_cli_fails_closed_on_a_missing_env_file(tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["config", "show"],
-                                env={"AGAP_ENV_FILE": str(tmp_path / "gone.env")})
+    result = CliRunner().invoke(main, ["config", "show"], env={"AGAP_ENV_FILE": str(tmp_path / "gone.env")})
     assert result.exit_code == 2
     assert "AGAP_ENV_FILE names a file that does not exist" in result.output
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from fabric.apps.cron import CronRunner, CronState, fire, fire_once, load_schedules
 from fabric.core import Fabric
-from fabric.cron import CronRunner, CronState, fire, fire_once, load_schedules
 from fabric.errors import ConfigError
 from tests.conftest import ROOT, FakeClock
 
@@ -50,23 +50,35 @@ def test_the_example_schedule_file_loads() -> None:
     assert names == ["morning-digest", "reflect", "research-queue"]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("schedules: [{name: a, intent: x, target: kimi}]", "exactly one of cron"),
-    ("schedules: [{name: a, cron: '* * * * *', every: 1h, intent: x, target: kimi}]",
-     "exactly one of cron"),
-    ("schedules: [{name: a, cron: '* * * * *', intent: x}]", "give a target"),
-    ("schedules: [{name: a, cron: 'nope', intent: x, target: kimi}]", "cannot read the schedule"),
-    ("schedules: [{name: a, every: soon, intent: x, target: kimi}]", "cannot read the schedule"),
-    ("schedules: [{name: a, cron: '0 * * * *', intent: x, target: kimi, key: fixed}]",
-     "does not use the planned fire time"),
-    ("schedules: [{name: a, cron: '0 * * * *', intent: 'x {when}', target: kimi}]", "bad template"),
-    ("schedules: [{name: a, cron: '0 * * * *', intent: x, target: kimi, priority: asap}]",
-     "unknown priority"),
-    ("timezone: Mars/Olympus\nschedules: []", "not an IANA time zone"),
-    ("schedules: [{name: a, cron: '0 * * * *', intent: x, target: kimi},"
-     " {name: a, every: 1h, intent: y, target: kimi}]", "used twice"),
-    ("schedules: [{name: a, cron: '0 * * * *', intent: x, target: kimi, colour: red}]", "colour"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("schedules: [{name: a, intent: x, target: kimi}]", "exactly one of cron"),
+        (
+            "schedules: [{name: a, cron: '* * * * *', every: 1h, intent: x, target: kimi}]",
+            "exactly one of cron",
+        ),
+        ("schedules: [{name: a, cron: '* * * * *', intent: x}]", "give a target"),
+        ("schedules: [{name: a, cron: 'nope', intent: x, target: kimi}]", "cannot read the schedule"),
+        ("schedules: [{name: a, every: soon, intent: x, target: kimi}]", "cannot read the schedule"),
+        (
+            "schedules: [{name: a, cron: '0 * * * *', intent: x, target: kimi, key: fixed}]",
+            "does not use the planned fire time",
+        ),
+        ("schedules: [{name: a, cron: '0 * * * *', intent: 'x {when}', target: kimi}]", "bad template"),
+        (
+            "schedules: [{name: a, cron: '0 * * * *', intent: x, target: kimi, priority: asap}]",
+            "unknown priority",
+        ),
+        ("timezone: Mars/Olympus\nschedules: []", "not an IANA time zone"),
+        (
+            "schedules: [{name: a, cron: '0 * * * *', intent: x, target: kimi},"
+            " {name: a, every: 1h, intent: y, target: kimi}]",
+            "used twice",
+        ),
+        ("schedules: [{name: a, cron: '0 * * * *', intent: x, target: kimi, colour: red}]", "colour"),
+    ],
+)
 def test_bad_schedule_files_are_refused_with_the_place(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as err:
         load_schedules(write(tmp_path, text))
@@ -78,8 +90,9 @@ def test_planned_times_for_cron_and_interval_schedules(tmp_path: Path) -> None:
     at = datetime(2027, 1, 15, 8, 17, tzinfo=UTC)
     assert hourly.latest_at(at) == datetime(2027, 1, 15, 8, 0, tzinfo=UTC)
     assert hourly.next_after(at) == datetime(2027, 1, 15, 9, 0, tzinfo=UTC)
-    assert hourly.latest_at(datetime(2027, 1, 15, 8, 0, tzinfo=UTC)) == datetime(2027, 1, 15, 8, 0,
-                                                                                tzinfo=UTC)
+    assert hourly.latest_at(datetime(2027, 1, 15, 8, 0, tzinfo=UTC)) == datetime(
+        2027, 1, 15, 8, 0, tzinfo=UTC
+    )
     # 02:30 in Berlin (CET, UTC+1) is 01:30 UTC.
     assert nightly.latest_at(at) == datetime(2027, 1, 15, 1, 30, tzinfo=UTC)
     assert every.latest_at(at) == datetime(2027, 1, 15, 8, 0, tzinfo=UTC)
@@ -88,8 +101,9 @@ def test_planned_times_for_cron_and_interval_schedules(tmp_path: Path) -> None:
     assert nightly.render_intent(nightly.latest_at(at)) == "Nightly reflection for 2027-01-15"  # type: ignore[arg-type]
 
 
-def test_a_firing_submits_one_task_keyed_by_the_planned_time(local_fabric: Fabric, clock: FakeClock,
-                                                             tmp_path: Path) -> None:
+def test_a_firing_submits_one_task_keyed_by_the_planned_time(
+    local_fabric: Fabric, clock: FakeClock, tmp_path: Path
+) -> None:
     hourly = load_schedules(write(tmp_path, HOURLY))[0]
     state = CronState(tmp_path / "state")
     planned = datetime(2027, 1, 15, 8, 0, tzinfo=UTC)
@@ -108,9 +122,9 @@ def test_a_firing_submits_one_task_keyed_by_the_planned_time(local_fabric: Fabri
     assert data["fired"] == 1 and data["deduplicated"] == 1
 
 
-def test_the_runner_fires_due_schedules_once_even_with_two_runners(local_fabric: Fabric,
-                                                                   clock: FakeClock,
-                                                                   tmp_path: Path) -> None:
+def test_the_runner_fires_due_schedules_once_even_with_two_runners(
+    local_fabric: Fabric, clock: FakeClock, tmp_path: Path
+) -> None:
     schedules = load_schedules(write(tmp_path, HOURLY))
     state = CronState(tmp_path / "state")
     a = CronRunner(local_fabric, schedules, state)
@@ -134,9 +148,9 @@ def test_the_runner_fires_due_schedules_once_even_with_two_runners(local_fabric:
     assert a.next_wake(clock.now) == datetime(2027, 1, 15, 9, 1, 1, tzinfo=UTC).timestamp()
 
 
-def test_missed_times_are_never_fired_but_published_for_the_keeper(local_fabric: Fabric,
-                                                                   clock: FakeClock,
-                                                                   tmp_path: Path) -> None:
+def test_missed_times_are_never_fired_but_published_for_the_keeper(
+    local_fabric: Fabric, clock: FakeClock, tmp_path: Path
+) -> None:
     import json
 
     schedules = load_schedules(write(tmp_path, HOURLY))
@@ -151,8 +165,7 @@ def test_missed_times_are_never_fired_but_published_for_the_keeper(local_fabric:
     assert data["hourly"]["missed"] == 1 and data["every-20m"]["missed"] == 1
     assert data["nightly"]["missed"] == 1
     assert data["hourly"]["last_planned_iso"] == "2027-01-17T12:00:00+00:00"
-    meta = local_fabric.port.call("getProjectMetadata",
-                                  {"project_id": local_fabric.board.layout.project_id})
+    meta = local_fabric.port.call("getProjectMetadata", {"project_id": local_fabric.board.layout.project_id})
     nightly = json.loads(meta["fabric.cron.nightly"])
     assert nightly["must_not_miss"] is True and nightly["missed"] == 1
     assert nightly["next_planned"] == datetime(2027, 1, 18, 1, 30, tzinfo=UTC).timestamp()
@@ -160,11 +173,15 @@ def test_missed_times_are_never_fired_but_published_for_the_keeper(local_fabric:
     assert runner.publish(clock.now) is False, "unchanged state is not written again"
 
 
-def test_a_failed_firing_is_recorded_and_retried(local_fabric: Fabric, clock: FakeClock,
-                                                 tmp_path: Path) -> None:
-    path = write(tmp_path, "schedules: [{name: s, cron: '*/5 * * * *', target: torgash, "
-                           "intent: x, refs: ['file:///srv/agap/private/alvis/a.md'],"
-                           " must_not_miss: true}]")
+def test_a_failed_firing_is_recorded_and_retried(
+    local_fabric: Fabric, clock: FakeClock, tmp_path: Path
+) -> None:
+    path = write(
+        tmp_path,
+        "schedules: [{name: s, cron: '*/5 * * * *', target: torgash, "
+        "intent: x, refs: ['file:///srv/agap/private/alvis/a.md'],"
+        " must_not_miss: true}]",
+    )
     [s] = load_schedules(path)
     state = CronState(tmp_path / "state")
     f = fire_once(local_fabric, s, state)
@@ -173,8 +190,9 @@ def test_a_failed_firing_is_recorded_and_retried(local_fabric: Fabric, clock: Fa
     assert e["errors"] == 1 and "privacy.sandboxed" in e["last_error"] and "last_planned" not in e
 
 
-def test_the_keeper_raises_a_missed_must_not_miss_schedule(local_fabric: Fabric, clock: FakeClock,
-                                                            tmp_path: Path) -> None:
+def test_the_keeper_raises_a_missed_must_not_miss_schedule(
+    local_fabric: Fabric, clock: FakeClock, tmp_path: Path
+) -> None:
     from keeper.config import KeeperConfig
     from keeper.daemon import Keeper
 

@@ -15,9 +15,8 @@ import click
 import pytest
 import yaml
 
-from fabric.cards import load_cards
-from fabric.cli import main
-from fabric.deploy.render import (
+from fabric.apps.cli import main
+from fabric.apps.deploy.render import (
     ENV_BEGIN,
     LITELLM_FILE,
     WORKERS_FILE,
@@ -26,6 +25,7 @@ from fabric.deploy.render import (
     stale,
     worker_cards,
 )
+from fabric.cards import load_cards
 from tests.conftest import ROOT
 
 COMPOSE = ROOT / "compose"
@@ -37,7 +37,7 @@ KNOWN_PENDING = {"a2a"}
 def _register_all_commands() -> None:
     for path in sorted((ROOT / "fabric" / "cli").glob("*_cmd.py")):
         try:
-            importlib.import_module(f"fabric.cli.{path.stem}")
+            importlib.import_module(f"fabric.apps.cli.{path.stem}")
         except ImportError:
             continue
 
@@ -51,6 +51,7 @@ def merged_stack(compose_dir: Path = COMPOSE) -> dict[str, Any]:
         if isinstance(a, dict) and isinstance(b, dict):
             return {**a, **{k: merge(a.get(k), v) if k in a else v for k, v in b.items()}}
         return b
+
     out: dict[str, Any] = merge(base, extra)
     return out
 
@@ -78,8 +79,9 @@ def resolve(argv: list[str]) -> click.Command:
 
 
 def test_the_generated_files_match_the_cards() -> None:
-    assert stale(load_cards(ROOT / "cards", base_dir=ROOT), COMPOSE) == [], \
+    assert stale(load_cards(ROOT / "cards", base_dir=ROOT), COMPOSE) == [], (
         "run `agap compose render` and commit the result"
+    )
 
 
 def test_every_service_has_a_healthcheck_and_a_restart_policy(stack: dict[str, Any]) -> None:
@@ -103,7 +105,14 @@ def test_every_fabric_service_runs_a_real_agap_command(stack: dict[str, Any]) ->
         except LookupError as exc:
             assert str(exc) in KNOWN_PENDING, f"{name}: `agap {exc}` is not a command"
     assert stack["services"]["a2a"]["command"] == [
-        "agap", "a2a", "serve", "--host", "0.0.0.0", "--port", "8700"]
+        "agap",
+        "a2a",
+        "serve",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8700",
+    ]
     assert stack["services"]["keeper"]["command"][:2] == ["agap", "keeper"]
 
 
@@ -154,8 +163,7 @@ def test_only_the_a2a_gateway_and_kanboards_ui_are_published(stack: dict[str, An
             assert svc["networks"] == ["fabric"] and svc["profiles"] == ["langfuse"]
 
 
-def test_kanboard_runs_the_official_image_on_postgres_with_persistent_volumes(
-        stack: dict[str, Any]) -> None:
+def test_kanboard_runs_the_official_image_on_postgres_with_persistent_volumes(stack: dict[str, Any]) -> None:
     kb = stack["services"]["kanboard"]
     assert kb["image"].startswith("kanboard/kanboard:")
     assert kb["environment"]["DATABASE_URL"].startswith("postgres://kanboard:${KANBOARD_DB_PASSWORD")
@@ -166,8 +174,7 @@ def test_kanboard_runs_the_official_image_on_postgres_with_persistent_volumes(
     assert {"kanboard-db", "kanboard-data"} <= set(stack["volumes"])
 
 
-def test_the_proxy_config_is_generated_from_the_cards_with_langfuse_wired(
-        stack: dict[str, Any]) -> None:
+def test_the_proxy_config_is_generated_from_the_cards_with_langfuse_wired(stack: dict[str, Any]) -> None:
     cards = load_cards(ROOT / "cards", base_dir=ROOT)
     config = yaml.safe_load((COMPOSE / LITELLM_FILE).read_text())
     names = {m["model_name"] for m in config["model_list"]}
@@ -221,15 +228,20 @@ SECRET_PATTERNS = {
     "Langfuse key": re.compile(r"\b[sp]k-lf-[A-Za-z0-9-]{16,}"),
     "secret assigned a value": re.compile(
         r"(?i)\b[A-Z0-9_]*(?:PASSWORD|TOKEN|SECRET|API_KEY|MASTER_KEY)[A-Z0-9_]*[ \t]*[=:][ \t]*"
-        r"[\"']?([A-Za-z0-9+/_\-]{24,})"),
+        r"[\"']?([A-Za-z0-9+/_\-]{24,})"
+    ),
 }
 # The tests' own throwaway values (fixtures, stand-ins, refusal examples) say what they are.
 TEST_THROWAWAY = re.compile(r"(?i)0123|abcd|stub|test|fake|dummy|token|example|4f9a8b7c")
 
 
 def repo_text_files() -> list[Path]:
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-                         cwd=ROOT, capture_output=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
     return [ROOT / p for p in out.decode().split("\0") if p]
 
 
@@ -274,7 +286,8 @@ def test_adding_a_card_adds_a_worker_and_a_model_by_rendering(tmp_path: Path) ->
     shutil.copytree(COMPOSE, tmp_path / "compose", ignore=shutil.ignore_patterns("zabbix"))
     (tmp_path / "cards" / "mistral.yaml").write_text(
         "id: mistral\nkind: model\nname: Mistral\ntier: medium\ntrust: trusted\n"
-        "runtime: {mode: gateway, model: openai/mistral-small}\n")
+        "runtime: {mode: gateway, model: openai/mistral-small}\n"
+    )
     cards = load_cards(tmp_path / "cards", base_dir=tmp_path)
     out = tmp_path / "compose"
     assert sorted(p.name for p in stale(cards, out)) == [".env.example", "config.yaml", WORKERS_FILE]
@@ -285,14 +298,18 @@ def test_adding_a_card_adds_a_worker_and_a_model_by_rendering(tmp_path: Path) ->
     env = (out / ".env.example").read_text()
     assert env.count(ENV_BEGIN) == 1 and "MISTRAL_API_KEY=" in env
     assert "MISTRAL_API_BASE" in stack["services"]["litellm"]["environment"]
-    assert set(rendered(cards, out)) == {out / WORKERS_FILE, out / LITELLM_FILE, out / ".env.example",
-                                         out / "egress" / "claude-coder.conf"}
+    assert set(rendered(cards, out)) == {
+        out / WORKERS_FILE,
+        out / LITELLM_FILE,
+        out / ".env.example",
+        out / "egress" / "claude-coder.conf",
+    }
 
 
 def test_agap_compose_render_check_fails_on_drift(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    import fabric.cli.compose_cmd  # noqa: F401
+    import fabric.apps.cli.compose_cmd  # noqa: F401
 
     shutil.copytree(COMPOSE, tmp_path / "compose", ignore=shutil.ignore_patterns("zabbix"))
     args = ["compose", "render", "--out", str(tmp_path / "compose"), "--cards", str(ROOT / "cards")]
@@ -329,14 +346,32 @@ def test_docker_compose_config_accepts_the_stack(tmp_path: Path) -> None:
         else:
             lines.append(line)
     env_file.write_text("\n".join(lines) + "\n")
-    res = subprocess.run(["docker", "compose", "--env-file", str(env_file), "-f", "docker-compose.yml",
-                          "-f", WORKERS_FILE, "--profile", "langfuse", "--profile", "gpu", "config", "-q"],
-                         cwd=COMPOSE, capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            "docker",
+            "compose",
+            "--env-file",
+            str(env_file),
+            "-f",
+            "docker-compose.yml",
+            "-f",
+            WORKERS_FILE,
+            "--profile",
+            "langfuse",
+            "--profile",
+            "gpu",
+            "config",
+            "-q",
+        ],
+        cwd=COMPOSE,
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
 
 
 def test_a_sandbox_egress_proxy_allows_exactly_the_listed_hosts() -> None:
-    from fabric.deploy.render import egress_config
+    from fabric.apps.deploy.render import egress_config
 
     conf = egress_config(["gitea.home.arpa:443", "kanboard:80", "pypi-mirror.lan"])
     assert "acl allow1_host dstdomain gitea.home.arpa" in conf

@@ -1,4 +1,4 @@
-"""The container healthchecks (python -m fabric.deploy.health)."""
+"""The container healthchecks (python -m fabric.apps.deploy.health)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fabric.deploy.health import check_http, check_process, check_tcp, main
+from fabric.apps.deploy.health import check_http, check_process, check_tcp, main
 
 
 @pytest.fixture

@@ -35,15 +35,18 @@ def test_an_event_whose_seq_is_outside_its_epoch_is_invalid() -> None:
         Event.model_validate({**body, "type": "error"})
 
 
-@pytest.mark.parametrize(("text", "absent"), [
-    ("wrote /home/alice/work/report.md and ~/notes.txt", ["/home", "alice", "notes"]),
-    ("read file:///etc/passwd", ["/etc", "passwd"]),
-    ("saved to C:\\Users\\bob\\x.txt", ["Users", "bob"]),
-    ("password=hunter2 token: abc123 api_key=zzz", ["hunter2", "abc123", "zzz"]),
-    ("using sk-live_0123456789abcdef now", ["sk-live"]),
-    ("url https://user:pa55@example.com/x", ["pa55"]),
-    ("blob " + "A" * 40, ["AAAA"]),
-])
+@pytest.mark.parametrize(
+    ("text", "absent"),
+    [
+        ("wrote /home/alice/work/report.md and ~/notes.txt", ["/home", "alice", "notes"]),
+        ("read file:///etc/passwd", ["/etc", "passwd"]),
+        ("saved to C:\\Users\\bob\\x.txt", ["Users", "bob"]),
+        ("password=hunter2 token: abc123 api_key=zzz", ["hunter2", "abc123", "zzz"]),
+        ("using sk-live_0123456789abcdef now", ["sk-live"]),
+        ("url https://user:pa55@example.com/x", ["pa55"]),
+        ("blob " + "A" * 40, ["AAAA"]),
+    ],
+)
 def test_details_lose_paths_and_secrets(text: str, absent: list[str]) -> None:
     out = safe_detail(text)
     for word in absent:

@@ -13,7 +13,7 @@ from fabric.events.subscriber import TaskStream
 from fabric.events.transport import Topic, queue_topic, task_topic, token
 from fabric.events.wiring import WorkerEvents
 from fabric.ledger import Lease
-from fabric.models import TaskSpec
+from fabric.task import TaskSpec
 
 SECRET = b"unit-test-secret-0123456789"
 
@@ -71,9 +71,17 @@ class Captured(Publisher):
 
 
 def lease(epoch: int) -> Lease:
-    spec = TaskSpec.model_validate({
-        "intent": "x", "target": "tester", "queue": "tester", "actor": "cli",
-        "submitted_at": 1.0, "priority": 1, "max_attempts": 3})
+    spec = TaskSpec.model_validate(
+        {
+            "intent": "x",
+            "target": "tester",
+            "queue": "tester",
+            "actor": "cli",
+            "submitted_at": 1.0,
+            "priority": 1,
+            "max_attempts": 3,
+        }
+    )
     return Lease(7, "0123456789abcdef", epoch, "w1", 99.0, 1, spec)
 
 
@@ -92,10 +100,18 @@ def test_worker_events_map_onto_the_schema() -> None:
     listener("started", lease(9), "")
     listener("failed", lease(9), "attempts exhausted")
     got = [(e.type.value, e.epoch, e.counter) for e in pub.events]
-    assert got == [("started", 1, 0), ("progress", 1, 1), ("progress", 1, 2),
-                   ("completed", 2, 0), ("started", 5, 0), ("progress", 6, 0),
-                   ("started", 7, 0), ("input_required", 8, 0), ("started", 9, 0),
-                   ("failed", 10, 0)]
+    assert got == [
+        ("started", 1, 0),
+        ("progress", 1, 1),
+        ("progress", 1, 2),
+        ("completed", 2, 0),
+        ("started", 5, 0),
+        ("progress", 6, 0),
+        ("started", 7, 0),
+        ("input_required", 8, 0),
+        ("started", 9, 0),
+        ("failed", 10, 0),
+    ]
     assert pub.events[3].data == {"result_ref": "kanboard://task/7/file/r.md"}
     assert pub.events[5].data == {"requeued": True}
     seqs = [e.seq for e in pub.events]
@@ -115,26 +131,44 @@ def test_topics_are_safe_tokens() -> None:
 
 def test_config_from_the_environment() -> None:
     assert EventsConfig.from_env({}) is None
-    cfg = EventsConfig.from_env({"AGAP_EVENTS_URL": "mqtts://u:p%40ss@broker:9999",
-                                 "AGAP_EVENTS_SECRET": "s" * 16, "AGAP_EVENTS_PREFIX": "fab",
-                                 "AGAP_EVENTS_WEBHOOK": "127.0.0.1:8099"})
+    cfg = EventsConfig.from_env(
+        {
+            "AGAP_EVENTS_URL": "mqtts://u:p%40ss@broker:9999",
+            "AGAP_EVENTS_SECRET": "s" * 16,
+            "AGAP_EVENTS_PREFIX": "fab",
+            "AGAP_EVENTS_WEBHOOK": "127.0.0.1:8099",
+        }
+    )
     assert cfg is not None
-    assert (cfg.scheme, cfg.host, cfg.port, cfg.tls, cfg.username, cfg.password, cfg.prefix) == \
-        ("mqtt", "broker", 9999, True, "u", "p@ss", "fab")
+    assert (cfg.scheme, cfg.host, cfg.port, cfg.tls, cfg.username, cfg.password, cfg.prefix) == (
+        "mqtt",
+        "broker",
+        9999,
+        True,
+        "u",
+        "p@ss",
+        "fab",
+    )
     assert cfg.webhook == ("127.0.0.1", 8099)
     assert "p@ss" not in repr(cfg) and "sss" not in repr(cfg) and cfg.url == "mqtts://broker:9999"
-    nats = EventsConfig.from_env({"AGAP_EVENTS_URL": "nats://127.0.0.1",
-                                  "AGAP_EVENTS_SECRET": "s" * 16, "AGAP_EVENTS_JETSTREAM": "0"})
+    nats = EventsConfig.from_env(
+        {"AGAP_EVENTS_URL": "nats://127.0.0.1", "AGAP_EVENTS_SECRET": "s" * 16, "AGAP_EVENTS_JETSTREAM": "0"}
+    )
     assert nats is not None and (nats.scheme, nats.port, nats.jetstream) == ("nats", 4222, False)
 
 
-@pytest.mark.parametrize(("env", "match"), [
-    ({"AGAP_EVENTS_URL": "mqtt://x"}, "AGAP_EVENTS_SECRET is not"),
-    ({"AGAP_EVENTS_URL": "mqtt://x", "AGAP_EVENTS_SECRET": "short"}, "too short"),
-    ({"AGAP_EVENTS_URL": "amqp://x", "AGAP_EVENTS_SECRET": "s" * 16}, "scheme"),
-    ({"AGAP_EVENTS_URL": "mqtt://x", "AGAP_EVENTS_SECRET": "s" * 16,
-      "AGAP_EVENTS_PREFIX": "a/b"}, "prefix"),
-])
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [
+        ({"AGAP_EVENTS_URL": "mqtt://x"}, "AGAP_EVENTS_SECRET is not"),
+        ({"AGAP_EVENTS_URL": "mqtt://x", "AGAP_EVENTS_SECRET": "short"}, "too short"),
+        ({"AGAP_EVENTS_URL": "amqp://x", "AGAP_EVENTS_SECRET": "s" * 16}, "scheme"),
+        (
+            {"AGAP_EVENTS_URL": "mqtt://x", "AGAP_EVENTS_SECRET": "s" * 16, "AGAP_EVENTS_PREFIX": "a/b"},
+            "prefix",
+        ),
+    ],
+)
 def test_bad_config_is_refused_clearly(env: dict[str, str], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         EventsConfig.from_env(env)
@@ -147,24 +181,47 @@ def test_a_publisher_refuses_to_exist_without_a_secret() -> None:
 
 def test_without_a_broker_watch_follows_the_board() -> None:
     from fabric.events.subscriber import BoardStatus, WatchOptions, watch
+    from fabric.kanboard.layout import State
     from fabric.kanboard.port import BoardUnavailable
-    from fabric.layout import State
 
-    states = iter([BoardStatus(State.QUEUED, 0), BoardStatus(State.WORKING, 1),
-                   BoardStatus(State.CANCELED, 2, reason="stop")])
+    states = iter(
+        [
+            BoardStatus(State.QUEUED, 0),
+            BoardStatus(State.WORKING, 1),
+            BoardStatus(State.CANCELED, 2, reason="stop"),
+        ]
+    )
     lines: list[dict[str, object]] = []
     opts = WatchOptions(timeout=5, idle_timeout=5, board_poll=0.01)
-    result = watch(3, board=lambda: next(states), emit=lines.append, transport=None, secret=None,
-                   options=opts)
+    result = watch(
+        3, board=lambda: next(states), emit=lines.append, transport=None, secret=None, options=opts
+    )
     assert (result.code, result.board_checks) == (1, 3)
-    assert lines == [{"source": "board", "task_id": 3, "state": "canceled", "epoch": 2,
-                      "event": "canceled", "result_ref": None, "reason": "stop"}]
+    assert lines == [
+        {
+            "source": "board",
+            "task_id": 3,
+            "state": "canceled",
+            "epoch": 2,
+            "event": "canceled",
+            "result_ref": None,
+            "reason": "stop",
+        }
+    ]
 
     def away() -> BoardStatus:
         raise BoardUnavailable("down")
 
-    assert watch(3, board=away, emit=lines.append, transport=None, secret=None,
-                 options=opts).code == 3
+    assert watch(3, board=away, emit=lines.append, transport=None, secret=None, options=opts).code == 3
     idle = WatchOptions(timeout=5, idle_timeout=0.2, board_poll=0.05)
-    assert watch(3, board=lambda: BoardStatus(State.WORKING, 1), emit=lines.append,
-                 transport=None, secret=None, options=idle).code == 2
+    assert (
+        watch(
+            3,
+            board=lambda: BoardStatus(State.WORKING, 1),
+            emit=lines.append,
+            transport=None,
+            secret=None,
+            options=idle,
+        ).code
+        == 2
+    )

@@ -12,7 +12,7 @@ import pytest
 
 from fabric.cards import CardSet
 from fabric.core import Fabric
-from fabric.layout import State, epoch_lock, receipt_lock
+from fabric.kanboard.layout import State, epoch_lock, receipt_lock
 from keeper.config import KeeperConfig
 from keeper.daemon import Keeper
 from keeper.duties import META_ESCALATED
@@ -65,16 +65,16 @@ def cards_to(cards: CardSet, url: str) -> CardSet:
     out = []
     for card in cards:
         if card.human is not None:
-            chans = [c.model_copy(update={"url": url}) if c.type == "webhook" else c
-                     for c in card.human.channels]
+            chans = [
+                c.model_copy(update={"url": url}) if c.type == "webhook" else c for c in card.human.channels
+            ]
             card = card.model_copy(update={"human": card.human.model_copy(update={"channels": chans})})
         out.append(card)
     return CardSet(out)
 
 
 def keeper(fab: Fabric, notifier: Notifier | None = None, **cfg: Any) -> Keeper:
-    return Keeper.for_fabric(fab, KeeperConfig(**cfg),
-                             notifier=notifier or Notifier(fab.cards))
+    return Keeper.for_fabric(fab, KeeperConfig(**cfg), notifier=notifier or Notifier(fab.cards))
 
 
 def comments(fab: Fabric, tid: int, needle: str) -> int:
@@ -84,8 +84,7 @@ def comments(fab: Fabric, tid: int, needle: str) -> int:
 # -- deadlines ---------------------------------------------------------------------------
 
 
-def test_an_overdue_task_is_escalated_once_and_left_alone(local_fabric: Fabric,
-                                                         clock: FakeClock) -> None:
+def test_an_overdue_task_is_escalated_once_and_left_alone(local_fabric: Fabric, clock: FakeClock) -> None:
     tid = local_fabric.submit("report before noon", target="kimi", deadline="+1h").task_id
     k = keeper(local_fabric)
     assert k.run_job("deadlines") and k.last["deadlines"].escalated == {}
@@ -120,7 +119,8 @@ def test_escalation_goes_to_the_configured_human(local_fabric: Fabric, clock: Fa
 
 
 def test_an_ignored_gate_is_re_reminded_on_schedule_and_never_approved(
-        local_fabric: Fabric, clock: FakeClock) -> None:
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
     tid = local_fabric.submit("approve the purchase", target="alvis").task_id
     k = keeper(local_fabric, reminder_interval=4 * 3600)
     clock.advance(3600)
@@ -144,7 +144,8 @@ def test_an_ignored_gate_is_re_reminded_on_schedule_and_never_approved(
 
 
 def test_a_new_gate_is_notified_at_once_to_a_loopback_webhook(
-        local_fabric: Fabric, clock: FakeClock, receiver: Receiver) -> None:
+    local_fabric: Fabric, clock: FakeClock, receiver: Receiver
+) -> None:
     cards = cards_to(local_fabric.cards, receiver.url)
     notifier = Notifier(cards, allow=("127.0.0.1/32",), env={"AGAP_WEBHOOK_TOKEN": "s3cret"})
     tid = local_fabric.submit("approve the urgent thing", target="alvis", priority="urgent").task_id
@@ -190,7 +191,8 @@ def test_webhook_retries_a_failing_receiver_then_gives_up() -> None:
 
 
 def test_the_digest_is_one_task_per_human_per_day_even_when_fired_twice(
-        local_fabric: Fabric, clock: FakeClock) -> None:
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
     gate = local_fabric.submit("sign the form", target="alvis").task_id
     done = local_fabric.submit("summarise the week", target="kimi", actor="alvis").task_id
     lease = local_fabric.ledger.claim(local_fabric.board.read(done), "w1", lease_seconds=60)
@@ -241,7 +243,8 @@ def closed_task(fab: Fabric, intent: str, key: str | None = None) -> str:
 
 
 def test_gc_removes_only_the_tags_of_tasks_closed_longer_than_the_retention(
-        local_fabric: Fabric, clock: FakeClock) -> None:
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
     old = closed_task(local_fabric, "old", key="old-action")
     clock.advance(31 * DAY)
     recent = closed_task(local_fabric, "recent", key="recent-action")
@@ -262,11 +265,11 @@ def test_gc_removes_only_the_tags_of_tasks_closed_longer_than_the_retention(
     assert k.metrics.gc_removed_total == 5
 
 
-def test_gc_removes_orphaned_tags_only_after_the_retention(local_fabric: Fabric,
-                                                          clock: FakeClock) -> None:
+def test_gc_removes_orphaned_tags_only_after_the_retention(local_fabric: Fabric, clock: FakeClock) -> None:
     gone = closed_task(local_fabric, "to be deleted")
-    row = local_fabric.port.call("getTaskByReference", {
-        "project_id": local_fabric.board.layout.project_id, "reference": f"uid:{gone}"})
+    row = local_fabric.port.call(
+        "getTaskByReference", {"project_id": local_fabric.board.layout.project_id, "reference": f"uid:{gone}"}
+    )
     assert row is None or row  # reference is the action id when given; here it is the uid
     tid = next(int(r["id"]) for r in local_fabric.board.search("status:closed"))
     local_fabric.port.call("removeTask", {"task_id": tid})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fabric.core import Fabric
-from fabric.layout import Column, State
+from fabric.kanboard.layout import Column, State
 from fabric.ledger import Lease
 from keeper.config import KeeperConfig
 from keeper.daemon import Keeper
@@ -29,14 +29,22 @@ def move(fab: Fabric, tid: int, column: Column) -> None:
     """What Kanboard does when a human drags a card."""
     layout = fab.board.layout
     row = fab.port.call("getTask", {"task_id": tid})
-    assert fab.port.call("moveTaskPosition", {
-        "project_id": layout.project_id, "task_id": tid, "column_id": layout.columns[column],
-        "position": 1, "swimlane_id": int(row["swimlane_id"])})
+    assert fab.port.call(
+        "moveTaskPosition",
+        {
+            "project_id": layout.project_id,
+            "task_id": tid,
+            "column_id": layout.columns[column],
+            "position": 1,
+            "swimlane_id": int(row["swimlane_id"]),
+        },
+    )
 
 
 def human_comment(fab: Fabric, tid: int, text: str, user: str = "alvis") -> None:
-    assert fab.port.call("createComment", {"task_id": tid, "user_id": fab.board.layout.users[user],
-                                           "content": text})
+    assert fab.port.call(
+        "createComment", {"task_id": tid, "user_id": fab.board.layout.users[user], "content": text}
+    )
 
 
 def row(fab: Fabric, tid: int) -> dict[str, Any]:
@@ -61,8 +69,9 @@ def gestures(k: Keeper) -> Any:
     return k.last["gestures"]
 
 
-def test_an_answer_and_a_move_to_queued_resumes_with_the_answer(local_fabric: Fabric,
-                                                               clock: FakeClock) -> None:
+def test_an_answer_and_a_move_to_queued_resumes_with_the_answer(
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
     tid, k = setup(local_fabric)
     local_fabric.ledger.ask(claim(local_fabric, tid), "Which repo?", "alvis")
     clock.advance(600)
@@ -132,8 +141,7 @@ def test_moving_a_gate_to_done_approves_it(local_fabric: Fabric, clock: FakeCloc
     assert col(local_fabric, tid) == Column.DONE
 
 
-def test_a_meaningless_move_is_put_back_with_one_comment(local_fabric: Fabric,
-                                                        clock: FakeClock) -> None:
+def test_a_meaningless_move_is_put_back_with_one_comment(local_fabric: Fabric, clock: FakeClock) -> None:
     tid, k = setup(local_fabric)
     claim(local_fabric, tid)
     clock.advance(600)
@@ -147,8 +155,7 @@ def test_a_meaningless_move_is_put_back_with_one_comment(local_fabric: Fabric,
     assert gestures(k).explained == [], "repaired: nothing to say twice"
 
 
-def test_a_lagging_projection_is_repaired_without_acting(local_fabric: Fabric,
-                                                         clock: FakeClock) -> None:
+def test_a_lagging_projection_is_repaired_without_acting(local_fabric: Fabric, clock: FakeClock) -> None:
     tid, k = setup(local_fabric)
     claim(local_fabric, tid)
     # The record says working, but its card move "failed": the card still shows Queued,
@@ -175,8 +182,7 @@ def test_a_reopened_closed_card_is_closed_again(local_fabric: Fabric, clock: Fak
     assert not int(row(local_fabric, tid)["is_active"])
 
 
-def test_a_lost_re_sent_move_is_repaired_not_read_as_a_reopen(local_fabric: Fabric,
-                                                              clock: FakeClock) -> None:
+def test_a_lost_re_sent_move_is_repaired_not_read_as_a_reopen(local_fabric: Fabric, clock: FakeClock) -> None:
     """PostgreSQL: a move the fabric re-sent late, then lost to a concurrent one."""
     fab = local_fabric
     tid, keeper = setup(fab)
@@ -193,8 +199,9 @@ def test_a_lost_re_sent_move_is_repaired_not_read_as_a_reopen(local_fabric: Fabr
     assert view.row["column_id"] == fab.board.layout.columns[Column.DONE]
 
 
-def test_without_the_stamp_the_same_late_move_is_a_persons_reopen(local_fabric: Fabric,
-                                                                  clock: FakeClock) -> None:
+def test_without_the_stamp_the_same_late_move_is_a_persons_reopen(
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
     fab = local_fabric
     tid, keeper = setup(fab)
     fab.ledger.complete(claim(fab, tid), "file:///r")
@@ -204,12 +211,16 @@ def test_without_the_stamp_the_same_late_move_is_a_persons_reopen(local_fabric: 
     assert keeper.last["gestures"].acted == {tid: "reopen"}  # type: ignore[attr-defined]
 
 
-def test_a_worker_re_sends_its_own_lost_move_on_its_next_poll(local_fabric: Fabric,
-                                                              clock: FakeClock) -> None:
+def test_a_worker_re_sends_its_own_lost_move_on_its_next_poll(local_fabric: Fabric, clock: FakeClock) -> None:
     fab = local_fabric
     tid, _ = setup(fab)
     fab.ledger.complete(claim(fab, tid), "file:///r")
     move(fab, tid, Column.WORKING)  # lost: a concurrent rewrite of the Working column
-    wait_until(lambda: fab.board.open_in([Column.QUEUED], "kimi") is not None and
-               fab.board.read(tid).row["column_id"] == fab.board.layout.columns[Column.DONE],
-               timeout=10, what="the worker's next poll to re-send its move")
+    wait_until(
+        lambda: (
+            fab.board.open_in([Column.QUEUED], "kimi") is not None
+            and fab.board.read(tid).row["column_id"] == fab.board.layout.columns[Column.DONE]
+        ),
+        timeout=10,
+        what="the worker's next poll to re-send its move",
+    )

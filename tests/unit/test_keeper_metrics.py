@@ -14,7 +14,7 @@ import yaml
 
 from fabric.core import Fabric
 from fabric.errors import ConfigError
-from fabric.layout import park_key
+from fabric.kanboard.layout import park_key
 from keeper.config import KeeperConfig
 from keeper.daemon import Keeper
 from keeper.metrics import Metrics, MetricsServer
@@ -30,10 +30,16 @@ def swept(local_fabric: Fabric, clock: FakeClock) -> Keeper:
     tid = local_fabric.submit("working", target="kimi").task_id
     local_fabric.ledger.claim(local_fabric.board.read(tid), "w1", lease_seconds=3600)
     local_fabric.submit("gate", target="alvis")
-    local_fabric.port.call("saveProjectMetadata", {
-        "project_id": local_fabric.board.layout.project_id,
-        "values": {park_key("kimi"): '{"queue": "kimi", "parked": true, "reason": "quota", '
-                                     f'"until": {clock.now + 60}, "since": {clock.now}}}'}})
+    local_fabric.port.call(
+        "saveProjectMetadata",
+        {
+            "project_id": local_fabric.board.layout.project_id,
+            "values": {
+                park_key("kimi"): '{"queue": "kimi", "parked": true, "reason": "quota", '
+                f'"until": {clock.now + 60}, "since": {clock.now}}}'
+            },
+        },
+    )
     clock.advance(120)
     k = Keeper.for_fabric(local_fabric, KeeperConfig())
     assert all(k.run_once().values())
@@ -70,8 +76,9 @@ def test_the_allow_list_admits_listed_clients_only(swept: Keeper) -> None:
 
 
 def test_json_content_for_zabbix(server: MetricsServer, swept: Keeper, clock: FakeClock) -> None:
-    data = requests.get(server.url + "/metrics.json", headers={"Authorization": "Bearer tok3n"},
-                        timeout=5).json()
+    data = requests.get(
+        server.url + "/metrics.json", headers={"Authorization": "Bearer tok3n"}, timeout=5
+    ).json()
     assert data["up"] == 1 and data["board_up"] == 1
     queues = {q["queue"]: q for q in data["queues"]}
     assert set(swept.fab().cards.queues()) <= set(queues)
@@ -86,16 +93,22 @@ def test_json_content_for_zabbix(server: MetricsServer, swept: Keeper, clock: Fa
 
 
 def test_prometheus_text(server: MetricsServer) -> None:
-    text = requests.get(server.url + "/metrics", headers={"Authorization": "Bearer tok3n"},
-                        timeout=5).text
-    for needle in ("keeper_up 1", "keeper_board_errors_total 0", 'keeper_queue_depth{queue="kimi"} 3',
-                   'keeper_queue_parked{queue="kimi",reason="quota"} 1',
-                   'keeper_last_success_timestamp{job="leases"}', "keeper_lease_expiries_total 0",
-                   "keeper_gaps_resolved_total 0", 'keeper_queue_oldest_age_seconds{queue="kimi"}',
-                   'keeper_queue_dead_letters{queue="kimi"} 0', "# TYPE keeper_board_errors_total counter"):
+    text = requests.get(server.url + "/metrics", headers={"Authorization": "Bearer tok3n"}, timeout=5).text
+    for needle in (
+        "keeper_up 1",
+        "keeper_board_errors_total 0",
+        'keeper_queue_depth{queue="kimi"} 3',
+        'keeper_queue_parked{queue="kimi",reason="quota"} 1',
+        'keeper_last_success_timestamp{job="leases"}',
+        "keeper_lease_expiries_total 0",
+        "keeper_gaps_resolved_total 0",
+        'keeper_queue_oldest_age_seconds{queue="kimi"}',
+        'keeper_queue_dead_letters{queue="kimi"} 0',
+        "# TYPE keeper_board_errors_total counter",
+    ):
         assert needle in text, needle
     for line in text.splitlines():
-        assert line.startswith("#") or re.match(r'^[a-z_]+(\{[^}]*\})? -?[0-9.e+-]+$', line), line
+        assert line.startswith("#") or re.match(r"^[a-z_]+(\{[^}]*\})? -?[0-9.e+-]+$", line), line
 
 
 def test_a_scrape_never_calls_the_board(server: MetricsServer, swept: Keeper) -> None:
@@ -125,8 +138,9 @@ def test_the_zabbix_template_is_a_7_0_export_with_the_five_triggers() -> None:
     assert {g["name"] for g in tpl["groups"]} <= {g["name"] for g in doc["template_groups"]}
     uuids = [n["uuid"] for n in _walk(doc) if "uuid" in n]
     assert len(uuids) == len(set(uuids)) > 20
-    assert all(re.fullmatch(r"[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}", u) for u in uuids), \
+    assert all(re.fullmatch(r"[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}", u) for u in uuids), (
         "Zabbix wants 32-hex UUIDv4"
+    )
     items = list(tpl["items"])
     protos = [p for rule in tpl["discovery_rules"] for p in rule["item_prototypes"]]
     keys = {i["key"] for i in items}
@@ -159,9 +173,22 @@ def test_the_zabbix_template_is_a_7_0_export_with_the_five_triggers() -> None:
 def test_the_template_paths_match_the_json(swept: Keeper) -> None:
     """Every JSONPath in the template names a field the keeper serves."""
     # A schedule as `agap cron` publishes it, so the schedule paths are checked too.
-    swept.metrics.observe_schedules({"fabric.cron.nightly": json.dumps(
-        {"schedule": "nightly", "must_not_miss": True, "grace": 60, "next_planned": 100.0,
-         "last_planned": 10.0, "last_actual": 11.0, "missed": 0})}, 50.0)
+    swept.metrics.observe_schedules(
+        {
+            "fabric.cron.nightly": json.dumps(
+                {
+                    "schedule": "nightly",
+                    "must_not_miss": True,
+                    "grace": 60,
+                    "next_planned": 100.0,
+                    "last_planned": 10.0,
+                    "last_actual": 11.0,
+                    "missed": 0,
+                }
+            )
+        },
+        50.0,
+    )
     data = swept.metrics.to_json()
     doc = yaml.safe_load(Path(TEMPLATE).read_text())["zabbix_export"]
     for node in _walk(doc):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fabric.core import Fabric
-from fabric.layout import State
+from fabric.kanboard.layout import State
 from keeper.config import KeeperConfig
 from keeper.daemon import Keeper
 from tests.conftest import FakeClock
@@ -39,15 +39,21 @@ def test_a_dead_letter_becomes_one_decision_task_for_a_human(local_fabric: Fabri
     assert len(decisions) == 1
 
 
-def test_a_routed_task_on_a_parked_queue_is_rerouted(local_fabric: Fabric,
-                                                     clock: FakeClock) -> None:
+def test_a_routed_task_on_a_parked_queue_is_rerouted(local_fabric: Fabric, clock: FakeClock) -> None:
     fab = local_fabric
     # tier>=medium: qwen-remote is picked (cheapest), kimi also qualifies.
     receipt = fab.submit("think it through", constraints="tier>=medium")
     assert receipt.queue == "qwen-remote"
-    fab.board.publish_park("qwen-remote", {"queue": "qwen-remote", "parked": True,
-                                           "reason": "asleep: health probe failed",
-                                           "until": clock() + 3600, "since": clock()})
+    fab.board.publish_park(
+        "qwen-remote",
+        {
+            "queue": "qwen-remote",
+            "parked": True,
+            "reason": "asleep: health probe failed",
+            "until": clock() + 3600,
+            "since": clock(),
+        },
+    )
     keeper = Keeper.for_fabric(fab, KeeperConfig())
     assert keeper.run_job("policy")
     assert keeper.last["policy"].requeued == [receipt.task_id]
@@ -59,9 +65,16 @@ def test_a_routed_task_on_a_parked_queue_is_rerouted(local_fabric: Fabric,
 def test_a_direct_target_is_never_rerouted(local_fabric: Fabric, clock: FakeClock) -> None:
     fab = local_fabric
     receipt = fab.submit("only qwen will do", target="qwen-remote")
-    fab.board.publish_park("qwen-remote", {"queue": "qwen-remote", "parked": True,
-                                           "reason": "asleep", "until": clock() + 3600,
-                                           "since": clock()})
+    fab.board.publish_park(
+        "qwen-remote",
+        {
+            "queue": "qwen-remote",
+            "parked": True,
+            "reason": "asleep",
+            "until": clock() + 3600,
+            "since": clock(),
+        },
+    )
     keeper = Keeper.for_fabric(fab, KeeperConfig())
     assert keeper.run_job("policy") and keeper.last["policy"].requeued == []
     assert fab.board.read(receipt.task_id).current.state == State.QUEUED  # type: ignore[union-attr]
@@ -75,11 +88,13 @@ def test_a_task_refused_at_claim_is_dead_lettered_with_the_reason(local_fabric: 
     # Submitted before the rules applied (e.g. the card changed since): the submit-time
     # policy is off here, so only the claim-time check stands between the task and torgash.
     fab.policies = []
-    tid = fab.submit("compare with alvis's notes", target="torgash",
-                     refs=["file:///srv/notes/n.md#domain=private:alvis"]).task_id
+    tid = fab.submit(
+        "compare with alvis's notes", target="torgash", refs=["file:///srv/notes/n.md#domain=private:alvis"]
+    ).task_id
     card = fab.cards.get("torgash")
-    reader = QueueReader(fab.board, fab.ledger, "torgash",
-                         claim_check=lambda v: check_claim_on_board(fab, card, v.spec))  # type: ignore[arg-type]
+    reader = QueueReader(
+        fab.board, fab.ledger, "torgash", claim_check=lambda v: check_claim_on_board(fab, card, v.spec)
+    )  # type: ignore[arg-type]
     assert reader.claim_next("torgash@w", lease_seconds=60) is None
     cur = fab.board.read(tid).current
     assert cur is not None and cur.state == State.DEAD
@@ -94,8 +109,7 @@ class _Recorder:
         self.sent = 0  # the counters the keeper's metrics read
         self.failed = 0
 
-    def notify(self, human: str, subject: str, body: str, *, urgent: bool,
-               ref: str | None = None) -> bool:
+    def notify(self, human: str, subject: str, body: str, *, urgent: bool, ref: str | None = None) -> bool:
         self.messages.append((human, subject, urgent))
         self.sent += 1
         return True
@@ -106,12 +120,15 @@ def _with_alvis(fab: Fabric, **hours: object) -> None:
 
     alvis = fab.cards.get("alvis")
     shapes = [s.model_copy(update=hours) if s.shape == "hours" else s for s in alvis.availability]
-    fab.cards = CardSet([alvis.model_copy(update={"availability": shapes}),
-                         *[c for c in fab.cards if c.id != "alvis"]], base_dir=fab.cards.base_dir)
+    fab.cards = CardSet(
+        [alvis.model_copy(update={"availability": shapes}), *[c for c in fab.cards if c.id != "alvis"]],
+        base_dir=fab.cards.base_dir,
+    )
 
 
 def test_reminders_wait_for_waking_hours_and_vacation_parks_the_inbox(
-        local_fabric: Fabric, clock: FakeClock) -> None:
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
     from datetime import UTC, datetime
 
     fab = local_fabric

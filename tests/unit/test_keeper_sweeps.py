@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import pytest
 
 from fabric.core import Fabric
+from fabric.kanboard.layout import Column, State, epoch_lock, record_key
 from fabric.kanboard.port import BoardUnavailable, Call, Outcome, Params, RpcPort
-from fabric.layout import Column, State, epoch_lock, record_key
 from fabric.ledger import LostRace
 from keeper.config import KeeperConfig
 from keeper.daemon import Keeper
@@ -36,8 +36,7 @@ def keeper(fab: Fabric, **cfg: object) -> Keeper:
     return Keeper.for_fabric(fab, KeeperConfig(**cfg))  # type: ignore[arg-type]
 
 
-def test_an_expired_lease_is_requeued_once_after_the_grace(local_fabric: Fabric,
-                                                           clock: FakeClock) -> None:
+def test_an_expired_lease_is_requeued_once_after_the_grace(local_fabric: Fabric, clock: FakeClock) -> None:
     tid = submit(local_fabric)
     claim(local_fabric, tid)
     k = keeper(local_fabric, lease_grace=5.0)
@@ -72,8 +71,7 @@ def test_attempts_exhausted_dead_letters_the_task(local_fabric: Fabric, clock: F
     assert k.metrics.queues["kimi"].dead_letters == 1
 
 
-def test_an_epoch_gap_older_than_the_timeout_is_resolved(local_fabric: Fabric,
-                                                          clock: FakeClock) -> None:
+def test_an_epoch_gap_older_than_the_timeout_is_resolved(local_fabric: Fabric, clock: FakeClock) -> None:
     tid = submit(local_fabric)
     view = local_fabric.board.read(tid)
     assert view.uid is not None
@@ -96,8 +94,9 @@ def test_corrupted_metadata_is_reported_and_skipped(local_fabric: Fabric, clock:
     bad, good = submit(local_fabric, "bad"), submit(local_fabric, "good")
     claim(local_fabric, bad)
     claim(local_fabric, good)
-    local_fabric.port.call("saveTaskMetadata", {"task_id": bad, "values": {
-        record_key(1): "{not json", "fabric.spec": "[]"}})
+    local_fabric.port.call(
+        "saveTaskMetadata", {"task_id": bad, "values": {record_key(1): "{not json", "fabric.spec": "[]"}}
+    )
     clock.advance(LEASE + 10)
     k = keeper(local_fabric)
     assert k.run_once()["leases"]
@@ -135,16 +134,18 @@ class FlakyPort:
         return self.inner.batch(calls)
 
 
-def test_board_down_is_logged_counted_backed_off_and_recovered(local_fabric: Fabric,
-                                                               clock: FakeClock) -> None:
+def test_board_down_is_logged_counted_backed_off_and_recovered(
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
     flaky = FlakyPort(local_fabric.port)
     local_fabric.port = flaky
     local_fabric.board.port = flaky
     tid = submit(local_fabric)
     claim(local_fabric, tid)
     mono = FakeClock(0.0)
-    k = Keeper.for_fabric(local_fabric, KeeperConfig(backoff_base=10, backoff_cap=60,
-                                                     lease_grace=0), monotonic=mono)
+    k = Keeper.for_fabric(
+        local_fabric, KeeperConfig(backoff_base=10, backoff_cap=60, lease_grace=0), monotonic=mono
+    )
     flaky.down = True
     assert not k.run_job("leases")
     assert k.metrics.board_errors_total == 1 and k.metrics.board_up == 0
@@ -175,6 +176,7 @@ def test_sweep_round_trips_do_not_grow_with_closed_history(local_fabric: Fabric)
         before = local_fabric.port.stats.trips
         assert k.run_job(job)
         return local_fabric.port.stats.trips - before
+
     jobs = ("leases", "gaps", "gestures", "deadlines", "reminders", "inbox")
     empty = {job: trips(job) for job in jobs}
     for i in range(40):

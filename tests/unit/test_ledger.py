@@ -7,10 +7,10 @@ import json
 import pytest
 
 from fabric.core import Fabric
-from fabric.layout import State, epoch_lock, record_key
+from fabric.kanboard.layout import State, epoch_lock, record_key
+from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import LEGAL, Fenced, IllegalTransition, Lease, LostRace
-from fabric.models import Record
-from fabric.taskboard import TaskView
+from fabric.task import Record
 from tests.conftest import FakeClock
 from workers.queue import QueueReader
 
@@ -63,19 +63,25 @@ def attempt(fab: Fabric, clock: FakeClock, op: str, tid: int) -> Record:
     assert cur is not None and view.uid is not None and view.spec is not None
     ledger = fab.ledger
     if op == "claim":
-        return ledger._transition(view, "claim", "w2", lambda n, p: ledger._record(
-            n, p, State.WORKING, "claim", "w2", owner="w2", lease_until=clock() + LEASE))
+        return ledger._transition(
+            view,
+            "claim",
+            "w2",
+            lambda n, p: ledger._record(
+                n, p, State.WORKING, "claim", "w2", owner="w2", lease_until=clock() + LEASE
+            ),
+        )
     if op in ("complete", "fail", "ask", "release"):
-        lease = Lease(tid, view.uid, cur.epoch, cur.owner or "w1", clock() + LEASE,
-                      cur.attempt, view.spec)
+        lease = Lease(tid, view.uid, cur.epoch, cur.owner or "w1", clock() + LEASE, cur.attempt, view.spec)
         if cur.state != State.WORKING:
             # An owner op needs a working lease: try it as the last owner would.
-            return ledger._transition(view, op, "w1", lambda n, p: ledger._record(
-                n, p, State.DONE, op, "w1"))
-        return {"complete": lambda: ledger.complete(lease, "file:///x"),
-                "fail": lambda: ledger.fail(lease, "boom"),
-                "ask": lambda: ledger.ask(lease, "q?", "alvis"),
-                "release": lambda: ledger.release(lease)}[op]()
+            return ledger._transition(view, op, "w1", lambda n, p: ledger._record(n, p, State.DONE, op, "w1"))
+        return {
+            "complete": lambda: ledger.complete(lease, "file:///x"),
+            "fail": lambda: ledger.fail(lease, "boom"),
+            "ask": lambda: ledger.ask(lease, "q?", "alvis"),
+            "release": lambda: ledger.release(lease),
+        }[op]()
     if op == "requeue":
         clock.advance(LEASE + 1)
         return ledger.requeue_expired(fab.board.read(tid))
@@ -95,19 +101,35 @@ def attempt(fab: Fabric, clock: FakeClock, op: str, tid: int) -> Record:
 
 
 EXPECTED = {
-    "claim": State.WORKING, "complete": State.DONE, "fail": State.QUEUED,
-    "ask": State.INPUT_REQUIRED, "release": State.QUEUED, "requeue": State.QUEUED,
-    "resume": State.QUEUED, "cancel": State.CANCELED, "dead_letter": State.DEAD,
-    "verify": State.CLOSED, "reopen": State.QUEUED, "revive": State.QUEUED,
+    "claim": State.WORKING,
+    "complete": State.DONE,
+    "fail": State.QUEUED,
+    "ask": State.INPUT_REQUIRED,
+    "release": State.QUEUED,
+    "requeue": State.QUEUED,
+    "resume": State.QUEUED,
+    "cancel": State.CANCELED,
+    "dead_letter": State.DEAD,
+    "verify": State.CLOSED,
+    "reopen": State.QUEUED,
+    "revive": State.QUEUED,
 }
-ALL_STATES = [State.QUEUED, State.WORKING, State.INPUT_REQUIRED, State.DONE, State.DEAD,
-              State.CANCELED, State.CLOSED]
+ALL_STATES = [
+    State.QUEUED,
+    State.WORKING,
+    State.INPUT_REQUIRED,
+    State.DONE,
+    State.DEAD,
+    State.CANCELED,
+    State.CLOSED,
+]
 
 
 @pytest.mark.parametrize("op", sorted(LEGAL))
 @pytest.mark.parametrize("start", ALL_STATES, ids=lambda s: s.value)
-def test_every_transition_from_every_state(local_fabric: Fabric, clock: FakeClock, op: str,
-                                           start: State) -> None:
+def test_every_transition_from_every_state(
+    local_fabric: Fabric, clock: FakeClock, op: str, start: State
+) -> None:
     fab = local_fabric
     tid = to_state(fab, clock, start)
     before = fab.board.read(tid)
@@ -147,8 +169,7 @@ def test_second_claimer_of_the_same_epoch_loses(local_fabric: Fabric) -> None:
     assert cur is not None and cur.owner == "w1"
 
 
-def test_fenced_owner_cannot_complete_and_output_is_evidence(local_fabric: Fabric,
-                                                             clock: FakeClock) -> None:
+def test_fenced_owner_cannot_complete_and_output_is_evidence(local_fabric: Fabric, clock: FakeClock) -> None:
     fab = local_fabric
     tid = submit(fab)
     old = claim(fab, tid, "w1")
@@ -266,14 +287,23 @@ def test_ask_puts_the_task_in_the_humans_inbox(local_fabric: Fabric) -> None:
 
 
 def test_a_delayed_write_for_an_old_epoch_never_changes_the_current_state(
-        local_fabric: Fabric, clock: FakeClock) -> None:
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
     fab = local_fabric
     tid = submit(fab)
     lease = claim(fab, tid, "w1")
     fab.ledger.complete(lease, "file:///r.md")
     # A slow, retried write of epoch 1's record arrives late (e.g. a renewal).
-    late = Record(epoch=1, state=State.WORKING, op="claim", by="w1", at=clock(), owner="w1",
-                  lease_until=clock() + 999, attempt=1)
+    late = Record(
+        epoch=1,
+        state=State.WORKING,
+        op="claim",
+        by="w1",
+        at=clock(),
+        owner="w1",
+        lease_until=clock() + 999,
+        attempt=1,
+    )
     fab.board.save_meta(tid, {record_key(1): late.to_meta()})
     view = fab.board.read(tid)
     assert view.epoch == 2 and view.current is not None and view.current.state == State.DONE
@@ -332,7 +362,8 @@ def test_gap_of_a_working_task_requeues_it(local_fabric: Fabric, clock: FakeCloc
 
 
 def test_effect_key_is_stable_across_owners_and_receipts_stop_repeats(
-        local_fabric: Fabric, clock: FakeClock) -> None:
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
     fab = local_fabric
     tid = submit(fab)
     first = claim(fab, tid, "w1")
@@ -364,8 +395,13 @@ def test_a_fenced_owner_gets_no_effect_key(local_fabric: Fabric, clock: FakeCloc
 
 def test_corrupted_records_are_reported_not_raised(local_fabric: Fabric) -> None:
     tid = submit(local_fabric)
-    local_fabric.board.save_meta(tid, {"fabric.e5": "{not json", "fabric.e6": json.dumps(
-        {"epoch": 9, "state": "queued", "op": "x", "by": "y", "at": 0})})
+    local_fabric.board.save_meta(
+        tid,
+        {
+            "fabric.e5": "{not json",
+            "fabric.e6": json.dumps({"epoch": 9, "state": "queued", "op": "x", "by": "y", "at": 0}),
+        },
+    )
     view = local_fabric.board.read(tid)
     assert view.epoch == 0
     assert len(view.problems) == 2 and any("fabric.e5" in p for p in view.problems)
@@ -380,8 +416,7 @@ def test_view_of_missing_records_refuses_transitions(local_fabric: Fabric) -> No
 # -- checkpoints ---------------------------------------------------------------------
 
 
-def test_a_new_owner_resumes_from_the_last_checkpoint(local_fabric: Fabric,
-                                                      clock: FakeClock) -> None:
+def test_a_new_owner_resumes_from_the_last_checkpoint(local_fabric: Fabric, clock: FakeClock) -> None:
     fab = local_fabric
     tid = submit(fab)
     first = claim(fab, tid, "w1")
@@ -397,8 +432,7 @@ def test_a_new_owner_resumes_from_the_last_checkpoint(local_fabric: Fabric,
     assert second.checkpoint == "file:///work/step-2"
 
 
-def test_a_fenced_owners_late_checkpoint_is_ignored(local_fabric: Fabric,
-                                                    clock: FakeClock) -> None:
+def test_a_fenced_owners_late_checkpoint_is_ignored(local_fabric: Fabric, clock: FakeClock) -> None:
     fab = local_fabric
     tid = submit(fab)
     old = fab.ledger.checkpoint(claim(fab, tid, "w1"), "file:///work/step-1")

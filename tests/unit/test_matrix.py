@@ -14,7 +14,7 @@ import pytest
 from fabric.cards import CardSet
 from fabric.cards import MatrixChannel as MatrixSpec
 from fabric.errors import ConfigError
-from fabric.notify_matrix import MatrixChannel, MatrixSendError
+from keeper.matrix import MatrixNotifier, MatrixSendError
 from keeper.notify import Channel
 
 ROOM = "!alvis-inbox:matrix.home.arpa"
@@ -33,12 +33,18 @@ class Homeserver:
             def do_PUT(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 body = self.rfile.read(length)
-                home.requests.append({"method": "PUT", "path": self.path,
-                                      "auth": self.headers.get("Authorization"),
-                                      "type": self.headers.get("Content-Type"),
-                                      "json": json.loads(body)})
-                status, reply = home.script.pop(0) if home.script else (
-                    200, {"event_id": f"$ev{len(home.requests)}"})
+                home.requests.append(
+                    {
+                        "method": "PUT",
+                        "path": self.path,
+                        "auth": self.headers.get("Authorization"),
+                        "type": self.headers.get("Content-Type"),
+                        "json": json.loads(body),
+                    }
+                )
+                status, reply = (
+                    home.script.pop(0) if home.script else (200, {"event_id": f"$ev{len(home.requests)}"})
+                )
                 data = json.dumps(reply).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -66,13 +72,13 @@ def homeserver() -> Iterator[Homeserver]:
 
 
 def test_it_has_the_keepers_channel_shape() -> None:
-    ch: Channel = MatrixChannel("https://matrix.example", ROOM, TOKEN)
+    ch: Channel = MatrixNotifier("https://matrix.example", ROOM, TOKEN)
     assert callable(ch.send)
 
 
-def channel(hs: Homeserver, **kw: Any) -> MatrixChannel:
+def channel(hs: Homeserver, **kw: Any) -> MatrixNotifier:
     sleeps: list[float] = []
-    ch = MatrixChannel(hs.url, ROOM, TOKEN, sleep=sleeps.append, **kw)
+    ch = MatrixNotifier(hs.url, ROOM, TOKEN, sleep=sleeps.append, **kw)
     ch.sleeps = sleeps  # type: ignore[attr-defined]
     return ch
 
@@ -86,7 +92,7 @@ def test_a_message_is_one_put_with_the_bearer_token_and_an_m_text_body(homeserve
     assert ch.last_event_id == "$ev1"
     [req] = homeserver.requests
     assert req["method"] == "PUT" and req["path"].startswith(PREFIX)
-    txn = unquote(req["path"][len(PREFIX):])
+    txn = unquote(req["path"][len(PREFIX) :])
     assert txn and "/" not in txn
     assert req["auth"] == f"Bearer {TOKEN}" and req["type"] == "application/json"
     body = req["json"]
@@ -127,24 +133,27 @@ def test_a_refusal_is_final_and_retries_are_bounded(homeserver: Homeserver) -> N
 
 
 def test_an_unreachable_homeserver_fails_after_the_retries() -> None:
-    ch = MatrixChannel("http://127.0.0.1:9", ROOM, TOKEN, sleep=lambda s: None, attempts=2,
-                       timeout=0.5)
+    ch = MatrixNotifier("http://127.0.0.1:9", ROOM, TOKEN, sleep=lambda s: None, attempts=2, timeout=0.5)
     with pytest.raises(MatrixSendError, match="ConnectionError"):
         ch.send("x", "", urgent=False, ref=None)
 
 
-def test_the_channel_comes_from_a_human_card_and_its_token_env(cards: CardSet,
-                                                               homeserver: Homeserver) -> None:
+def test_the_channel_comes_from_a_human_card_and_its_token_env(
+    cards: CardSet, homeserver: Homeserver
+) -> None:
     human = cards.get("alvis").human
     assert human is not None
     spec = next(c for c in human.channels if isinstance(c, MatrixSpec))
     with pytest.raises(ConfigError, match="AGAP_MATRIX_TOKEN is not set"):
-        MatrixChannel.from_spec(spec, env={})
-    ch = MatrixChannel.from_spec(spec, env={"AGAP_MATRIX_TOKEN": TOKEN})
+        MatrixNotifier.from_spec(spec, env={})
+    ch = MatrixNotifier.from_spec(spec, env={"AGAP_MATRIX_TOKEN": TOKEN})
     assert ch.room == ROOM and ch.homeserver == "https://matrix.home.arpa" and ch.token == TOKEN
     assert TOKEN not in repr(ch)
-    local = MatrixChannel.from_spec(spec.model_copy(update={"homeserver": homeserver.url}),
-                                    env={"AGAP_MATRIX_TOKEN": TOKEN}, sleep=lambda s: None)
+    local = MatrixNotifier.from_spec(
+        spec.model_copy(update={"homeserver": homeserver.url}),
+        env={"AGAP_MATRIX_TOKEN": TOKEN},
+        sleep=lambda s: None,
+    )
     local.send("hello", "", urgent=False, ref=None)
     assert homeserver.requests[0]["auth"] == f"Bearer {TOKEN}"
 
@@ -155,13 +164,16 @@ def test_the_keeper_notifies_a_human_over_matrix(cards: CardSet, homeserver: Hom
 
     alvis = cards.get("alvis")
     assert alvis.human is not None
-    matrix = [c.model_copy(update={"homeserver": homeserver.url})
-              for c in alvis.human.channels if isinstance(c, MatrixSpec)]
+    matrix = [
+        c.model_copy(update={"homeserver": homeserver.url})
+        for c in alvis.human.channels
+        if isinstance(c, MatrixSpec)
+    ]
     local = alvis.model_copy(update={"human": alvis.human.model_copy(update={"channels": matrix})})
-    notifier = Notifier(Cards([local, *[c for c in cards if c.id != "alvis"]]),
-                        env={"AGAP_MATRIX_TOKEN": TOKEN})
-    assert notifier.notify("alvis", "Gate waiting", "Approve the purchase?", urgent=True,
-                           ref="task:12")
+    notifier = Notifier(
+        Cards([local, *[c for c in cards if c.id != "alvis"]]), env={"AGAP_MATRIX_TOKEN": TOKEN}
+    )
+    assert notifier.notify("alvis", "Gate waiting", "Approve the purchase?", urgent=True, ref="task:12")
     (req,) = homeserver.requests
     assert req["auth"] == f"Bearer {TOKEN}" and req["json"]["msgtype"] == "m.text"
     assert req["json"]["body"].startswith("[urgent] Gate waiting")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from fabric.cards import CardSet
-from fabric.kanboard.local import LocalPort
-from fabric.layout import META_LAYOUT, legacy_receipt_reference
-from fabric.migrate import layout_version, migrate
+from fabric.embedded.local import LocalPort
+from fabric.kanboard.layout import META_LAYOUT, legacy_receipt_reference
+from fabric.kanboard.migrate import layout_version, migrate
 from fabric.submit import SPEC_FENCE, parse_description
 from tests.conftest import FakeClock, make_fabric
 
@@ -16,8 +16,13 @@ def legacy_board(cards: CardSet) -> tuple[LocalPort, object, int, int]:
     """A SQLite board as layout 1 left it: one keyed task, one plain, one bare card."""
     raw = LocalPort(clock=FakeClock(), flavour="sqlite")  # SQLite held any value
     fab = make_fabric(raw, cards)
-    keyed = fab.submit("x" * 1500, target="kimi", key="Weekly-Report", actor="cron",
-                       refs=[f"https://example.org/{i}" for i in range(10)])
+    keyed = fab.submit(
+        "x" * 1500,
+        target="kimi",
+        key="Weekly-Report",
+        actor="cron",
+        refs=[f"https://example.org/{i}" for i in range(10)],
+    )
     plain = fab.submit("plain", target="kimi")
     lease = fab.ledger.claim(fab.board.read(plain.task_id), "w" * 200, lease_seconds=60)
     fab.ledger.complete(lease, "https://example.org/" + "r" * 400)
@@ -38,9 +43,15 @@ def legacy_board(cards: CardSet) -> tuple[LocalPort, object, int, int]:
             update["reference"] = legacy_receipt_reference("cron", "Weekly-Report")
         raw.call("updateTask", update)
     layout = fab.board.layout
-    bare = raw.call("createTask", {"title": "made by hand", "project_id": pid,
-                                   "column_id": layout.columns["Queued"],  # type: ignore[index]
-                                   "swimlane_id": layout.swimlanes["kimi"]})
+    bare = raw.call(
+        "createTask",
+        {
+            "title": "made by hand",
+            "project_id": pid,
+            "column_id": layout.columns["Queued"],  # type: ignore[index]
+            "swimlane_id": layout.swimlanes["kimi"],
+        },
+    )
     return raw, fab, keyed.task_id, int(bare)
 
 
@@ -61,8 +72,13 @@ def test_migration_fits_every_value_hashes_references_and_seals_blocks(cards: Ca
         assert view.meta == before[tid] and not view.problems
         assert parse_description(str(view.row["description"]), fab.board.seal_key)  # type: ignore[attr-defined]
     # The same key after the migration finds the same task.
-    again = fab.submit("x" * 1500, target="kimi", key="Weekly-Report", actor="cron",  # type: ignore[attr-defined]
-                       refs=[f"https://example.org/{i}" for i in range(10)])
+    again = fab.submit(
+        "x" * 1500,
+        target="kimi",
+        key="Weekly-Report",
+        actor="cron",  # type: ignore[attr-defined]
+        refs=[f"https://example.org/{i}" for i in range(10)],
+    )
     assert again.task_id == keyed and not again.created
     assert layout_version(raw, layout) == "2"
     assert not migrate(raw, layout, seal_key=fab.board.seal_key).changed  # type: ignore[attr-defined]

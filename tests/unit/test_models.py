@@ -18,7 +18,7 @@ import pytest
 from fabric.cards import Card, CardSet
 from fabric.errors import ConfigError
 from tests.fakes.openai_stub import OpenAIStub
-from workers.models import (
+from workers.llm import (
     BadModelResponse,
     DemoClient,
     GatewayClient,
@@ -44,10 +44,13 @@ def stub() -> Iterator[OpenAIStub]:
 
 
 def ask(client: Any, text: str = "hello", **kw: Any) -> Any:
-    return client.complete([{"role": "user", "content": text}], model=kw.pop("model", "m"),
-                           metadata=kw.pop("metadata", META),
-                           idempotency_key=kw.pop("idempotency_key", "42:3:complete"),
-                           timeout=kw.pop("timeout", 5.0))
+    return client.complete(
+        [{"role": "user", "content": text}],
+        model=kw.pop("model", "m"),
+        metadata=kw.pop("metadata", META),
+        idempotency_key=kw.pop("idempotency_key", "42:3:complete"),
+        timeout=kw.pop("timeout", 5.0),
+    )
 
 
 def free_port() -> int:
@@ -60,8 +63,11 @@ def free_port() -> int:
 
 
 def test_demo_is_labelled_deterministic_and_free() -> None:
-    messages = build_messages("Summarise the meeting notes", {
-        "file:///srv/notes/a.md": "alpha", "task:7": "beta"}, "# Adolf\nYou are Adolf.")
+    messages = build_messages(
+        "Summarise the meeting notes",
+        {"file:///srv/notes/a.md": "alpha", "task:7": "beta"},
+        "# Adolf\nYou are Adolf.",
+    )
     demo = DemoClient()
     one = demo.complete(messages, model="", metadata={}, idempotency_key="a", timeout=1)
     two = demo.complete(messages, model="", metadata={"x": 1}, idempotency_key="b", timeout=1)
@@ -72,8 +78,9 @@ def test_demo_is_labelled_deterministic_and_free() -> None:
     assert "Adolf" in one.text
     assert one.cost_usd == 0.0 and one.model == "demo" and one.call_id
     assert one.usage["total_tokens"] > 0
-    other = demo.complete(build_messages("Something else", {}, None), model="demo",
-                          metadata={}, idempotency_key="a", timeout=1)
+    other = demo.complete(
+        build_messages("Something else", {}, None), model="demo", metadata={}, idempotency_key="a", timeout=1
+    )
     assert other.text != one.text and "Context I was given: none." in other.text
 
 
@@ -116,8 +123,9 @@ def test_gateway_reuses_one_connection_and_accepts_a_v1_base(stub: OpenAIStub) -
 
 
 def test_trace_metadata_keeps_explicit_keys() -> None:
-    md = trace_metadata({"agent": "a", "task_id": 1, "tags": ["agent:a", "x"],
-                         "trace_id": "mine", "obj": object()}, model="m")
+    md = trace_metadata(
+        {"agent": "a", "task_id": 1, "tags": ["agent:a", "x"], "trace_id": "mine", "obj": object()}, model="m"
+    )
     assert md["tags"] == ["agent:a", "x", "task:1"]
     assert md["trace_id"] == "mine"
     assert isinstance(md["obj"], str)
@@ -162,8 +170,13 @@ def test_gateway_wrong_key_is_auth_failure(stub: OpenAIStub) -> None:
 def test_gateway_400_is_rejected(stub: OpenAIStub) -> None:
     client = GatewayClient(stub.url, stub.api_key)
     with pytest.raises(ModelRejected):
-        client.complete("not a list", model="m", metadata={},  # type: ignore[arg-type]
-                        idempotency_key="k", timeout=5)
+        client.complete(
+            "not a list",
+            model="m",
+            metadata={},  # type: ignore[arg-type]
+            idempotency_key="k",
+            timeout=5,
+        )
 
 
 def test_gateway_down_is_unavailable() -> None:
@@ -199,8 +212,9 @@ def test_parse_rate_limit_shapes() -> None:
     retry, reset = parse_rate_limit({"Retry-After": date}, now)
     assert retry is not None and 59 <= retry <= 60 and reset is not None
     # OpenAI's reset durations, the latest wins; no Retry-After → derived from the reset
-    retry, reset = parse_rate_limit({"x-ratelimit-reset-requests": "1m30s",
-                                     "x-ratelimit-reset-tokens": "250ms"}, now)
+    retry, reset = parse_rate_limit(
+        {"x-ratelimit-reset-requests": "1m30s", "x-ratelimit-reset-tokens": "250ms"}, now
+    )
     assert (retry, reset) == (90.0, now + 90)
     # an epoch reset
     assert parse_rate_limit({"x-ratelimit-reset": str(int(now + 300))}, now) == (300.0, now + 300)
@@ -227,8 +241,10 @@ def test_client_for_follows_the_card(cards: CardSet) -> None:
 
 def test_client_for_env_overrides(cards: CardSet) -> None:
     kimi = cards.get("kimi")
-    gw = client_for(kimi, {"AGAP_MODEL_MODE": "gateway", "AGAP_LITELLM_URL": "http://gw:4000/",
-                           "AGAP_LITELLM_KEY": "sk-agap"})
+    gw = client_for(
+        kimi,
+        {"AGAP_MODEL_MODE": "gateway", "AGAP_LITELLM_URL": "http://gw:4000/", "AGAP_LITELLM_KEY": "sk-agap"},
+    )
     assert isinstance(gw, GatewayClient) and gw.url == "http://gw:4000/v1/chat/completions"
     assert isinstance(client_for(kimi, {"AGAP_MODEL_MODE": "demo"}), DemoClient)
     with pytest.raises(ConfigError, match="AGAP_MODEL_MODE"):
@@ -246,8 +262,7 @@ def test_client_for_gateway_card_uses_its_own_base_and_key(cards: CardSet) -> No
     gw = client_for(card, {"LITELLM_API_KEY": "sk-card"})
     assert isinstance(gw, GatewayClient) and gw.base_url == "http://litellm:4000"
     # gemma's api_base is an Ollama URL: not a gateway when the mode is overridden
-    gw = client_for(cards.get("gemma-local"), {"AGAP_MODEL_MODE": "gateway",
-                                               "LITELLM_MASTER_KEY": "k"})
+    gw = client_for(cards.get("gemma-local"), {"AGAP_MODEL_MODE": "gateway", "LITELLM_MASTER_KEY": "k"})
     assert isinstance(gw, GatewayClient) and gw.base_url == "http://127.0.0.1:4000"
 
 
@@ -274,8 +289,8 @@ def test_gateway_mode_never_imports_litellm() -> None:
     code = """
 import sys
 from tests.fakes.openai_stub import OpenAIStub
-from workers import models, prompt, refs
-from workers.models import GatewayClient, SdkClient, client_for
+from workers import llm as models, prompt, refs
+from workers.llm import GatewayClient, SdkClient, client_for
 with OpenAIStub() as stub:
     done = GatewayClient(stub.url, stub.api_key).complete(
         prompt.build_messages("hi", {}, None), model="m", metadata={"agent": "a"},
@@ -286,7 +301,6 @@ leaked = sorted(m for m in sys.modules if m == "litellm" or m.startswith("litell
 assert not leaked, leaked
 print("ok")
 """
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"

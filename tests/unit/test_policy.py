@@ -9,9 +9,9 @@ import pytest
 from fabric.cards import CardSet
 from fabric.config import Settings
 from fabric.core import Fabric
+from fabric.embedded.local import LocalPort
 from fabric.errors import ConfigError
-from fabric.kanboard.local import LocalPort
-from fabric.layout import Column, State
+from fabric.kanboard.layout import Column, State
 from fabric.policy import (
     GATE_ACTOR,
     ClaimRefused,
@@ -44,7 +44,8 @@ def strict_fabric(cards: CardSet, clock: FakeClock, tmp_path: Path) -> Fabric:
         "quota:\n  default: {limit: 3, window: 1h}\n  agents:\n    adolf: {limit: 5, window: 10m}\n"
         "max_depth: 2\ngate_to: elizaveta\n"
         "domains:\n  'file:///srv/agap/private/alvis/': private:alvis\n"
-        "tainted:\n  'file:///srv/agap/agents/researcher/': researcher\n")
+        "tainted:\n  'file:///srv/agap/agents/researcher/': researcher\n"
+    )
     (tmp_path / "_router.yaml").write_text((ROOT / "cards" / "_router.yaml").read_text())
     settings = Settings(cards_dir=tmp_path, board_url="local://", board_token="x")
     return make_fabric(LocalPort(clock=clock), cards, clock, settings)
@@ -168,8 +169,9 @@ def test_a_sandboxed_agent_never_receives_a_private_ref(local_fabric: Fabric) ->
     with pytest.raises(PrivacyViolation) as err:
         local_fabric.submit("price this", target="torgash", refs=[ALVIS_NOTE])
     assert (err.value.rule, err.value.limit) == ("privacy.sandboxed", "shared domains only")
-    assert local_fabric.submit("price this", target="torgash",
-                               refs=["file:///srv/agap/shared/list.md"]).created
+    assert local_fabric.submit(
+        "price this", target="torgash", refs=["file:///srv/agap/shared/list.md"]
+    ).created
 
 
 def test_an_agent_may_only_see_the_domains_on_its_card(local_fabric: Fabric) -> None:
@@ -193,17 +195,16 @@ def test_work_for_one_human_never_references_anothers_private_domain(local_fabri
     root = fab.submit("plan my week", target="adolf", actor="alvis")
     child = fab.submit("look at calendars", target="kimi", actor="adolf", parent=root.task_id)
     with pytest.raises(PrivacyViolation, match=r"privacy\.interlocutor"):
-        fab.submit("merge plans", target="kimi", refs=[LIZA_NOTE], actor="adolf",
-                   parent=child.task_id)
-    assert fab.submit("merge plans", target="kimi", refs=[ALVIS_NOTE], actor="adolf",
-                      parent=child.task_id).created
+        fab.submit("merge plans", target="kimi", refs=[LIZA_NOTE], actor="adolf", parent=child.task_id)
+    assert fab.submit(
+        "merge plans", target="kimi", refs=[ALVIS_NOTE], actor="adolf", parent=child.task_id
+    ).created
 
 
 # -- taint ---------------------------------------------------------------------------------
 
 
-def test_tainted_output_into_a_trusted_agent_creates_a_gate_and_is_refused(
-        strict_fabric: Fabric) -> None:
+def test_tainted_output_into_a_trusted_agent_creates_a_gate_and_is_refused(strict_fabric: Fabric) -> None:
     fab = strict_fabric
     research = fab.submit("find reviews of the heat pump", target="researcher")
     with pytest.raises(TaintGated) as err:
@@ -224,16 +225,17 @@ def test_tainted_output_into_a_trusted_agent_creates_a_gate_and_is_refused(
     assert again.value.gate.task_id == e.gate.task_id and not again.value.gate.created
     # An unapproved gate cited as a ref does not open the way.
     with pytest.raises(TaintGated):
-        fab.submit("remember the best heat pump", target="adolf",
-                   refs=[research.ref, e.gate.ref], actor="cli")
+        fab.submit(
+            "remember the best heat pump", target="adolf", refs=[research.ref, e.gate.ref], actor="cli"
+        )
     approve(fab, e.gate.task_id, "elizaveta")
-    ok = fab.submit("remember the best heat pump", target="adolf",
-                    refs=[research.ref, e.gate.ref], actor="cli")
+    ok = fab.submit(
+        "remember the best heat pump", target="adolf", refs=[research.ref, e.gate.ref], actor="cli"
+    )
     assert ok.created
     # The approval covers these refs into adolf only.
     with pytest.raises(TaintGated):
-        fab.submit("remember the best heat pump", target="kimi",
-                   refs=[research.ref, e.gate.ref], actor="cli")
+        fab.submit("remember the best heat pump", target="kimi", refs=[research.ref, e.gate.ref], actor="cli")
 
 
 def test_tainted_output_may_go_back_to_its_producer_or_to_a_human(local_fabric: Fabric) -> None:
@@ -256,8 +258,9 @@ def test_taint_is_found_through_result_files_and_configured_prefixes(strict_fabr
     with pytest.raises(TaintGated):
         fab.submit("summarise", target="kimi", refs=["file:///srv/agap/agents/researcher/n.md"])
     trusted = fab.submit("find reviews", target="qwen-remote")
-    assert fab.submit("summarise", target="kimi", refs=[trusted.ref,
-                      f"file:///var/agap/results/{trusted.uid}/result-e1.md"]).created
+    assert fab.submit(
+        "summarise", target="kimi", refs=[trusted.ref, f"file:///var/agap/results/{trusted.uid}/result-e1.md"]
+    ).created
 
 
 # -- at claim ------------------------------------------------------------------------------
@@ -283,8 +286,9 @@ def test_check_claim_refuses_what_the_card_may_not_take(local_fabric: Fabric, ca
     check_claim(cards.get("kimi"), routed)
 
 
-def test_claim_refuses_tainted_refs_that_bypassed_the_submit_policy(local_fabric: Fabric,
-                                                                   cards: CardSet) -> None:
+def test_claim_refuses_tainted_refs_that_bypassed_the_submit_policy(
+    local_fabric: Fabric, cards: CardSet
+) -> None:
     fab = local_fabric
     research = fab.submit("find reviews", target="researcher")
     fab.policies = []  # a task written without the policy (an old client, a hand edit)

@@ -60,8 +60,9 @@ def test_a_symlink_cannot_escape(data: Path, tmp_path: Path) -> None:
         resolver(data).resolve(f"file://{data}/link.txt")
 
 
-@pytest.mark.parametrize("name,reason", [("missing.md", "no such file"), ("sub", "not a regular"),
-                                         ("blob.bin", "binary")])
+@pytest.mark.parametrize(
+    "name,reason", [("missing.md", "no such file"), ("sub", "not a regular"), ("blob.bin", "binary")]
+)
 def test_unreadable_files(data: Path, name: str, reason: str) -> None:
     (data / "sub").mkdir()
     (data / "blob.bin").write_bytes(b"\x89PNG\x00\x00\x01")
@@ -137,8 +138,13 @@ class _Site(BaseHTTPRequestHandler):
         return
 
     def do_GET(self) -> None:
-        routes = {"/ok": (200, b"hello from loopback"), "/big": (200, b"y" * 5000),
-                  "/gone": (404, b"no"), "/boom": (503, b"down"), "/moved": (302, b"")}
+        routes = {
+            "/ok": (200, b"hello from loopback"),
+            "/big": (200, b"y" * 5000),
+            "/gone": (404, b"no"),
+            "/boom": (503, b"down"),
+            "/moved": (302, b""),
+        }
         status, body = routes.get(self.path, (404, b""))
         self.send_response(status)
         if status == 302:
@@ -221,8 +227,7 @@ def test_ignored_and_unknown_schemes(data: Path) -> None:
     with pytest.raises(UnresolvableRef, match="empty"):
         r.resolve("  ")
     refs = [f"file://{data}/notes.md", "memo:x", "task:3", f"file://{data}/notes.md"]
-    assert r.resolve_all(refs) == {f"file://{data}/notes.md": "# Notes\nbuy milk\n",
-                                   "task:3": "task 3"}
+    assert r.resolve_all(refs) == {f"file://{data}/notes.md": "# Notes\nbuy milk\n", "task:3": "task 3"}
     with pytest.raises(UnresolvableRef):
         r.resolve_all(["task:3", "s3://bucket/key"])
 
@@ -245,8 +250,7 @@ def test_build_messages_with_persona_and_refs() -> None:
 
 def test_build_messages_defaults() -> None:
     messages = build_messages("Do it", {}, None)
-    assert messages == [{"role": "system", "content": DEFAULT_SYSTEM},
-                        {"role": "user", "content": "Do it"}]
+    assert messages == [{"role": "system", "content": DEFAULT_SYSTEM}, {"role": "user", "content": "Do it"}]
     assert build_messages("x", {}, "   ")[0]["content"] == DEFAULT_SYSTEM
 
 

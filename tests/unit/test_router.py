@@ -9,9 +9,9 @@ import pytest
 from fabric.cards import CardSet
 from fabric.config import Settings
 from fabric.core import Fabric
+from fabric.embedded.local import LocalPort
 from fabric.errors import ConfigError, InvalidInput
-from fabric.kanboard.local import LocalPort
-from fabric.layout import State
+from fabric.kanboard.layout import State
 from fabric.router import (
     RULE,
     Constraints,
@@ -25,8 +25,7 @@ from fabric.router import (
 from tests.conftest import FakeClock, make_fabric
 
 
-def park(fab: Fabric, queue: str, reason: str = "quota window spent",
-         until: float | None = None) -> None:
+def park(fab: Fabric, queue: str, reason: str = "quota window spent", until: float | None = None) -> None:
     fab.board.publish_park(queue, {"parked": True, "reason": reason, "until": until})
 
 
@@ -44,8 +43,9 @@ def test_choose_is_backwards_compatible_and_deterministic(cards: CardSet) -> Non
     assert choice.reasons["claude-coder"].startswith("qualifies, ranked 3")
     assert choice.reasons["torgash"].startswith("no: lacks code")
     assert choice.reasons["alvis"] == "no: is a human; lacks code"
-    assert all(choose(cards, parse_constraints("cap=code,trust>=trusted")).card.id == "qwen-remote"
-               for _ in range(5))
+    assert all(
+        choose(cards, parse_constraints("cap=code,trust>=trusted")).card.id == "qwen-remote" for _ in range(5)
+    )
 
 
 def test_a_parked_agent_is_passed_over_while_another_qualifies(cards: CardSet) -> None:
@@ -59,9 +59,11 @@ def test_a_parked_agent_is_passed_over_while_another_qualifies(cards: CardSet) -
 
 
 def test_when_every_qualifier_is_parked_the_first_to_resume_is_chosen(cards: CardSet) -> None:
-    parks = {"qwen-remote": {"parked": True, "reason": "node asleep", "until": None},
-             "kimi": {"parked": True, "reason": "quota", "until": 5000.0},
-             "claude-coder": {"parked": True, "reason": "budget", "until": 9000.0}}
+    parks = {
+        "qwen-remote": {"parked": True, "reason": "node asleep", "until": None},
+        "kimi": {"parked": True, "reason": "quota", "until": 5000.0},
+        "claude-coder": {"parked": True, "reason": "budget", "until": 9000.0},
+    }
     choice = choose(cards, parse_constraints("cap=code,trust>=trusted"), parks=parks, now=0)
     assert choice.card.id == "kimi" and choice.waiting
     assert choice.reasons["kimi"].startswith("chosen: every qualifying agent is parked")
@@ -70,11 +72,13 @@ def test_when_every_qualifier_is_parked_the_first_to_resume_is_chosen(cards: Car
 
 def test_the_governors_reserve_is_open_to_interactive_tasks_only(local_fabric: Fabric) -> None:
     fab = local_fabric
-    park(fab, "kimi", "reserved for interactive work: 12 of 60 left in the 5h window",
-         until=fab.clock() + 3600)
+    park(
+        fab, "kimi", "reserved for interactive work: 12 of 60 left in the 5h window", until=fab.clock() + 3600
+    )
     background = route(fab, intent="x", constraints="tier>=large", priority="low")
     assert background.waiting and background.reasons["kimi"].startswith(
-        "chosen: every qualifying agent is parked")
+        "chosen: every qualifying agent is parked"
+    )
     interactive = route(fab, intent="x", constraints="tier>=large", priority="high")
     assert not interactive.waiting and interactive.reasons["kimi"].startswith("chosen: available")
     # A background task on the reserved queue moves if another agent is free; an
@@ -108,8 +112,9 @@ def test_candidates_that_may_not_see_the_refs_domains_do_not_qualify(cards: Card
 def test_constraints_round_trip_through_the_spec() -> None:
     c = parse_constraints("tier>=large,cap=tools+code,trust>=trusted,cost<=standard,max_cost<=0.5")
     assert constraints_from_dict(c.as_dict()) == c
-    merged = parse_constraints("tier>=medium,cost<=premium").merged(parse_constraints(
-        "tier>=large,cap=x,cost<=cheap,max_cost<=2"))
+    merged = parse_constraints("tier>=medium,cost<=premium").merged(
+        parse_constraints("tier>=large,cap=x,cost<=cheap,max_cost<=2")
+    )
     assert merged == Constraints("large", frozenset({"x"}), None, "cheap", 2.0)
 
 
@@ -157,8 +162,10 @@ def test_auto_routes_by_the_rules_in_cards_router_yaml(local_fabric: Fabric) -> 
     # The router card's id means auto too; the caller's constraints are merged in.
     choice = route(fab, intent="what is the weather", target="router", constraints="cap=tools")
     assert choice.mode == "auto" and choice.card.id == "qwen-remote"
-    assert choice.constraints is not None and choice.constraints.text() == \
-        "tier>=small,cap=tools,trust>=trusted,cost<=cheap"
+    assert (
+        choice.constraints is not None
+        and choice.constraints.text() == "tier>=small,cap=tools,trust>=trusted,cost<=cheap"
+    )
     text = choice.render()
     assert "auto: task size small; router rules, first match wins:" in text
     assert "- research: capabilities not asked for: research" in text
@@ -207,8 +214,7 @@ def test_a_constraint_task_on_a_parked_queue_is_rerouted_once(local_fabric: Fabr
     assert old.current is not None and old.current.state == State.CANCELED
     assert "re-routed: qwen-remote is parked (node asleep)" in (old.current.reason or "")
     new = fab.show(moved.task_id)
-    assert new.spec is not None and new.spec.constraints == {"capabilities": ["code"],
-                                                             "trust": "trusted"}
+    assert new.spec is not None and new.spec.constraints == {"capabilities": ["code"], "trust": "trusted"}
     # Calling again (a keeper that crashed after the cancel) finishes, never duplicates.
     again = reroute_parked(fab, old)
     assert again is not None and again.task_id == moved.task_id and not again.created

@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 
 from fabric import settings_registry as registry
+from fabric.apps.cli import main
 from fabric.cards import CardSet
-from fabric.cli import main
 from fabric.config import KNOWN, Settings
 from fabric.errors import ConfigError
 from keeper.config import KeeperConfig
-from workers.job import Job, Outcome
+from workers.job import Job, JobOutcome
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("fabric", "workers", "keeper")
@@ -30,16 +30,31 @@ NOT_VARIABLES: dict[str, str] = {
 
 # os.environ outside the registry: (file, the line's code, why it is not a setting's read).
 ENVIRON_ALLOWED: tuple[tuple[str, str, str], ...] = (
-    ("fabric/config.py", "env = dict(os.environ if environ is None else environ)",
-     "the resolution order itself starts from the process environment"),
-    ("fabric/config.py", "target = os.environ if environ is None else environ",
-     "the resolution order writes the env files' settings into the process environment"),
-    ("fabric/cli/up_cmd.py", "env = {**os.environ,",
-     "agap up passes its whole environment to the workers and keeper it starts"),
-    ("fabric/workspace.py", "self.env = dict(os.environ if env is None else env)",
-     "the environment git runs in (a child process), not a setting"),
-    ("workers/models.py", 'os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP",',
-     "sets a variable litellm reads at import; the value is the registry's default"),
+    (
+        "fabric/config.py",
+        "env = dict(os.environ if environ is None else environ)",
+        "the resolution order itself starts from the process environment",
+    ),
+    (
+        "fabric/config.py",
+        "target = os.environ if environ is None else environ",
+        "the resolution order writes the env files' settings into the process environment",
+    ),
+    (
+        "fabric/apps/cli/up_cmd.py",
+        "**os.environ,",
+        "agap up passes its whole environment to the workers and keeper it starts",
+    ),
+    (
+        "fabric/apps/workspace.py",
+        "self.env = dict(os.environ if env is None else env)",
+        "the environment git runs in (a child process), not a setting",
+    ),
+    (
+        "workers/llm.py",
+        "os.environ.setdefault(",
+        "sets a variable litellm reads at import; the value is the registry's default",
+    ),
 )
 
 
@@ -57,7 +72,8 @@ def _exported(tree: ast.Module) -> set[int]:
     ids: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
             ids |= {id(n) for n in ast.walk(node.value) if isinstance(n, ast.Constant)}
     return ids
 
@@ -67,12 +83,18 @@ def test_every_variable_name_in_the_code_is_registered() -> None:
     for rel, tree, _ in _sources():
         skip = _exported(tree)
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
-                    and id(node) not in skip and ENV_NAME.match(node.value)
-                    and node.value not in NOT_VARIABLES and registry.find(node.value) is None):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in skip
+                and ENV_NAME.match(node.value)
+                and node.value not in NOT_VARIABLES
+                and registry.find(node.value) is None
+            ):
                 unregistered.append(f"{rel}:{node.lineno}: {node.value}")
-    assert not unregistered, ("declare these in fabric/settings_registry.py REGISTRY:\n"
-                              + "\n".join(unregistered))
+    assert not unregistered, "declare these in fabric/settings_registry.py REGISTRY:\n" + "\n".join(
+        unregistered
+    )
 
 
 _OS_ENV = ("environ", "environb", "getenv", "putenv", "unsetenv")
@@ -86,8 +108,11 @@ def _touches_environment(node: ast.Attribute | ast.ImportFrom) -> bool:
 
 
 def _environ_uses(tree: ast.Module) -> list[int]:
-    return [node.lineno for node in ast.walk(tree)
-            if isinstance(node, ast.Attribute | ast.ImportFrom) and _touches_environment(node)]
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute | ast.ImportFrom) and _touches_environment(node)
+    ]
 
 
 def test_only_the_registry_reads_the_environment() -> None:
@@ -102,8 +127,10 @@ def test_only_the_registry_reads_the_environment() -> None:
                 used.add(allowed[0])
             else:
                 stray.append(f"{rel}:{lineno}: {code}")
-    assert not stray, ("read settings through fabric.settings_registry (or allow-list the "
-                       "line here, with a reason):\n" + "\n".join(stray))
+    assert not stray, (
+        "read settings through fabric.settings_registry (or allow-list the "
+        "line here, with a reason):\n" + "\n".join(stray)
+    )
     assert used == set(ENVIRON_ALLOWED), f"stale allow-list entries: {set(ENVIRON_ALLOWED) - used}"
 
 
@@ -122,15 +149,30 @@ def test_the_registry_is_well_formed() -> None:
 def test_config_show_lists_what_it_always_has() -> None:
     # `agap config show` without --all: this list, in this order, unchanged.
     assert [(k.name, k.default) for k in KNOWN] == [
-        ("KANBOARD_URL", ""), ("KANBOARD_API_TOKEN", ""), ("AGAP_CARDS_DIR", "cards"),
-        ("AGAP_STATE_DIR", "var"), ("AGAP_PROJECT", "Agent Fabric"),
-        ("AGAP_LOCKS_PROJECT", "Agent Fabric Locks"), ("AGAP_ACTOR", "cli"),
-        ("AGAP_MODEL_MODE", ""), ("AGAP_LITELLM_URL", "http://127.0.0.1:4000"),
-        ("LITELLM_MASTER_KEY", ""), ("AGAP_LITELLM_KEY", ""), ("AGAP_RESULT_STORE", "attachment"),
-        ("AGAP_RESULT_DIR", ""), ("AGAP_REF_ROOTS", "."), ("AGAP_POLL_SECONDS", ""),
-        ("AGAP_OUTAGE_GRACE", ""), ("AGAP_BOARD_PORT", "8765"), ("AGAP_BOARD_TOKEN", ""),
-        ("AGAP_EVENTS_URL", ""), ("AGAP_EVENTS_SECRET", ""), ("AGAP_KEEPER_METRICS_PORT", "0"),
-        ("AGAP_KEEPER_METRICS_TOKEN", ""), ("AGAP_A2A_TOKENS", ""), ("AGAP_A2A_TOKENS_FILE", ""),
+        ("KANBOARD_URL", ""),
+        ("KANBOARD_API_TOKEN", ""),
+        ("AGAP_CARDS_DIR", "cards"),
+        ("AGAP_STATE_DIR", "var"),
+        ("AGAP_PROJECT", "Agent Fabric"),
+        ("AGAP_LOCKS_PROJECT", "Agent Fabric Locks"),
+        ("AGAP_ACTOR", "cli"),
+        ("AGAP_MODEL_MODE", ""),
+        ("AGAP_LITELLM_URL", "http://127.0.0.1:4000"),
+        ("LITELLM_MASTER_KEY", ""),
+        ("AGAP_LITELLM_KEY", ""),
+        ("AGAP_RESULT_STORE", "attachment"),
+        ("AGAP_RESULT_DIR", ""),
+        ("AGAP_REF_ROOTS", "."),
+        ("AGAP_POLL_SECONDS", ""),
+        ("AGAP_OUTAGE_GRACE", ""),
+        ("AGAP_BOARD_PORT", "8765"),
+        ("AGAP_BOARD_TOKEN", ""),
+        ("AGAP_EVENTS_URL", ""),
+        ("AGAP_EVENTS_SECRET", ""),
+        ("AGAP_KEEPER_METRICS_PORT", "0"),
+        ("AGAP_KEEPER_METRICS_TOKEN", ""),
+        ("AGAP_A2A_TOKENS", ""),
+        ("AGAP_A2A_TOKENS_FILE", ""),
         ("AGAP_ENV_FILE", ""),
     ]
 
@@ -138,27 +180,43 @@ def test_config_show_lists_what_it_always_has() -> None:
 # -- reading -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("2", 2.0), ("2s", 2.0), ("1.5", 1.5), ("90", 90.0), ("5m", 300.0), ("1h", 3600.0),
-    ("2d", 172800.0), ("1w", 604800.0), ("1h30m", 5400.0), (" 4H ", 14400.0), ("5 m", 300.0),
-])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("2", 2.0),
+        ("2s", 2.0),
+        ("1.5", 1.5),
+        ("90", 90.0),
+        ("5m", 300.0),
+        ("1h", 3600.0),
+        ("2d", 172800.0),
+        ("1w", 604800.0),
+        ("1h30m", 5400.0),
+        (" 4H ", 14400.0),
+        ("5 m", 300.0),
+    ],
+)
 def test_one_duration_grammar_with_bare_seconds(text: str, seconds: float) -> None:
     assert registry.parse_duration(text) == seconds
     assert registry.get_duration("AGAP_POLL_SECONDS", {"AGAP_POLL_SECONDS": text}) == seconds
     assert KeeperConfig.from_env({"AGAP_KEEPER_LEASES_EVERY": text}).interval("leases") == seconds
 
 
-@pytest.mark.parametrize(("name", "text", "expected"), [
-    ("AGAP_POLL_SECONDS", "2x", "30s, 5m, 1h, 2d"),
-    ("AGAP_KEEPER_RETENTION", "-5d", "30s, 5m, 1h, 2d"),
-    ("AGAP_BOARD_PORT", "80a", "a whole number"),
-    ("AGAP_KEEPER_METRICS_PORT", "-1", "a whole number"),
-    ("AGAP_EVENTS_TLS", "maybe", "1, true, yes or on"),
-    ("KANBOARD_URL", "kanboard.lan/jsonrpc.php", "scheme://host"),
-    ("KANBOARD_URL", "http://[::1/jsonrpc.php", "scheme://host"),
-])
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("AGAP_POLL_SECONDS", "2x", "30s, 5m, 1h, 2d"),
+        ("AGAP_KEEPER_RETENTION", "-5d", "30s, 5m, 1h, 2d"),
+        ("AGAP_BOARD_PORT", "80a", "a whole number"),
+        ("AGAP_KEEPER_METRICS_PORT", "-1", "a whole number"),
+        ("AGAP_EVENTS_TLS", "maybe", "1, true, yes or on"),
+        ("KANBOARD_URL", "kanboard.lan/jsonrpc.php", "scheme://host"),
+        ("KANBOARD_URL", "http://[::1/jsonrpc.php", "scheme://host"),
+    ],
+)
 def test_a_bad_value_is_one_line_naming_variable_value_and_grammar(
-        name: str, text: str, expected: str) -> None:
+    name: str, text: str, expected: str
+) -> None:
     with pytest.raises(ConfigError) as err:
         registry.get(name, {name: text})
     line = err.value.line()
@@ -183,8 +241,10 @@ def test_unset_empty_defaults_and_fallbacks() -> None:
     assert registry.get_int("AGAP_BOARD_PORT", {}) == 8765
     assert registry.get_bool("AGAP_EVENTS_JETSTREAM", {}) is True
     assert registry.get_bool("AGAP_EVENTS_JETSTREAM", {"AGAP_EVENTS_JETSTREAM": "off"}) is False
-    assert registry.get_list("AGAP_KEEPER_NOTIFY_ALLOW", {"AGAP_KEEPER_NOTIFY_ALLOW": " a, ,b "}) \
-        == ("a", "b")
+    assert registry.get_list("AGAP_KEEPER_NOTIFY_ALLOW", {"AGAP_KEEPER_NOTIFY_ALLOW": " a, ,b "}) == (
+        "a",
+        "b",
+    )
     # Where an empty value means something, it is not the default.
     assert registry.get_list("AGAP_REF_ROOTS", {}) == (".",)
     assert registry.get_list("AGAP_REF_ROOTS", {"AGAP_REF_ROOTS": ""}) == ()
@@ -196,22 +256,20 @@ def test_unset_empty_defaults_and_fallbacks() -> None:
         registry.get_int("AGAP_PROJECT", {})
 
 
-def _never(job: Job) -> Outcome:
+def _never(job: Job) -> JobOutcome:
     raise AssertionError("the worker is built, never run")
 
 
 def test_the_worker_reads_poll_and_grace_as_durations(cards: CardSet) -> None:
     from workers.daemon import build_worker
 
-    settings = Settings(cards_dir=ROOT / "cards", board_url="http://127.0.0.1:9/jsonrpc.php",
-                        board_token="x")
+    settings = Settings(cards_dir=ROOT / "cards", board_url="http://127.0.0.1:9/jsonrpc.php", board_token="x")
     env = {"AGAP_POLL_SECONDS": "2s", "AGAP_OUTAGE_GRACE": "1m", "AGAP_MODEL_MODE": "demo"}
     worker = build_worker("kimi", settings, cards, env=env, executor=_never)
     assert (worker.config.poll_seconds, worker.config.outage_grace) == (2.0, 60.0)
     # Before the registry, float("2s") was a traceback here.
     with pytest.raises(ConfigError, match="AGAP_POLL_SECONDS: cannot read '2x' as a duration"):
-        build_worker("kimi", settings, cards, env={**env, "AGAP_POLL_SECONDS": "2x"},
-                     executor=_never)
+        build_worker("kimi", settings, cards, env={**env, "AGAP_POLL_SECONDS": "2x"}, executor=_never)
 
 
 def test_keeper_defaults_are_the_registry_defaults() -> None:
@@ -220,7 +278,7 @@ def test_keeper_defaults_are_the_registry_defaults() -> None:
 
 
 def test_the_gateway_default_is_the_registered_one() -> None:
-    from workers.models import DEFAULT_GATEWAY_URL
+    from workers.llm import DEFAULT_GATEWAY_URL
 
     assert registry.var("AGAP_LITELLM_URL").default == DEFAULT_GATEWAY_URL
 
@@ -229,20 +287,28 @@ def test_the_gateway_default_is_the_registered_one() -> None:
 
 
 def test_config_show_all_lists_every_variable_with_its_reader(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)  # no .agap.env above
     blank: dict[str, str | None] = {v.name: None for v in registry.REGISTRY}
-    result = CliRunner().invoke(main, ["config", "show", "--all", "--json"],
-                                env={**blank, "AGAP_EVENTS_SECRET": "a-long-events-secret",
-                                     "AGAP_KEEPER_GC_EVERY": "12h"})
+    result = CliRunner().invoke(
+        main,
+        ["config", "show", "--all", "--json"],
+        env={**blank, "AGAP_EVENTS_SECRET": "a-long-events-secret", "AGAP_KEEPER_GC_EVERY": "12h"},
+    )
     assert result.exit_code == 0, result.output
     rows = {r["name"]: r for r in json.loads(result.output)}
     assert list(rows) == [v.name for v in registry.REGISTRY]
     assert rows["AGAP_EVENTS_SECRET"]["value"] == "**** (20 chars)"
     assert "a-long-events-secret" not in result.output
     assert rows["AGAP_KEEPER_GC_EVERY"] | {"meaning": ""} == {
-        "name": "AGAP_KEEPER_GC_EVERY", "value": "12h", "source": "environment", "meaning": "",
-        "component": "keeper", "type": "duration"}
+        "name": "AGAP_KEEPER_GC_EVERY",
+        "value": "12h",
+        "source": "environment",
+        "meaning": "",
+        "component": "keeper",
+        "type": "duration",
+    }
     assert rows["AGAP_WORKER_ID"]["source"] == "unset"
     assert rows["AGAP_SCHEDULES"]["source"] == "default"
 
@@ -251,7 +317,7 @@ def _readme_table() -> str:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     start, end = text.find(registry.MARKDOWN_BEGIN), text.find(registry.MARKDOWN_END)
     assert 0 <= start < end, "README.md has lost the generated configuration table's markers"
-    return text[start:end + len(registry.MARKDOWN_END)] + "\n"
+    return text[start : end + len(registry.MARKDOWN_END)] + "\n"
 
 
 def test_the_readme_table_is_the_generated_one() -> None:
@@ -260,7 +326,8 @@ def test_the_readme_table_is_the_generated_one() -> None:
     assert result.output == registry.markdown()
     assert _readme_table() == result.output, (
         "README.md's configuration table is stale: paste the output of "
-        "`agap config show --all --markdown` over it")
+        "`agap config show --all --markdown` over it"
+    )
 
 
 def test_markdown_needs_all() -> None:

@@ -8,10 +8,14 @@ from fabric.core import Fabric
 from fabric.errors import ConfigError
 from fabric.kanboard.port import RpcError
 
-PG_TOO_LONG = ("SQL Error[22001]: SQLSTATE[22001]: String data, right truncated: 7 ERROR:  "
-               "value too long for type character varying(255)")
-MYSQL_BAD_INT = ("SQL Error[22007]: SQLSTATE[22007]: Invalid datetime format: 1366 Incorrect "
-                 "integer value: '' for column `kanboard`.`tasks`.`column_id` at row 1")
+PG_TOO_LONG = (
+    "SQL Error[22001]: SQLSTATE[22001]: String data, right truncated: 7 ERROR:  "
+    "value too long for type character varying(255)"
+)
+MYSQL_BAD_INT = (
+    "SQL Error[22007]: SQLSTATE[22007]: Invalid datetime format: 1366 Incorrect "
+    "integer value: '' for column `kanboard`.`tasks`.`column_id` at row 1"
+)
 LOCKED = "SQLSTATE[HY000]: General error: 5 database is locked"
 
 
@@ -29,15 +33,15 @@ def test_database_is_locked_stays_maybe_done() -> None:
     assert exc.maybe_done and not exc.refused and exc.exit_code == 3
 
 
-def test_a_missing_project_is_a_stale_layout_and_the_receipt_is_given_back(
-        local_fabric: Fabric) -> None:
+def test_a_missing_project_is_a_stale_layout_and_the_receipt_is_given_back(local_fabric: Fabric) -> None:
     fab = local_fabric
     gone = fab.board.layout.project_id
     fab.port.call("removeProject", {"project_id": gone})  # strict: createTask is an SQL error
     fab.port.stats.reset()
     with pytest.raises(ConfigError, match="stale"):
-        fab.board.create_task(fab_spec(fab), description="d", reference="uid:x",
-                              receipt="rcpt/feedfeedfeedfeedfeedfeedfeedfeed")
+        fab.board.create_task(
+            fab_spec(fab), description="d", reference="uid:x", receipt="rcpt/feedfeedfeedfeedfeedfeedfeedfeed"
+        )
     tags = fab.port.call("getTagsByProject", {"project_id": fab.board.layout.locks_project_id})
     assert "rcpt/feedfeedfeedfeedfeedfeedfeedfeed" not in {t["name"] for t in tags or []}
     # A refusal is answered once: no re-sends of a call that can only be refused again.

@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fabric.cards import CardSet
+from fabric.embedded.local import LocalPort
 from fabric.errors import InvalidInput
 from fabric.kanboard.fit import NAME_MAX, REFERENCE_MAX, VALUE_MAX, pack, unpack
-from fabric.kanboard.local import LocalPort
+from fabric.kanboard.layout import State
 from fabric.kanboard.port import Call, Outcome, RoundTrips
-from fabric.layout import State
-from fabric.models import storable_text
+from fabric.task import storable_text
 from keeper.config import KeeperConfig
 from keeper.daemon import Keeper
 from keeper.notify import Notifier
@@ -66,7 +66,8 @@ class LimitPort:
 # Text as hostile as a caller can make it: any code point (NUL and lone surrogates
 # included), chunk marks, quotes, backslashes, newlines, fences.
 HOSTILE = st.text(alphabet=st.characters(codec=None), max_size=40) | st.sampled_from(
-    ["~", "~1.deadbeef~", "```json fabric-spec", '"', "\\", "\n", "\x00", "\ud800", "é", "🦊"])
+    ["~", "~1.deadbeef~", "```json fabric-spec", '"', "\\", "\n", "\x00", "\ud800", "é", "🦊"]
+)
 
 
 def long_text(min_size: int, max_size: int, *, storable: bool = False) -> st.SearchStrategy[str]:
@@ -76,9 +77,15 @@ def long_text(min_size: int, max_size: int, *, storable: bool = False) -> st.Sea
     clear error (tested below) where free text in records keeps a replacement character.
     """
     pieces = HOSTILE.map(storable_text) if storable else HOSTILE
-    return st.lists(pieces, min_size=1, max_size=12).map("".join).flatmap(
-        lambda piece: st.integers(min_size, max_size).map(
-            lambda n: ((piece or "x") * (n // max(1, len(piece or "x")) + 1))[:n]))
+    return (
+        st.lists(pieces, min_size=1, max_size=12)
+        .map("".join)
+        .flatmap(
+            lambda piece: st.integers(min_size, max_size).map(
+                lambda n: ((piece or "x") * (n // max(1, len(piece or "x")) + 1))[:n]
+            )
+        )
+    )
 
 
 def fabric_on(cards: CardSet, clock: FakeClock) -> tuple[Any, LimitPort]:
@@ -86,16 +93,34 @@ def fabric_on(cards: CardSet, clock: FakeClock) -> tuple[Any, LimitPort]:
     return make_fabric(port, cards, clock), port  # type: ignore[arg-type]
 
 
-@settings(max_examples=12, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(intent=long_text(1, 4000, storable=True), ref_tail=long_text(1, 300, storable=True),
-       nrefs=st.integers(0, 25), key=long_text(1, 600, storable=True),
-       actor=long_text(1, 200, storable=True),
-       owner=long_text(1, 300), reason=long_text(0, 3000), answer=long_text(1, 2000),
-       result_tail=long_text(1, 2000), op=st.from_regex(r"[a-z][a-z0-9-]{0,120}", fullmatch=True))
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(
+    intent=long_text(1, 4000, storable=True),
+    ref_tail=long_text(1, 300, storable=True),
+    nrefs=st.integers(0, 25),
+    key=long_text(1, 600, storable=True),
+    actor=long_text(1, 200, storable=True),
+    owner=long_text(1, 300),
+    reason=long_text(0, 3000),
+    answer=long_text(1, 2000),
+    result_tail=long_text(1, 2000),
+    op=st.from_regex(r"[a-z][a-z0-9-]{0,120}", fullmatch=True),
+)
 def test_every_transition_stores_only_what_every_backend_holds(
-        cards: CardSet, intent: str, ref_tail: str, nrefs: int, key: str, actor: str,
-        owner: str, reason: str, answer: str, result_tail: str, op: str) -> None:
+    cards: CardSet,
+    intent: str,
+    ref_tail: str,
+    nrefs: int,
+    key: str,
+    actor: str,
+    owner: str,
+    reason: str,
+    answer: str,
+    result_tail: str,
+    op: str,
+) -> None:
     clock = FakeClock()
     fab, port = fabric_on(cards, clock)
     if not intent.strip():  # a blank intent is refused (tested elsewhere)
@@ -153,10 +178,11 @@ def test_every_transition_stores_only_what_every_backend_holds(
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(bad=st.sampled_from(["\x00", "\ud800", "a\udcff"]),
-       field=st.sampled_from(["intent", "key", "actor", "ref"]))
-def test_text_no_backend_can_store_is_refused_with_a_clear_line(
-        cards: CardSet, bad: str, field: str) -> None:
+@given(
+    bad=st.sampled_from(["\x00", "\ud800", "a\udcff"]),
+    field=st.sampled_from(["intent", "key", "actor", "ref"]),
+)
+def test_text_no_backend_can_store_is_refused_with_a_clear_line(cards: CardSet, bad: str, field: str) -> None:
     fab, port = fabric_on(cards, FakeClock())
     port.writes = 0  # what `agap init` wrote does not count
     kw: dict[str, Any] = {"intent": "fine", "key": None, "actor": None, "refs": []}
@@ -173,8 +199,13 @@ def test_text_no_backend_can_store_is_refused_with_a_clear_line(
     assert port.writes == 0  # nothing half-written
 
 
-@given(values=st.dictionaries(st.from_regex(r"[a-z][a-z0-9._-]{0,45}", fullmatch=True),
-                              st.text(max_size=3000) | long_text(0, 2000), max_size=6))
+@given(
+    values=st.dictionaries(
+        st.from_regex(r"[a-z][a-z0-9._-]{0,45}", fullmatch=True),
+        st.text(max_size=3000) | long_text(0, 2000),
+        max_size=6,
+    )
+)
 def test_chunks_round_trip_and_fit(values: dict[str, str]) -> None:
     stored = pack(values)
     assert all(len(k) <= NAME_MAX for k in stored)
@@ -183,8 +214,7 @@ def test_chunks_round_trip_and_fit(values: dict[str, str]) -> None:
 
 
 @given(first=long_text(256, 3000), second=long_text(0, 1000))
-def test_a_shorter_value_written_over_a_longer_one_reads_as_the_shorter(first: str,
-                                                                       second: str) -> None:
+def test_a_shorter_value_written_over_a_longer_one_reads_as_the_shorter(first: str, second: str) -> None:
     stored = pack({"fabric.e1": first})
     stored.update(pack({"fabric.e1": second}))  # one upsert: leftover chunks stay behind
     assert unpack(stored) == {"fabric.e1": second}

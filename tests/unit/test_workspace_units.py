@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fabric.errors import ConfigError, InvalidInput
-from fabric.workspace import (
+from fabric.apps.workspace import (
     HOOK,
     PushRefused,
     RepoRef,
@@ -21,37 +20,57 @@ from fabric.workspace import (
     slug,
     workspace_path,
 )
+from fabric.errors import ConfigError, InvalidInput
 from tests.conftest import ROOT
 
 UID = "0123456789abcdef"
 
 
-@pytest.mark.parametrize(("text", "url", "branch", "commit", "repo"), [
-    ("git+https://gitea.example/alvis/agap.git#main", "https://gitea.example/alvis/agap.git",
-     "main", None, "alvis/agap"),
-    ("git+file:///srv/git/alvis/agap.git", "file:///srv/git/alvis/agap.git", "main", None,
-     "alvis/agap"),
-    ("git+ssh://git@gitea.example:2222/alvis/agap.git#release/2.x",
-     "ssh://git@gitea.example:2222/alvis/agap.git", "release/2.x", None, "alvis/agap"),
-    (f"git+file:///r/o/x.git#agap/{UID}-fix@{'a' * 40}", "file:///r/o/x.git",
-     f"agap/{UID}-fix", "a" * 40, "o/x"),
-    ("git+https://h/o/r#user@example", "https://h/o/r", "user@example", None, "o/r"),
-])
-def test_repo_refs_parse_and_print(text: str, url: str, branch: str, commit: str | None,
-                                   repo: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "url", "branch", "commit", "repo"),
+    [
+        (
+            "git+https://gitea.example/alvis/agap.git#main",
+            "https://gitea.example/alvis/agap.git",
+            "main",
+            None,
+            "alvis/agap",
+        ),
+        ("git+file:///srv/git/alvis/agap.git", "file:///srv/git/alvis/agap.git", "main", None, "alvis/agap"),
+        (
+            "git+ssh://git@gitea.example:2222/alvis/agap.git#release/2.x",
+            "ssh://git@gitea.example:2222/alvis/agap.git",
+            "release/2.x",
+            None,
+            "alvis/agap",
+        ),
+        (
+            f"git+file:///r/o/x.git#agap/{UID}-fix@{'a' * 40}",
+            "file:///r/o/x.git",
+            f"agap/{UID}-fix",
+            "a" * 40,
+            "o/x",
+        ),
+        ("git+https://h/o/r#user@example", "https://h/o/r", "user@example", None, "o/r"),
+    ],
+)
+def test_repo_refs_parse_and_print(text: str, url: str, branch: str, commit: str | None, repo: str) -> None:
     ref = RepoRef.parse(text)
     assert (ref.url, ref.branch, ref.commit, ref.repo) == (url, branch, commit, repo)
     assert RepoRef.parse(ref.text()) == ref
 
 
-@pytest.mark.parametrize("text", [
-    "https://gitea.example/alvis/agap.git#main",  # not git+
-    "git+ftp://h/o/r.git#main",
-    "git+file://#main",
-    "git+https://h/o/r.git#bad..name",
-    "git+https://h/o/r.git#with space",
-    "git+https://h/o/r.git#-flag",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "https://gitea.example/alvis/agap.git#main",  # not git+
+        "git+ftp://h/o/r.git#main",
+        "git+file://#main",
+        "git+https://h/o/r.git#bad..name",
+        "git+https://h/o/r.git#with space",
+        "git+https://h/o/r.git#-flag",
+    ],
+)
 def test_bad_repo_refs_say_what_is_wrong(text: str) -> None:
     with pytest.raises(InvalidInput):
         RepoRef.parse(text)
@@ -65,8 +84,9 @@ def test_the_task_repo_is_its_first_git_ref() -> None:
 
 
 def test_branch_names_are_stable_and_safe() -> None:
-    assert slug("Fix the CSV parser — it drops \"quoted\" commas!") == \
-        "fix-the-csv-parser-it-drops-quoted"  # whole words, at most 40
+    assert (
+        slug('Fix the CSV parser — it drops "quoted" commas!') == "fix-the-csv-parser-it-drops-quoted"
+    )  # whole words, at most 40
     assert len(slug("word " * 40)) <= 40 and slug("¿¡!") == "task"
     name = branch_name(UID, "Fix <the> parser\nsecond line ignored")
     assert name == f"agap/{UID}-fix-the-parser"
@@ -82,9 +102,21 @@ def test_workspace_paths_cannot_escape_the_root(tmp_path: Path) -> None:
 
 def test_the_guard_allows_only_the_task_branch(tmp_path: Path) -> None:
     branch = branch_name(UID, "Fix it")
-    ws = Workspace(tmp_path, WorkspaceState(
-        agent="claude-coder", uid=UID, task_id=1, epoch=1, owner="w", url="file:///r/o/x.git",
-        base="develop", branch=branch, remote_head="", resumed_from=""))
+    ws = Workspace(
+        tmp_path,
+        WorkspaceState(
+            agent="claude-coder",
+            uid=UID,
+            task_id=1,
+            epoch=1,
+            owner="w",
+            url="file:///r/o/x.git",
+            base="develop",
+            branch=branch,
+            remote_head="",
+            resumed_from="",
+        ),
+    )
     ws.guard(branch)
     ws.guard(f"refs/heads/{branch}")
     for dest in ("main", "refs/heads/main", "master", "develop", "agap/other", f"{branch}-x"):

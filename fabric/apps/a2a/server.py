@@ -1,0 +1,250 @@
+"""The A2A server: the SDK's Starlette routes per agent, behind the bearer gate, on uvicorn.
+
+Layout, for each exposed agent ``<id>``:
+
+* ``GET  /<id>/.well-known/agent-card.json`` — the Agent Card (public: it declares the
+  bearer scheme clients must use);
+* ``POST /<id>`` — A2A v1.0 JSON-RPC (``SendMessage``, ``SendStreamingMessage``,
+  ``GetTask``, ``ListTasks``, ``CancelTask``, ``SubscribeToTask``, push-config methods).
+
+With a single agent its card is also served at ``/.well-known/agent-card.json``.
+The listener binds 127.0.0.1 unless told otherwise, and never starts without tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import BaseRoute
+
+from fabric.cards import CardSet
+from fabric.config import Settings
+from fabric.core import Fabric
+from fabric.errors import ConfigError
+
+from . import convert as cv
+from .auth import BearerGate, TokenTable
+from .runner import Runner
+from .service import A2AService, FabricRequestHandler, ServiceConfig
+from .store import CallStore
+
+log = logging.getLogger("agap.a2a")
+
+
+def fabric_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("agap-fabric")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """TLS for the listener; with ``client_ca`` every client must show a certificate."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+
+def build_app(
+    service: A2AService, agents: Sequence[str], tokens: TokenTable, base_url: str, *, mtls: bool = False
+) -> Starlette:
+    """The Starlette app serving ``agents`` through ``service``."""
+    if not agents:
+        raise ConfigError("no agent to expose", where="--agent")
+    if len(tokens) == 0:
+        raise ConfigError("no A2A client tokens are configured", where="AGAP_A2A_TOKENS")
+    routes: list[BaseRoute] = []
+    public: list[str] = []
+    version = fabric_version()
+    cards = {}
+    for agent in agents:
+        card = service.cards.get(agent)
+        service.runner.prepare(agent)
+        a2a_card = cv.agent_card(card, base_url, version=version, mtls=mtls)
+        cards[agent] = a2a_card
+        handler = FabricRequestHandler(service, agent, a2a_card)
+        path = f"/{agent}{AGENT_CARD_WELL_KNOWN_PATH}"
+        routes += create_agent_card_routes(a2a_card, card_url=path)
+        routes += create_jsonrpc_routes(handler, rpc_url=f"/{agent}")
+        public.append(path)
+    if len(agents) == 1:
+        routes += create_agent_card_routes(cards[agents[0]])
+        public.append(AGENT_CARD_WELL_KNOWN_PATH)
+    app = Starlette(
+        routes=routes,
+        lifespan=service.lifespan,
+        middleware=[Middleware(BearerGate, tokens=tokens, public_paths=public)],
+    )
+    app.state.a2a_cards = cards
+    app.state.a2a_service = service
+    return app
+
+
+def make_service(
+    settings: Settings,
+    cards: CardSet,
+    env: Mapping[str, str],
+    *,
+    connect: Callable[[], Fabric] | None = None,
+    config: ServiceConfig | None = None,
+    state_path: Path | None = None,
+) -> A2AService:
+    """An :class:`A2AService` over the board the settings name."""
+    if connect is None:
+
+        def connect() -> Fabric:
+            return Fabric.connect(settings, cards=cards)
+
+    path = state_path or (settings.state_dir / "a2a.sqlite3")
+    return A2AService(
+        cards=cards,
+        store=CallStore(path),
+        runner=Runner(cards, env),
+        connect=connect,
+        env=env,
+        config=config or ServiceConfig(),
+    )
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket (port 0 picks a free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say TCP,
+    # and accepted sockets inherit it (without it every reply waits ~40 ms for an ACK).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+def uvicorn_config(
+    app: Starlette, sock: socket.socket, *, tls: TlsConfig | None, log_level: str = "warning"
+) -> Any:
+    import uvicorn
+
+    kw: dict[str, Any] = {}
+    if tls is not None:
+        kw.update(ssl_certfile=str(tls.cert), ssl_keyfile=str(tls.key))
+        if tls.client_ca is not None:
+            kw.update(ssl_ca_certs=str(tls.client_ca), ssl_cert_reqs=ssl.CERT_REQUIRED)
+    host, port = sock.getsockname()[:2]
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        lifespan="on",
+        access_log=False,
+        timeout_graceful_shutdown=10,
+        **kw,
+    )
+
+
+class ServerThread:
+    """The A2A server on a loopback port in a background thread (tests, benchmarks)."""
+
+    def __init__(
+        self,
+        service: A2AService,
+        agents: Sequence[str],
+        tokens: TokenTable,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        import uvicorn
+
+        self.sock = bind(host, port)
+        self.host, self.port = self.sock.getsockname()[:2]
+        self.url = f"http://{self.host}:{self.port}"
+        self.service = service
+        self.app = build_app(service, agents, tokens, self.url)
+        self.server = uvicorn.Server(uvicorn_config(self.app, self.sock, tls=None))
+        self.thread = threading.Thread(target=self._run, name="a2a-server", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.run(self.server.serve(sockets=[self.sock]))
+
+    def start(self, timeout: float = 20.0) -> ServerThread:
+        self.thread.start()
+        ready = threading.Event()
+
+        def check() -> None:
+            while not self.server.started and self.thread.is_alive():
+                threading.Event().wait(0.02)
+            ready.set()
+
+        threading.Thread(target=check, daemon=True).start()
+        if not ready.wait(timeout) or not self.server.started:
+            raise RuntimeError("the A2A server did not start")
+        return self
+
+    def stop(self, timeout: float = 20.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        self.sock.close()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(
+    service: A2AService,
+    agents: Sequence[str],
+    tokens: TokenTable,
+    *,
+    host: str,
+    port: int,
+    public_url: str | None = None,
+    tls: TlsConfig | None = None,
+    log_level: str = "info",
+) -> None:
+    """Run the server in the foreground until SIGINT/SIGTERM."""
+    import uvicorn
+
+    sock = bind(host, port)
+    bound_host, bound_port = sock.getsockname()[:2]
+    scheme = "https" if tls else "http"
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    base = (public_url or f"{scheme}://{shown}:{bound_port}").rstrip("/")
+    app = build_app(service, agents, tokens, base, mtls=bool(tls and tls.client_ca))
+    if tls is None and not _loopback(bound_host):
+        log.warning(
+            "A2A listening on %s without TLS: bearer tokens cross the network in "
+            "clear text (use --tls-cert/--tls-key)",
+            bound_host,
+        )
+    for agent in agents:
+        log.info("A2A agent %s: %s/%s/.well-known/agent-card.json", agent, base, agent)
+    server = uvicorn.Server(uvicorn_config(app, sock, tls=tls, log_level=log_level))
+    asyncio.run(server.serve(sockets=[sock]))
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

@@ -1,0 +1,5 @@
+"""``python -m fabric.apps.cli`` runs the ``agap`` command line."""
+
+from fabric.apps.cli import main
+
+main()

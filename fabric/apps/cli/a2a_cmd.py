@@ -1,0 +1,240 @@
+"""``agap a2a``: serve agents over A2A v1.0, and call an A2A agent from scripts and cron."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from fabric import settings_registry as registry
+from fabric.apps.cli import main
+from fabric.errors import ConfigError
+
+
+@main.group("a2a")
+def a2a_group() -> None:
+    """The A2A v1.0 surface: `serve` agents, `call` one."""
+
+
+@a2a_group.command("serve")
+@click.option(
+    "--agent",
+    "agents",
+    multiple=True,
+    help="Agent (card id) to expose; repeat for more (default: every non-human card).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--port", default=8700, show_default=True, type=int, help="Port (8700; the embedded board takes 8765)."
+)
+@click.option("--public-url", help="Base URL clients reach the server at (for the cards).")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Require client certificates signed by this CA (mTLS, on top of tokens).",
+)
+@click.option("-v", "--verbose", is_flag=True)
+def serve_cmd(
+    agents: tuple[str, ...],
+    host: str,
+    port: int,
+    public_url: str | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
+    verbose: bool,
+) -> None:
+    """Serve agents over A2A: cards at /<agent>/.well-known/agent-card.json, JSON-RPC at /<agent>.
+
+    Client tokens come from AGAP_A2A_TOKENS ('caller:token,...') or AGAP_A2A_TOKENS_FILE;
+    the server refuses to start without one. Push targets on private addresses need
+    AGAP_A2A_PUSH_ALLOW.
+    """
+    from fabric.apps.a2a.auth import load_tokens
+    from fabric.apps.a2a.server import TlsConfig, make_service, serve
+    from fabric.cards import load_cards
+    from fabric.config import Settings
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    env = dict(registry.environ())
+    tokens = load_tokens(env)  # first: no tokens, no server (exit 2)
+    if (tls_cert is None) != (tls_key is None):
+        raise ConfigError("give both --tls-cert and --tls-key", where="--tls-cert/--tls-key")
+    if tls_client_ca is not None and tls_cert is None:
+        raise ConfigError(
+            "mTLS needs a server certificate", where="--tls-client-ca", hint="add --tls-cert and --tls-key"
+        )
+    settings = Settings.from_env(env)
+    settings.require_board()
+    cards = load_cards(settings.cards_dir)
+    chosen = list(agents) or [c.id for c in cards if c.kind != "human"]
+    for agent in chosen:
+        cards.get(agent)  # unknown ids fail here, with the card error
+    tls = TlsConfig(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
+    service = make_service(settings, cards, env)
+    click.echo(
+        f"agap a2a: serving {', '.join(chosen)} on {host}:{port} for {len(tokens)} client token(s)", err=True
+    )
+    serve(
+        service,
+        chosen,
+        tokens,
+        host=host,
+        port=port,
+        public_url=public_url,
+        tls=tls,
+        log_level="debug" if verbose else "info",
+    )
+
+
+@a2a_group.command("call")
+@click.argument("url")
+@click.argument("text", required=False)
+@click.option("--token", envvar="AGAP_A2A_TOKEN", help="Bearer token (or AGAP_A2A_TOKEN).")
+@click.option("--ref", "refs", multiple=True, help="Context ref (URI) to pass; repeatable.")
+@click.option(
+    "--async",
+    "is_async",
+    is_flag=True,
+    help="Return at once with the task (returnImmediately); poll with --get.",
+)
+@click.option("--wait", is_flag=True, help="With --async: poll until the task ends.")
+@click.option("--message-id", help="Message id (a retry with the same id returns the same task).")
+@click.option("--task", "task_id", help="Answer this input-required task.")
+@click.option("--get", "get_id", help="Show a task.")
+@click.option("--cancel", "cancel_id", help="Cancel a task.")
+@click.option("--list", "do_list", is_flag=True, help="List your tasks on this agent.")
+@click.option("--timeout", default=300.0, show_default=True, type=float)
+@click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
+@click.option(
+    "--cacert",
+    type=click.Path(exists=True, dir_okay=False),
+    help="CA bundle to verify the server's certificate.",
+)
+@click.option("--client-cert", type=click.Path(exists=True, dir_okay=False))
+@click.option("--client-key", type=click.Path(exists=True, dir_okay=False))
+def call_cmd(
+    url: str,
+    text: str | None,
+    token: str | None,
+    refs: tuple[str, ...],
+    is_async: bool,
+    wait: bool,
+    message_id: str | None,
+    task_id: str | None,
+    get_id: str | None,
+    cancel_id: str | None,
+    do_list: bool,
+    timeout: float,
+    as_json: bool,
+    cacert: str | None,
+    client_cert: str | None,
+    client_key: str | None,
+) -> None:
+    """Call the A2A agent at URL (e.g. http://127.0.0.1:8700/kimi) with TEXT (or stdin).
+
+    Prints the result text (or the task as JSON with --json). Exit 0 when the task
+    completed (or was submitted with --async), 3 when it waits for input, 1 otherwise.
+    """
+    if not token:
+        raise ConfigError("no token", where="--token", hint="pass --token or set AGAP_A2A_TOKEN")
+    actions = sum(bool(x) for x in (get_id, cancel_id, do_list))
+    if actions > 1:
+        raise ConfigError("give one of --get, --cancel, --list", where="agap a2a call")
+    if not actions and text is None:
+        text = sys.stdin.read()
+    cert = (client_cert, client_key) if client_cert and client_key else client_cert
+    code = asyncio.run(
+        _call(
+            url,
+            token,
+            text,
+            refs=refs,
+            is_async=is_async,
+            wait=wait,
+            message_id=message_id,
+            task_id=task_id,
+            get_id=get_id,
+            cancel_id=cancel_id,
+            do_list=do_list,
+            timeout=timeout,
+            as_json=as_json,
+            verify=cacert or True,
+            cert=cert,
+        )
+    )
+    sys.exit(code)
+
+
+async def _call(
+    url: str,
+    token: str,
+    text: str | None,
+    *,
+    refs: tuple[str, ...],
+    is_async: bool,
+    wait: bool,
+    message_id: str | None,
+    task_id: str | None,
+    get_id: str | None,
+    cancel_id: str | None,
+    do_list: bool,
+    timeout: float,
+    as_json: bool,
+    verify: object,
+    cert: object,
+) -> int:
+    from a2a.client import A2AClientError
+    from a2a.types.a2a_pb2 import Task, TaskState
+    from a2a.utils.errors import A2AError
+
+    from fabric.apps.a2a.client import FabricA2AClient, task_text, text_message
+    from fabric.apps.a2a.convert import to_dict
+
+    try:
+        async with await FabricA2AClient.open(url, token, timeout=timeout, verify=verify, cert=cert) as c:
+            if do_list:
+                page = await c.list()
+                click.echo(json.dumps(to_dict(page), indent=2))
+                return 0
+            task: Task
+            if get_id:
+                task = await c.get(get_id)
+            elif cancel_id:
+                task = await c.cancel(cancel_id)
+            else:
+                msg = text_message(text or "", refs=refs, message_id=message_id, task_id=task_id or "")
+                task = await c.send(msg, return_immediately=is_async)
+                if is_async and wait:
+                    task = await c.wait(task.id, timeout=timeout, every=1.0)
+    except (A2AError, A2AClientError) as exc:
+        click.echo(f"agap: error: {exc}", err=True)
+        return 1
+    if as_json:
+        click.echo(json.dumps(to_dict(task), indent=2))
+    else:
+        click.echo(f"task {task.id}: {TaskState.Name(task.status.state)}", err=True)
+        out = task_text(task)
+        if out:
+            click.echo(out)
+    state = task.status.state
+    if state == TaskState.TASK_STATE_COMPLETED or (
+        is_async and not wait and state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
+    ):
+        return 0
+    if state == TaskState.TASK_STATE_INPUT_REQUIRED:
+        return 3
+    if get_id and state not in (TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED):
+        return 0
+    if cancel_id and state == TaskState.TASK_STATE_CANCELED:
+        return 0
+    return 1

@@ -1,0 +1,76 @@
+"""``agap backup`` and ``agap restore``: every fabric task to a file, and back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from fabric.apps.cli import main
+
+
+@main.command("backup")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+def backup_cmd(file: Path) -> None:
+    """Export every fabric task (rows, all metadata, comments, files) to FILE (JSON).
+
+    Complements, never replaces, the database dump: see docs/OPERATIONS.md.
+    """
+    from fabric.apps.deploy.backup import export_board, write_backup
+    from fabric.config import Settings
+    from fabric.kanboard.client import KanboardClient
+
+    settings = Settings.from_env()
+    url, token = settings.require_board()
+    doc = export_board(KanboardClient(url, token), settings)
+    write_backup(doc, file)
+    tasks = doc["tasks"]
+    files = sum(len(t["files"]) for t in tasks)
+    click.echo(
+        f"backup: {len(tasks)} tasks, {files} files, "
+        f"{len(doc['projects']['locks']['tags'])} lock tags -> {file}"
+    )
+
+
+@main.command("restore")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report (with the id map) as JSON.")
+def restore_cmd(file: Path, as_json: bool) -> None:
+    """Recreate the tasks in FILE on an EMPTY board (refuses one that has fabric tasks).
+
+    Layout from the cards (`agap init`), tasks in their columns and swimlanes, metadata,
+    comments, files and lock tags. Uids are kept; numeric ids change (references follow).
+    """
+    from fabric.apps.deploy.backup import read_backup, restore
+    from fabric.cards import load_cards
+    from fabric.config import Settings
+    from fabric.kanboard.client import KanboardClient
+
+    doc = read_backup(file)
+    settings = Settings.from_env()
+    url, token = settings.require_board()
+    report = restore(KanboardClient(url, token), settings, load_cards(settings.cards_dir), doc)
+    for warning in report.warnings:
+        click.echo(f"agap restore: warning: {warning}", err=True)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "tasks": report.tasks,
+                    "closed": report.closed,
+                    "comments": report.comments,
+                    "files": report.files,
+                    "lock_tags": report.lock_tags,
+                    "id_map": {str(k): v for k, v in report.id_map.items()},
+                    "warnings": report.warnings,
+                },
+                indent=2,
+                sort_keys=True,
+            )
+        )
+        return
+    click.echo(
+        f"restore: {report.tasks} tasks ({report.closed} closed), {report.comments} "
+        f"comments, {report.files} files, {report.lock_tags} lock tags"
+    )

@@ -1,0 +1,85 @@
+"""``agap board serve``: the embedded Kanboard-compatible board."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from fabric import settings_registry as registry
+from fabric.apps.cli import main
+from fabric.apps.view import BoardView
+from fabric.config import Settings
+from fabric.embedded.flavour import DEFAULT_FLAVOUR, FLAVOURS
+from fabric.embedded.server import EmbeddedBoard
+from fabric.errors import ConfigError
+
+DEFAULT_DB = Path("var/board.sqlite3")
+DEFAULT_PORT = 8765
+
+
+@main.group("board")
+def board() -> None:
+    """The embedded Kanboard-compatible board (for running without PHP)."""
+
+
+@board.command("serve")
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=DEFAULT_DB,
+    show_default=True,
+    help="SQLite file of the board.",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind (loopback unless you mean it; auth is always on).",
+)
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=int)
+@click.option(
+    "--flavour",
+    type=click.Choice(FLAVOURS),
+    default=DEFAULT_FLAVOUR,
+    show_default=True,
+    help="Kanboard database backend to imitate (strict: fails wherever any does).",
+)
+def serve(db_path: Path, host: str, port: int, flavour: str) -> None:
+    """Serve Kanboard's JSON-RPC API on HTTP; prints KANBOARD_URL and the token."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    token = registry.get_str("AGAP_BOARD_TOKEN") or None
+    try:
+        srv = EmbeddedBoard(db_path, host=host, port=port, token=token, flavour=flavour)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror}", hint="pick another --port"
+        ) from None
+    srv.set_view(BoardView(srv.api, Settings.from_env()))  # read-only page, same token
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(
+            f"warning: listening on {host}, not loopback; the token is the only "
+            "protection and HTTP is not encrypted",
+            err=True,
+        )
+    click.echo(f"KANBOARD_URL={srv.url}")
+    click.echo(f"KANBOARD_API_TOKEN={srv.token}")
+    click.echo(f"# board view: http://{srv.host}:{srv.port}/ (user jsonrpc, the token)", err=True)
+    click.echo(f"# embedded board on {db_path} ({flavour} flavour); Ctrl-C stops it", err=True)
+    sys.stdout.flush()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.stop()

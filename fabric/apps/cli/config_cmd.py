@@ -1,0 +1,84 @@
+"""``agap config show``: the effective settings, where each came from, secrets masked."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from fabric import settings_registry as registry
+from fabric.apps.cli import main
+from fabric.config import KNOWN, effective, mask, warn_if_plaintext
+from fabric.errors import InvalidInput
+
+
+@main.group("config")
+def config() -> None:
+    """Settings: environment, then AGAP_ENV_FILE, then .agap.env (walking up)."""
+
+
+@config.command("show")
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="List every variable the fabric reads, set or not, and who reads it.",
+)
+@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--markdown",
+    is_flag=True,
+    help="With --all: print the README's table of every variable (defaults, no values).",
+)
+def show(show_all: bool, as_json: bool, markdown: bool) -> None:
+    """Print each known setting's effective value (secrets masked) and its source."""
+    if markdown:
+        if not show_all or as_json:
+            raise InvalidInput(
+                "--markdown prints the whole registry",
+                where="--markdown",
+                hint="use `agap config show --all --markdown`",
+            )
+        click.echo(registry.markdown(), nl=False)
+        return
+    resolved = effective()
+    rows = []
+    for k in registry.REGISTRY if show_all else KNOWN:
+        if k.name in resolved.values:
+            row = {
+                "name": k.name,
+                "value": mask(k.name, resolved.values[k.name]),
+                "source": resolved.sources[k.name],
+                "meaning": k.meaning,
+            }
+        elif show_all or k.default:
+            row = {
+                "name": k.name,
+                "value": k.default,
+                "source": "default" if k.default else "unset",
+                "meaning": k.meaning,
+            }
+        else:
+            continue
+        if show_all:
+            row |= {"component": ", ".join(k.readers), "type": k.kind}
+        rows.append(row)
+    for name, what in (
+        ("KANBOARD_URL", "the board"),
+        ("AGAP_EVENTS_URL", "the events broker"),
+        ("AGAP_LITELLM_URL", "the LiteLLM proxy"),
+    ):
+        warn_if_plaintext(resolved.values.get(name, ""), what)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    width = max(len(r["name"]) for r in rows)
+    if show_all:
+        readers = max(len(r["component"]) for r in rows)
+        for r in rows:
+            click.echo(
+                f"{r['name']:<{width}}  {r['component']:<{readers}}  {r['value'] or '-':<36}  {r['source']}"
+            )
+        return
+    for r in rows:
+        click.echo(f"{r['name']:<{width}}  {r['value'] or '-':<36}  {r['source']}")

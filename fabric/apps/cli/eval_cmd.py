@@ -1,0 +1,41 @@
+"""``agap eval``: replay an agent's golden set on its current and a proposed backbone."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from fabric.apps.cli import main
+
+
+@main.command("eval")
+@click.option("--agent", required=True, help="The agent (card id) whose golden set to replay.")
+@click.option("--backbone", required=True, help="The proposed backbone: a model name the model plane serves.")
+@click.option(
+    "--judge", default=None, help="Model that scores `judge` cases (default: the current backbone)."
+)
+@click.option(
+    "--cards",
+    "cards_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default="cards",
+    show_default=True,
+    envvar="AGAP_CARDS_DIR",
+    help="Folder of agent cards (env AGAP_CARDS_DIR).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def eval_cmd(agent: str, backbone: str, judge: str | None, cards_dir: Path, as_json: bool) -> None:
+    """Side by side: the golden set on the current backbone and on BACKBONE.
+
+    Exit 1 on a regression: the proposed backbone passes fewer cases, or fails any case the
+    current one passes. Use it as a gate before merging a card change (docs/OPERATIONS.md).
+    """
+    from fabric.apps.deploy.evalgate import dumps, evaluate
+    from fabric.cards import load_cards
+
+    report = evaluate(agent, backbone, load_cards(cards_dir), judge=judge)
+    click.echo(dumps(report) if as_json else report.table())
+    if report.regression:
+        sys.exit(1)

@@ -1,0 +1,73 @@
+"""``agap keeper``: run the fabric-keeper (the janitor that owns time)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import replace
+
+import click
+
+from fabric.apps.cli import main
+
+
+@main.command("keeper")
+@click.option("--once", is_flag=True, help="Run every job once and exit (tests, cron).")
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Serve metrics on this port (default AGAP_KEEPER_METRICS_PORT; 0 = off).",
+)
+@click.option("--metrics-host", default=None, help="Bind address (default 127.0.0.1).")
+@click.option("-v", "--verbose", is_flag=True)
+def keeper_cmd(once: bool, metrics_port: int | None, metrics_host: str | None, verbose: bool) -> None:
+    """Sweep leases, gaps, deadlines, gates and lock tags; write digests; export metrics.
+
+    It never assigns or triggers work: stop it and work still flows. SIGTERM exits cleanly.
+    """
+    # Imported here: other commands must not pay for APScheduler.
+    from fabric.config import Settings
+    from fabric.core import Fabric
+    from keeper.config import KeeperConfig
+    from keeper.daemon import Keeper
+    from keeper.metrics import MetricsServer
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    config = KeeperConfig.from_env()
+    if metrics_port is not None:
+        config = replace(config, metrics_port=metrics_port)
+    if metrics_host is not None:
+        config = replace(config, metrics_host=metrics_host)
+    settings = Settings.from_env()
+    settings.require_board()  # fail fast on a missing URL or token
+    keeper = Keeper(config, lambda: Fabric.connect(settings))
+    server = None
+    if config.metrics_port:
+        server = MetricsServer(
+            keeper.metrics,
+            host=config.metrics_host,
+            port=config.metrics_port,
+            token=config.metrics_token,
+            allow=config.metrics_allow,
+        ).start()
+        click.echo(f"keeper metrics on {server.url}/metrics and /metrics.json", err=True)
+    try:
+        if once:
+            results = keeper.run_once()
+            click.echo(
+                json.dumps(
+                    {"jobs": results, "metrics": keeper.metrics.to_json()}, sort_keys=True, default=str
+                )
+            )
+            if not all(results.values()):
+                sys.exit(3)
+            return
+        keeper.serve()
+    finally:
+        if server is not None:
+            server.stop()

@@ -1,0 +1,36 @@
+"""``agap worker``: run one queue's worker daemon."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from fabric.apps.cli import main
+from fabric.cards import load_cards
+from fabric.config import Settings
+
+
+@main.command("worker")
+@click.option("--agent", required=True, help="The agent (card id) whose queue to drain.")
+@click.option("--concurrency", type=int, help="Tasks at once (default: the card's).")
+@click.option("--drain", is_flag=True, help="Exit when the queue is empty (batch runs).")
+@click.option("-v", "--verbose", is_flag=True)
+def worker_cmd(agent: str, concurrency: int | None, drain: bool, verbose: bool) -> None:
+    """Drain one agent's queue: check a(t), claim, execute, report. SIGTERM exits cleanly."""
+    # Imported here: `agap ls` and friends must not pay for the worker's imports.
+    from workers.daemon import build_worker, run_until_signalled
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    settings = Settings.from_env()
+    cards = load_cards(settings.cards_dir)
+    worker = build_worker(agent, settings, cards, concurrency=concurrency, drain=drain)
+    run_until_signalled(worker, settings, cards.get(agent))
+    s = worker.stats
+    click.echo(
+        f"worker {agent}: {s.completed} completed, {s.failed} failed, {s.fenced} fenced, {s.claimed} claimed",
+        err=True,
+    )

@@ -1,5 +1,0 @@
-"""``python -m fabric.cli`` runs the ``agap`` command line."""
-
-from fabric.cli import main
-
-main()

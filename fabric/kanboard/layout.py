@@ -1,0 +1,178 @@
+"""Everything the fabric stores on the board, named in one place.
+
+Columns, lock-tag names and metadata keys are the fabric's storage schema on Kanboard.
+Nothing else in the code spells them out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from enum import StrEnum
+
+
+class State(StrEnum):
+    """A task's state in its current epoch record (the truth; columns are a projection)."""
+
+    QUEUED = "queued"
+    WORKING = "working"
+    INPUT_REQUIRED = "input_required"
+    DONE = "done"  # unverified: the worker says it finished
+    DEAD = "dead"  # dead letter: attempts exhausted, poison, or given up
+    CANCELED = "canceled"
+    CLOSED = "closed"  # verified by someone other than the producer
+
+
+TERMINAL = frozenset({State.CANCELED, State.CLOSED})
+
+
+class Column(StrEnum):
+    """The work project's columns, in board order."""
+
+    QUEUED = "Queued"
+    WORKING = "Working"
+    WAITING = "Waiting on me"
+    DONE = "Done"
+    DEAD = "Dead letter"
+
+
+COLUMN_ORDER = (Column.QUEUED, Column.WORKING, Column.WAITING, Column.DONE, Column.DEAD)
+
+# The projection: which column shows a task in each state.
+COLUMN_OF_STATE = {
+    State.QUEUED: Column.QUEUED,
+    State.WORKING: Column.WORKING,
+    State.INPUT_REQUIRED: Column.WAITING,
+    State.DONE: Column.DONE,
+    State.DEAD: Column.DEAD,
+    State.CANCELED: Column.DONE,
+    State.CLOSED: Column.DONE,
+}
+
+# Kanboard priorities run 0..3.
+PRIORITY_LEVELS = {"low": 0, "normal": 1, "high": 2, "urgent": 3}
+PRIORITY_NAMES = {v: k for k, v in PRIORITY_LEVELS.items()}
+
+# -- task metadata keys (values are strings: Kanboard stores text) -----------------
+# A name holds at most 46 characters (PostgreSQL and MySQL cap it at 50, less the
+# chunk suffix); a value of any length is stored in 255-character chunks by the
+# storage port (fabric/kanboard/fit.py). Names are lowercase: MySQL compares them
+# case-insensitively.
+META_UID = "fabric.uid"
+META_SPEC = "fabric.spec"
+META_RECORD_PREFIX = "fabric.e"  # fabric.e0, fabric.e1, … one record per epoch
+META_EFFECT_PREFIX = "fabric.fx."  # fabric.fx.<op> = side-effect intent and receipt
+META_EVIDENCE_PREFIX = "fabric.evidence.e"  # late output of a fenced owner
+META_COST = "fabric.cost_usd"  # model spend on the task so far (the digest sums it)
+META_GAP = "fabric.gap"  # an epoch seen locked with no record: {epoch, seen}
+META_ESCALATED = "fabric.escalated"  # the keeper raised a decision task about this one
+META_REMINDED = "fabric.reminded"  # when the keeper last reminded a gate's human
+META_NOTIFIED = "fabric.notified"  # the epoch whose inbox notice was sent
+# "<epoch>:<unix time>" of the fabric's latest move of the card made outside the record's
+# own batch (a re-sent or repaired move): with the record's time, it tells the fabric's
+# moves from a person's.
+META_PROJECTED = "fabric.projected"
+
+# -- project metadata keys ------------------------------------------------------------
+META_PARK_PREFIX = "fabric.park."  # work project: fabric.park.<queue> = park state (JSON)
+META_CRON_PREFIX = "fabric.cron."  # work project: fabric.cron.<schedule> = its firings
+META_WATCH = "fabric.keeper.watch"  # work project: the ids the keeper watches for gestures
+META_LAYOUT = "fabric.layout"  # work project: the storage layout version (see LAYOUT_VERSION)
+META_ORPHANS = "fabric.gc.orphans"  # locks project: {tag name: first seen orphaned}
+
+# Version 2 stores every value in 255-character chunks and hashes receipts into the
+# reference; boards written by version 1 (long values, `actor:key` references) are
+# rewritten by `agap migrate` (which `agap init` runs).
+LAYOUT_VERSION = "2"
+NAME_ROOM = 46
+
+
+def _fitted(prefix: str, name: str) -> str:
+    """``prefix + name``, or, when that is too long, a readable head and a hash of it all.
+
+    Readers never parse the name back from such a key: the value carries it.
+    """
+    key = f"{prefix}{name}"
+    if len(key) <= NAME_ROOM:
+        return key
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    return f"{prefix}{name[: NAME_ROOM - len(prefix) - 11]}-{digest}"
+
+
+def park_key(queue: str) -> str:
+    """Project metadata key where a queue's worker publishes its park state."""
+    return _fitted(META_PARK_PREFIX, queue)
+
+
+def cron_key(schedule: str) -> str:
+    """Project metadata key of a schedule's published state."""
+    return _fitted(META_CRON_PREFIX, schedule)
+
+
+_RECORD_KEY = re.compile(r"^fabric\.e(\d+)$")
+_UID = re.compile(r"^[0-9a-f]{16}$")
+
+
+def record_key(epoch: int) -> str:
+    """Metadata key of the state record for ``epoch``."""
+    return f"{META_RECORD_PREFIX}{epoch}"
+
+
+def record_epoch(key: str) -> int | None:
+    """The epoch a metadata key records, or None if it is not a record key."""
+    m = _RECORD_KEY.match(key)
+    return int(m.group(1)) if m else None
+
+
+def effect_key(op: str) -> str:
+    """Metadata key holding the intent and receipt of side effect ``op``."""
+    return _fitted(META_EFFECT_PREFIX, op)
+
+
+def evidence_key(epoch: int) -> str:
+    """Metadata key of a fenced owner's late output for ``epoch``."""
+    return f"{META_EVIDENCE_PREFIX}{epoch}"
+
+
+def is_uid(text: str) -> bool:
+    """True for a fabric task uid (16 lowercase hex digits)."""
+    return bool(_UID.match(text))
+
+
+# -- lock tags, in the locks project ----------------------------------------------
+# Lowercase ASCII and short: MySQL compares tag names case-insensitively and caps
+# them at 255 characters.
+
+
+def epoch_lock(uid: str, epoch: int) -> str:
+    """The tag whose creation wins epoch ``epoch`` of task ``uid``."""
+    return f"{uid}/e{epoch}"
+
+
+def _receipt_digest(actor: str, action_id: str) -> str:
+    return hashlib.sha256(f"{actor}\x00{action_id}".encode()).hexdigest()[:32]
+
+
+def receipt_lock(actor: str, action_id: str) -> str:
+    """The tag whose creation wins the receipt for (actor, action id)."""
+    return f"rcpt/{_receipt_digest(actor, action_id)}"
+
+
+def receipt_reference(actor: str, action_id: str) -> str:
+    """The Kanboard ``reference`` a task submitted under (actor, action id) carries.
+
+    A hash, not the key itself: Kanboard holds at most 191 characters in a reference, and
+    MySQL compares references case-insensitively, so ``Key`` and ``key`` must not meet.
+    The readable actor and key are in the description.
+    """
+    return f"rcpt:{_receipt_digest(actor, action_id)}"
+
+
+def uid_reference(uid: str) -> str:
+    """The ``reference`` of a task submitted without an action id: its own uid."""
+    return f"uid:{uid}"
+
+
+def legacy_receipt_reference(actor: str, action_id: str) -> str:
+    """The reference layout version 1 gave a task (what `agap migrate` rewrites)."""
+    return f"{actor}:{action_id}"
