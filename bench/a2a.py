@@ -29,11 +29,11 @@ from fabric.apps.a2a.runner import Runner
 from fabric.apps.a2a.server import ServerThread, make_service
 from fabric.apps.a2a.service import ServiceConfig
 from fabric.cards import load_cards
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.bootstrap import init_board
 from fabric.kanboard.client import KanboardClient
+from fabric.settings.resolve import Settings
 from tests.fakes.openai_stub import OpenAIStub
 
 CARD = """

@@ -25,11 +25,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from fabric.cards import CardSet, load_cards
-from fabric.config import Settings
 from fabric.kanboard.bootstrap import init_board, save_layout_cache
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.port import BoardError, Call, Outcome
 from fabric.kanboard.taskboard import BoardLayout
+from fabric.settings.resolve import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 CARDS_DIR = ROOT / "cards"

@@ -10,9 +10,9 @@ from typing import Any
 
 from bench.env import CARDS_DIR, CountingClient, load_bench_cards
 from fabric.cards import CardSet
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.kanboard.port import BoardError
+from fabric.settings.resolve import Settings
 from workers.drill import DrillExecutor
 from workers.loop import Worker, WorkerConfig
 from workers.queue import QueueReader

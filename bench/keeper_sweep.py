@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from fabric.cards import load_cards
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
@@ -27,8 +26,9 @@ from fabric.kanboard.layout import META_SPEC, META_UID, Column, State, record_ke
 from fabric.kanboard.port import Call
 from fabric.kanboard.taskboard import TaskBoard
 from fabric.ledger import Ledger
+from fabric.settings.keeper import KeeperConfig
+from fabric.settings.resolve import Settings
 from fabric.task import Record, TaskSpec
-from keeper.config import KeeperConfig
 from keeper.daemon import Keeper
 
 ROOT = Path(__file__).resolve().parent.parent

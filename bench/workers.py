@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from fabric.cards import load_cards
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
+from fabric.settings.resolve import Settings
 from workers.drill import DrillExecutor
 from workers.loop import Worker, WorkerConfig
 

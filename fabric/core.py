@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fabric.cards import Card, CardSet, load_cards
-from fabric.config import Settings
 from fabric.errors import ConfigError
 from fabric.kanboard.bootstrap import cached_layout, forget_layout_cache
 from fabric.kanboard.client import KanboardClient
@@ -26,6 +25,7 @@ from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.ledger import Ledger
 from fabric.policy import default_policies
 from fabric.router import Constraints, note_route, route
+from fabric.settings.resolve import Settings
 from fabric.submit import Receipt, Submitter, build_spec, seal_key
 from fabric.task import TaskSpec, parse_priority, parse_when
 

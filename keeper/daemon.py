@@ -28,8 +28,8 @@ from apscheduler.triggers.interval import IntervalTrigger  # type: ignore[import
 from fabric.core import Fabric
 from fabric.errors import ConfigError
 from fabric.kanboard.port import BoardError
+from fabric.settings.keeper import JOBS, KeeperConfig
 from keeper import duties, gc, gestures, snapshot, sweeps
-from keeper.config import JOBS, KeeperConfig
 from keeper.metrics import Metrics
 from keeper.notify import Notifier
 

@@ -22,8 +22,8 @@ from fabric.core import Fabric
 from fabric.kanboard.layout import META_COST, META_ESCALATED, META_NOTIFIED, META_REMINDED, Column, State
 from fabric.kanboard.port import Call
 from fabric.kanboard.taskboard import TaskView
+from fabric.settings.keeper import KeeperConfig
 from fabric.submit import Receipt
-from keeper.config import KeeperConfig
 from keeper.notify import Notifier, find_human
 from keeper.snapshot import Snapshot
 from keeper.sweeps import SweepReport, guarded, usable

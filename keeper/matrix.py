@@ -25,9 +25,9 @@ from urllib.parse import quote
 
 import requests
 
-from fabric import settings_registry as registry
-from fabric.cards import MatrixNotifier as MatrixSpec
+from fabric.cards import MatrixChannel as MatrixSpec
 from fabric.errors import ConfigError, FabricError
+from fabric.settings import registry
 
 
 class MatrixSendError(FabricError):
@@ -57,7 +57,9 @@ class MatrixNotifier:
     last_event_id: str | None = None  # the event id of the last message delivered
 
     @classmethod
-    def from_spec(cls, spec: MatrixSpec, env: Mapping[str, str] | None = None, **kw: object) -> MatrixNotifier:
+    def from_spec(
+        cls, spec: MatrixSpec, env: Mapping[str, str] | None = None, **kw: object
+    ) -> MatrixNotifier:
         """The channel a human card describes; the token comes from ``spec.token_env``."""
         token = registry.named(spec.token_env, env)
         if not token:

@@ -24,10 +24,10 @@ from urllib.parse import urlsplit
 
 import requests
 
-from fabric import settings_registry as registry
 from fabric.cards import Card, CardSet
 from fabric.cards import WebhookChannel as WebhookSpec
 from fabric.errors import ConfigError, FabricError
+from fabric.settings import registry
 
 log = logging.getLogger("agap.keeper.notify")
 

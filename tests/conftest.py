@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from fabric.cards import CardSet, load_cards
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.embedded.local import LocalPort
 from fabric.embedded.server import EmbeddedBoard
@@ -18,6 +17,7 @@ from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.port import RpcPort
 from fabric.kanboard.taskboard import TaskBoard
 from fabric.ledger import Ledger
+from fabric.settings.resolve import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

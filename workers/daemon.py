@@ -16,15 +16,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
-from fabric import settings_registry as registry
 from fabric.cards import Card, CardSet
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.errors import ConfigError
 from fabric.events.wiring import attach_worker
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.taskboard import TaskView
 from fabric.policy import check_claim_on_board
+from fabric.settings import registry
+from fabric.settings.resolve import Settings
 from workers.availability import Availability
 from workers.executor import ModelExecutor, Outage
 from workers.job import Executor, Job

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import requests
 
-from fabric import settings_registry as registry
 from fabric.errors import ConfigError, FabricError
+from fabric.settings import registry
 
 if TYPE_CHECKING:
     from fabric.cards import Card

@@ -26,13 +26,13 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from fabric.config import Settings
 from fabric.embedded.api import BoardApi
 from fabric.embedded.local import LocalPort
 from fabric.errors import ConfigError
 from fabric.kanboard.bootstrap import load_layout
 from fabric.kanboard.layout import COLUMN_OF_STATE, COLUMN_ORDER, PRIORITY_NAMES, Column, State
 from fabric.kanboard.taskboard import TaskBoard, TaskView
+from fabric.settings.resolve import Settings
 
 log = logging.getLogger("agap.board.view")
 

@@ -53,9 +53,9 @@ import requests
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from fabric import settings_registry as registry
 from fabric.errors import ConfigError, FabricError, InvalidInput
 from fabric.ledger import Lease
+from fabric.settings import registry
 
 REF_PREFIX = "git+"
 DEFAULT_BASE = "main"

@@ -6,7 +6,7 @@ with :mod:`.mqtt` and :mod:`.nats`, :mod:`.publisher`, :mod:`.subscriber` (the f
 ``watch`` and wake-ups) and :mod:`.wiring` (hooks for workers and submitters).
 """
 
-from fabric.events.config import EventsConfig
 from fabric.events.schema import SCHEMA_VERSION, TERMINAL_EVENTS, Event, EventType
+from fabric.settings.events import EventsConfig
 
 __all__ = ["SCHEMA_VERSION", "TERMINAL_EVENTS", "Event", "EventType", "EventsConfig"]

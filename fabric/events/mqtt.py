@@ -20,8 +20,8 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 
-from fabric.events.config import EventsConfig
 from fabric.events.transport import Signal, Sink, Topic, TransportError, token
+from fabric.settings.events import EventsConfig
 
 log = logging.getLogger("agap.events.mqtt")
 

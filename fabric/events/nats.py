@@ -31,8 +31,8 @@ from nats.aio.msg import Msg
 from nats.js import api as js_api
 from nats.js.errors import APIError, NotFoundError
 
-from fabric.events.config import EventsConfig
 from fabric.events.transport import Signal, Sink, Topic, TransportError, token
+from fabric.settings.events import EventsConfig
 
 log = logging.getLogger("agap.events.nats")
 

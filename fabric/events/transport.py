@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from fabric.events.config import EventsConfig
+from fabric.settings.events import EventsConfig
 
 
 class TransportError(Exception):

@@ -35,12 +35,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from fabric.events.config import EventsConfig
 from fabric.events.publisher import Publisher, Sequencer, transition_event
 from fabric.events.schema import Event, EventType, publishable_ref
 from fabric.events.subscriber import QueueWaker
 from fabric.events.transport import Transport, open_transport, queue_topic
 from fabric.ledger import Lease
+from fabric.settings.events import EventsConfig
 from fabric.submit import Receipt
 from fabric.task import Record, TaskSpec
 

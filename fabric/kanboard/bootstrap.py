@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabric import settings_registry as registry
 from fabric.cards import CardSet
-from fabric.config import Settings
 from fabric.errors import ConfigError
 from fabric.kanboard.layout import COLUMN_ORDER, LAYOUT_VERSION, Column
 from fabric.kanboard.migrate import MigrationReport, migrate
 from fabric.kanboard.port import BoardRefused, Call, RpcPort
 from fabric.kanboard.taskboard import BoardLayout
+from fabric.settings import registry
+from fabric.settings.resolve import Settings
 from fabric.submit import seal_key
 
 # Kanboard's default columns, renamed in place when the fabric adopts a new project.

@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 
 from fabric.cards import load_cards
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.kanboard.client import KanboardClient
+from fabric.settings.resolve import Settings
 from workers.drill import DrillExecutor
 from workers.loop import Worker, WorkerConfig
 

@@ -30,11 +30,11 @@ from fabric.apps.a2a.client import FabricA2AClient, push_config, task_text, text
 from fabric.apps.a2a.server import ServerThread, make_service
 from fabric.apps.a2a.service import ServiceConfig
 from fabric.cards import CardSet, load_cards
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.layout import State
+from fabric.settings.resolve import Settings
 from tests.conftest import make_fabric
 from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import Running, wait_until

@@ -16,12 +16,12 @@ import fabric.apps.cli.backup_cmd  # noqa: F401  (registers `agap backup` / `aga
 from fabric.apps.cli import main
 from fabric.apps.deploy.backup import FORMAT, VERSION, map_refs
 from fabric.cards import CardSet
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.layout import State, epoch_lock
 from fabric.ledger import IllegalTransition, LostRace
+from fabric.settings.resolve import Settings
 from tests.conftest import ROOT, make_fabric
 from workers.queue import QueueReader
 from workers.results import AttachmentStore

@@ -23,10 +23,10 @@ import requests
 
 from fabric.apps.view import BoardView
 from fabric.cards import CardSet
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
+from fabric.settings.resolve import Settings
 from tests.conftest import ROOT, make_fabric
 from workers.queue import QueueReader
 

@@ -25,15 +25,15 @@ from typing import Any
 import pytest
 
 from fabric.cards import CardSet, load_cards
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
-from fabric.events.config import EventsConfig
 from fabric.events.subscriber import BoardStatus, WatchOptions, WatchResult, watch
 from fabric.events.transport import open_transport
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.taskboard import TaskBoard
 from fabric.ledger import Ledger
+from fabric.settings.events import EventsConfig
+from fabric.settings.resolve import Settings
 from tests.conftest import make_fabric
 from tests.helpers import wait_until
 from workers.job import Job, JobOutcome

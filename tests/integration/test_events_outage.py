@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from fabric.cards import CardSet
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.events.publisher import Publisher
 from fabric.events.schema import Event, EventType
@@ -21,6 +20,7 @@ from fabric.events.transport import open_transport
 from fabric.events.wiring import attach_worker
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.layout import State
+from fabric.settings.resolve import Settings
 from tests.conftest import make_fabric
 from tests.helpers import Running, wait_until
 from tests.integration.test_events_helpers import (

@@ -66,7 +66,9 @@ def test_a_worker_publishes_its_lifecycle_in_order(shared_broker: Broker, fab: F
 def test_a_dead_letter_is_published_as_failed(shared_broker: Broker, fab: Fabric) -> None:
     tid = fab.submit("fail me", target=QUEUE).task_id
     shared_broker.retained_tasks.append(tid)
-    worker = make_worker(fab, Gate(outcome=JobOutcome.failed("it broke at /home/me/x", poison=True), hold=False))
+    worker = make_worker(
+        fab, Gate(outcome=JobOutcome.failed("it broke at /home/me/x", poison=True), hold=False)
+    )
     att = attach_worker(worker, env=shared_broker.env(), wake=False)
     assert att is not None
     w = Watching(tid, board_check(fab, tid), shared_broker.config)

@@ -15,12 +15,12 @@ from click.testing import CliRunner, Result
 
 from fabric.apps.cli import main
 from fabric.cards import CardSet
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.layout import Column, State
-from keeper.config import JOBS, KeeperConfig
+from fabric.settings.keeper import JOBS, KeeperConfig
+from fabric.settings.resolve import Settings
 from keeper.daemon import Keeper
 from tests.conftest import ROOT, make_fabric
 from workers.queue import QueueReader

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.layout import State
+from fabric.settings.resolve import Settings
 from tests.fakes.openai_stub import OpenAIStub
 from tests.integration.test_worker import (
     Running,

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from fabric.cards import CardSet
-from fabric.config import Settings
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.layout import Column, State
-from keeper.config import KeeperConfig
+from fabric.settings.keeper import KeeperConfig
+from fabric.settings.resolve import Settings
 from keeper.daemon import Keeper
 from tests.conftest import ROOT, make_fabric, real_kanboard
 from tests.integration.procs import drill_worker

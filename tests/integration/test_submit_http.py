@@ -6,10 +6,10 @@ import multiprocessing as mp
 from pathlib import Path
 
 from fabric.cards import CardSet, load_cards
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
+from fabric.settings.resolve import Settings
 from tests.conftest import ROOT, make_fabric
 
 

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from fabric.cards import CardSet, load_cards
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.layout import State
+from fabric.settings.resolve import Settings
 from tests.conftest import make_fabric
 from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import Running, wait_until

@@ -18,11 +18,11 @@ from click.testing import CliRunner, Result
 import fabric.apps.cli.workspace_cmd  # noqa: F401  (registers `agap workspace`)
 from fabric.apps.cli import main
 from fabric.apps.workspace import ForgeError, GiteaForge, PushRefused, RepoRef, Workspace, WorkspaceError
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.layout import State
 from fabric.ledger import Lease
+from fabric.settings.resolve import Settings
 from tests.conftest import ROOT, FakeClock
 from tests.fakes.gitea_stub import GiteaStub
 from workers.queue import QueueReader

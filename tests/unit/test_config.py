@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from fabric.apps.cli import main
-from fabric.config import apply_config_files, resolve, warn_if_plaintext
 from fabric.errors import ConfigError
+from fabric.settings.resolve import apply_config_files, resolve, warn_if_plaintext
 
 
 def test_environment_beats_the_env_file_beats_the_project_file(tmp_path: Path) -> None:

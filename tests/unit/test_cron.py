@@ -193,7 +193,7 @@ def test_a_failed_firing_is_recorded_and_retried(
 def test_the_keeper_raises_a_missed_must_not_miss_schedule(
     local_fabric: Fabric, clock: FakeClock, tmp_path: Path
 ) -> None:
-    from keeper.config import KeeperConfig
+    from fabric.settings.keeper import KeeperConfig
     from keeper.daemon import Keeper
 
     schedules = load_schedules(write(tmp_path, HOURLY))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from fabric.errors import ConfigError
-from fabric.events.config import EventsConfig
 from fabric.events.publisher import Publisher, Sequencer
 from fabric.events.schema import Event, EventType
 from fabric.events.signing import seal
@@ -13,6 +12,7 @@ from fabric.events.subscriber import TaskStream
 from fabric.events.transport import Topic, queue_topic, task_topic, token
 from fabric.events.wiring import WorkerEvents
 from fabric.ledger import Lease
+from fabric.settings.events import EventsConfig
 from fabric.task import TaskSpec
 
 SECRET = b"unit-test-secret-0123456789"

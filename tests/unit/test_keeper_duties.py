@@ -13,7 +13,7 @@ import pytest
 from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.kanboard.layout import State, epoch_lock, receipt_lock
-from keeper.config import KeeperConfig
+from fabric.settings.keeper import KeeperConfig
 from keeper.daemon import Keeper
 from keeper.duties import META_ESCALATED
 from keeper.notify import Notifier, NotifyError, WebhookChannel, check_target

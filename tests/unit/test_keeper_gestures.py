@@ -7,7 +7,7 @@ from typing import Any
 from fabric.core import Fabric
 from fabric.kanboard.layout import Column, State
 from fabric.ledger import Lease
-from keeper.config import KeeperConfig
+from fabric.settings.keeper import KeeperConfig
 from keeper.daemon import Keeper
 from keeper.gestures import HUMAN
 from tests.conftest import FakeClock

@@ -15,7 +15,7 @@ import yaml
 from fabric.core import Fabric
 from fabric.errors import ConfigError
 from fabric.kanboard.layout import park_key
-from keeper.config import KeeperConfig
+from fabric.settings.keeper import KeeperConfig
 from keeper.daemon import Keeper
 from keeper.metrics import Metrics, MetricsServer
 from tests.conftest import ROOT, FakeClock

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fabric.core import Fabric
 from fabric.kanboard.layout import State
-from keeper.config import KeeperConfig
+from fabric.settings.keeper import KeeperConfig
 from keeper.daemon import Keeper
 from tests.conftest import FakeClock
 

@@ -10,7 +10,7 @@ from fabric.core import Fabric
 from fabric.kanboard.layout import Column, State, epoch_lock, record_key
 from fabric.kanboard.port import BoardUnavailable, Call, Outcome, Params, RpcPort
 from fabric.ledger import LostRace
-from keeper.config import KeeperConfig
+from fabric.settings.keeper import KeeperConfig
 from keeper.daemon import Keeper
 from keeper.sweeps import sweep_leases_and_gaps
 from tests.conftest import FakeClock

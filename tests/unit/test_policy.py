@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from fabric.cards import CardSet
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.embedded.local import LocalPort
 from fabric.errors import ConfigError
@@ -31,6 +30,7 @@ from fabric.policy import (
     ref_domain,
     task_of_ref,
 )
+from fabric.settings.resolve import Settings
 from tests.conftest import ROOT, FakeClock, make_fabric
 
 ALVIS_NOTE = "file:///srv/agap/private/alvis/diary.md"

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from fabric.cards import CardSet
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.embedded.local import LocalPort
 from fabric.errors import ConfigError, InvalidInput
@@ -22,6 +21,7 @@ from fabric.router import (
     reroute_parked,
     route,
 )
+from fabric.settings.resolve import Settings
 from tests.conftest import FakeClock, make_fabric
 
 

@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fabric import settings_registry as registry
 from fabric.apps.cli import main
 from fabric.cards import CardSet
-from fabric.config import KNOWN, Settings
 from fabric.errors import ConfigError
-from keeper.config import KeeperConfig
+from fabric.settings import registry
+from fabric.settings.keeper import KeeperConfig
+from fabric.settings.resolve import KNOWN, Settings
 from workers.job import Job, JobOutcome
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("fabric", "workers", "keeper")
 ENV_NAME = re.compile(r"^(AGAP|KANBOARD|LITELLM|LANGFUSE|MATRIX)_[A-Z0-9_]+$")
-REGISTRY_MODULE = "fabric/settings_registry.py"
+REGISTRY_MODULE = "fabric/settings/registry.py"
 
 # String literals that look like variable names but are not variables the code reads.
 NOT_VARIABLES: dict[str, str] = {
@@ -31,12 +31,12 @@ NOT_VARIABLES: dict[str, str] = {
 # os.environ outside the registry: (file, the line's code, why it is not a setting's read).
 ENVIRON_ALLOWED: tuple[tuple[str, str, str], ...] = (
     (
-        "fabric/config.py",
+        "fabric/settings/resolve.py",
         "env = dict(os.environ if environ is None else environ)",
         "the resolution order itself starts from the process environment",
     ),
     (
-        "fabric/config.py",
+        "fabric/settings/resolve.py",
         "target = os.environ if environ is None else environ",
         "the resolution order writes the env files' settings into the process environment",
     ),
@@ -92,7 +92,7 @@ def test_every_variable_name_in_the_code_is_registered() -> None:
                 and registry.find(node.value) is None
             ):
                 unregistered.append(f"{rel}:{node.lineno}: {node.value}")
-    assert not unregistered, "declare these in fabric/settings_registry.py REGISTRY:\n" + "\n".join(
+    assert not unregistered, "declare these in fabric/settings/registry.py REGISTRY:\n" + "\n".join(
         unregistered
     )
 
@@ -128,7 +128,7 @@ def test_only_the_registry_reads_the_environment() -> None:
             else:
                 stray.append(f"{rel}:{lineno}: {code}")
     assert not stray, (
-        "read settings through fabric.settings_registry (or allow-list the "
+        "read settings through fabric.settings.registry (or allow-list the "
         "line here, with a reason):\n" + "\n".join(stray)
     )
     assert used == set(ENVIRON_ALLOWED), f"stale allow-list entries: {set(ENVIRON_ALLOWED) - used}"

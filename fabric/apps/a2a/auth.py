@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabric import settings_registry as registry
 from fabric.errors import ConfigError
+from fabric.settings import registry
 
 REALM = "agap"
 MIN_TOKEN_CHARS = 16

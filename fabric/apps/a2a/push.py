@@ -30,7 +30,7 @@ from a2a.types.a2a_pb2 import TaskPushNotificationConfig
 from a2a.utils.proto_utils import to_stream_response
 from a2a.utils.push_url_validator import validate_push_notification_url
 
-from fabric import settings_registry as registry
+from fabric.settings import registry
 
 from .convert import to_dict
 

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fabric import settings_registry as registry
 from fabric.cards import Card, CardSet
 from fabric.errors import FabricError
+from fabric.settings import registry
 from workers.executor import ASK_RULE, QUESTION_PREFIX
 from workers.llm import (
     BadModelResponse,

@@ -30,9 +30,9 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
 from fabric.cards import CardSet
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.errors import ConfigError
+from fabric.settings.resolve import Settings
 
 from . import convert as cv
 from .auth import BearerGate, TokenTable

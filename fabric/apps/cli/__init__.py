@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from fabric.config import apply_config_files
 from fabric.errors import FabricError
+from fabric.settings.resolve import apply_config_files
 
 
 class _FabricGroup(click.Group):

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import click
 
-from fabric import settings_registry as registry
 from fabric.apps.cli import main
 from fabric.errors import ConfigError
+from fabric.settings import registry
 
 
 @main.group("a2a")
@@ -59,7 +59,7 @@ def serve_cmd(
     from fabric.apps.a2a.auth import load_tokens
     from fabric.apps.a2a.server import TlsConfig, make_service, serve
     from fabric.cards import load_cards
-    from fabric.config import Settings
+    from fabric.settings.resolve import Settings
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,

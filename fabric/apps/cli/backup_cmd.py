@@ -18,8 +18,8 @@ def backup_cmd(file: Path) -> None:
     Complements, never replaces, the database dump: see docs/OPERATIONS.md.
     """
     from fabric.apps.deploy.backup import export_board, write_backup
-    from fabric.config import Settings
     from fabric.kanboard.client import KanboardClient
+    from fabric.settings.resolve import Settings
 
     settings = Settings.from_env()
     url, token = settings.require_board()
@@ -44,8 +44,8 @@ def restore_cmd(file: Path, as_json: bool) -> None:
     """
     from fabric.apps.deploy.backup import read_backup, restore
     from fabric.cards import load_cards
-    from fabric.config import Settings
     from fabric.kanboard.client import KanboardClient
+    from fabric.settings.resolve import Settings
 
     doc = read_backup(file)
     settings = Settings.from_env()

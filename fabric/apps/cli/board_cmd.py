@@ -10,13 +10,13 @@ from types import FrameType
 
 import click
 
-from fabric import settings_registry as registry
 from fabric.apps.cli import main
 from fabric.apps.view import BoardView
-from fabric.config import Settings
 from fabric.embedded.flavour import DEFAULT_FLAVOUR, FLAVOURS
 from fabric.embedded.server import EmbeddedBoard
 from fabric.errors import ConfigError
+from fabric.settings import registry
+from fabric.settings.resolve import Settings
 
 DEFAULT_DB = Path("var/board.sqlite3")
 DEFAULT_PORT = 8765

@@ -6,10 +6,10 @@ import json
 
 import click
 
-from fabric import settings_registry as registry
 from fabric.apps.cli import main
-from fabric.config import KNOWN, effective, mask, warn_if_plaintext
 from fabric.errors import InvalidInput
+from fabric.settings import registry
+from fabric.settings.resolve import KNOWN, effective, mask, warn_if_plaintext
 
 
 @main.group("config")

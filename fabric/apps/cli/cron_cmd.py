@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import click
 
-from fabric import settings_registry as registry
 from fabric.apps.cli import main
 from fabric.core import Fabric
 from fabric.errors import InvalidInput
+from fabric.settings import registry
 
 
 @main.command("cron")

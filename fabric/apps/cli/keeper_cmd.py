@@ -28,9 +28,9 @@ def keeper_cmd(once: bool, metrics_port: int | None, metrics_host: str | None, v
     It never assigns or triggers work: stop it and work still flows. SIGTERM exits cleanly.
     """
     # Imported here: other commands must not pay for APScheduler.
-    from fabric.config import Settings
     from fabric.core import Fabric
-    from keeper.config import KeeperConfig
+    from fabric.settings.keeper import KeeperConfig
+    from fabric.settings.resolve import Settings
     from keeper.daemon import Keeper
     from keeper.metrics import MetricsServer
 

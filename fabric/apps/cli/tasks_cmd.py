@@ -16,10 +16,8 @@ from typing import Any
 
 import click
 
-from fabric import settings_registry as registry
 from fabric.apps.cli import main
 from fabric.cards import load_cards
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.errors import InvalidInput
 from fabric.events.wiring import attach_submitter
@@ -29,6 +27,8 @@ from fabric.kanboard.layout import LAYOUT_VERSION, PRIORITY_NAMES, State
 from fabric.kanboard.migrate import migrate
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import Lease
+from fabric.settings import registry
+from fabric.settings.resolve import Settings
 from fabric.submit import seal_key
 
 

@@ -17,15 +17,15 @@ from types import FrameType
 
 import click
 
-from fabric import settings_registry as registry
 from fabric.apps.cli import main
 from fabric.apps.view import BoardView
 from fabric.cards import CardSet, load_cards
-from fabric.config import Settings
 from fabric.embedded.server import EmbeddedBoard
 from fabric.errors import ConfigError
 from fabric.kanboard.bootstrap import init_board, save_layout_cache
 from fabric.kanboard.client import KanboardClient
+from fabric.settings import registry
+from fabric.settings.resolve import Settings
 
 RESTART_DELAY = 5.0
 

@@ -18,14 +18,14 @@ from typing import Any
 import click
 
 from fabric.apps.cli import main
-from fabric.config import Settings
 from fabric.core import Fabric
 from fabric.errors import FabricError, InvalidInput
-from fabric.events.config import EventsConfig
 from fabric.events.subscriber import BoardStatus, WatchOptions, watch
 from fabric.events.transport import open_transport
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.port import BoardUnavailable
+from fabric.settings.events import EventsConfig
+from fabric.settings.resolve import Settings
 
 log = logging.getLogger("agap.watch")
 

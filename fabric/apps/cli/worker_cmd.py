@@ -8,7 +8,7 @@ import click
 
 from fabric.apps.cli import main
 from fabric.cards import load_cards
-from fabric.config import Settings
+from fabric.settings.resolve import Settings
 
 
 @main.command("worker")

@@ -23,12 +23,12 @@ from urllib.parse import urlsplit
 
 import click
 
-from fabric import settings_registry as registry
 from fabric.apps.cli import main
 from fabric.apps.workspace import GiteaForge, RepoRef, Workspace
 from fabric.core import Fabric
 from fabric.errors import ConfigError, InvalidInput
 from fabric.ledger import Lease
+from fabric.settings import registry
 
 PR_EFFECT = "pull_request"
 

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 from fabric.cards import CardSet
-from fabric.config import Settings
 from fabric.errors import FabricError, InvalidInput
 from fabric.kanboard.bootstrap import init_board, load_layout
 from fabric.kanboard.dates import format_input_date
@@ -52,6 +51,7 @@ from fabric.kanboard.layout import (
     record_epoch,
 )
 from fabric.kanboard.port import BoardRefused, Call, RpcPort
+from fabric.settings.resolve import Settings
 from fabric.task import TaskSpec
 
 FORMAT = "agap-fabric-backup"

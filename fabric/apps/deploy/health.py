@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from fabric import settings_registry as registry
+from fabric.settings import registry
 
 
 def check_process(pid: int = 1, proc: Path = Path("/proc")) -> str | None:

@@ -2,7 +2,7 @@
 
 Every duty runs as its own job with its own interval. The variables, their defaults and
 their grammar (durations: ``90``, ``30s``, ``5m``, ``4h``, ``30d``, ``1h30m``) are declared in
-:mod:`fabric.settings_registry`; the defaults below are read from there.
+:mod:`fabric.settings.registry`; the defaults below are read from there.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import time as dtime
 
-from fabric import settings_registry as registry
 from fabric.errors import ConfigError
+from fabric.settings import registry
 
 # Job name -> the environment variable of its interval.
 JOB_INTERVALS: dict[str, str] = {

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
-from fabric import settings_registry as registry
 from fabric.errors import ConfigError
+from fabric.settings import registry
 
 MIN_SECRET = 16
 _PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

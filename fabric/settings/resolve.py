@@ -11,7 +11,7 @@ Files hold ``KEY=VALUE`` lines (``#`` comments, optional ``export``, optional qu
 The CLI applies them to its own environment at start (:func:`apply_config_files`), so
 every part of the fabric, and every process it starts, sees the same settings.
 Secrets come only from the environment or these files, never from the repository.
-Which variables exist, their types and defaults: :mod:`fabric.settings_registry`.
+Which variables exist, their types and defaults: :mod:`fabric.settings.registry`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from fabric import settings_registry as registry
 from fabric.errors import ConfigError
-from fabric.settings_registry import Var
+from fabric.settings import registry
+from fabric.settings.registry import Var
 
 ENV_FILE_VAR = "AGAP_ENV_FILE"
 PROJECT_FILE = ".agap.env"
