@@ -22,9 +22,12 @@ run: install
 test: install lint typecheck
 	$(PY) -m pytest
 
+## ruff (style, imports, complexity) and ruff format, over the code and the tests
 lint: install
 	$(PY) -m ruff check fabric workers keeper tests bench
+	$(PY) -m ruff format --check fabric workers keeper tests bench
 
+## mypy --strict over the code, the tests and the benchmarks (pyproject's [tool.mypy])
 typecheck: install
 	$(PY) -m mypy
 

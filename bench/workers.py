@@ -32,7 +32,8 @@ _PROBE = r"""
 import json, sys, time
 t0 = time.perf_counter()
 mode, url, key = sys.argv[1], sys.argv[2], sys.argv[3]
-from workers.llm import GatewayClient, SdkClient
+from workers.llm import GatewayClient
+from workers.llm_sdk import SdkClient
 if mode == "gateway":
     client = GatewayClient(url, key)
     model = "stub"

@@ -12,9 +12,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from fabric.cards import Card, CardSet, load_cards
+from fabric.cards import CardSet, load_cards
+from fabric.constraints import Constraints
 from fabric.errors import ConfigError
 from fabric.kanboard.bootstrap import cached_layout, forget_layout_cache
 from fabric.kanboard.client import KanboardClient
@@ -23,20 +24,14 @@ from fabric.kanboard.layout import COLUMN_ORDER
 from fabric.kanboard.port import RpcPort
 from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.ledger import Ledger
-from fabric.policy import default_policies
-from fabric.router import Constraints, note_route, route
+from fabric.policy import GateRequest, PolicyContext, SubmitPolicy, default_policies
+from fabric.router import Choice, route
 from fabric.settings.resolve import Settings
 from fabric.submit import Receipt, Submitter, build_spec, seal_key
+from fabric.taint import GATE_ACTOR
 from fabric.task import TaskSpec, parse_priority, parse_when
 
-
-class SubmitPolicy(Protocol):
-    """Checks a validated, routed task before it is created (hygiene, trust, quotas).
-
-    Raises a :class:`~fabric.errors.FabricError` naming the rule and the limit to refuse.
-    """
-
-    def check(self, fabric: Fabric, spec: TaskSpec, card: Card, parent: TaskView | None) -> None: ...
+log = logging.getLogger("agap.submit")
 
 
 # Called after a task is created or found: (receipt, spec). Listeners must not raise.
@@ -98,11 +93,15 @@ class Fabric:
         actor: str | None = None,
         parent: int | None = None,
     ) -> Receipt:
-        """Validate, route and create a task; returns at once with its receipt."""
+        """Validate, route and create a task; returns at once with its receipt.
+
+        A task that may pass only through a taint gate creates the gate task (in a
+        human's inbox) and is refused with :class:`~fabric.policy.TaintGated`.
+        """
         now = self.clock()
         # direct, constraint set or auto; explained (fabric/router.py)
-        choice = route(
-            self, intent=intent, target=target, constraints=constraints, refs=refs, priority=priority
+        choice = self.route(
+            intent=intent, target=target, constraints=constraints, refs=refs, priority=priority
         )
         card, cons = choice.card, choice.recorded()
         parent_view = self.board.read(parent) if parent is not None else None
@@ -121,8 +120,12 @@ class Fabric:
             max_attempts=card.runtime.max_attempts,
             now=now,
         )
-        for policy in self.policies:
-            policy.check(self, spec, card, parent_view)
+        if self.policies:
+            ctx = self.policy_context()
+            for policy in self.policies:
+                gate = policy.check(ctx, spec, card, parent_view)
+                if gate is not None:
+                    raise gate.refusal(self._gate(gate))
         assignee = card.human.username if card.human is not None else None
         try:
             receipt = Submitter(self.board).submit(spec, assignee=assignee)
@@ -131,13 +134,60 @@ class Fabric:
             forget_layout_cache(self.settings)
             self.board.layout = cached_layout(self.port, self.settings, refresh=True)
             receipt = Submitter(self.board).submit(spec, assignee=assignee)
-        note_route(self, receipt, choice)
+        self._note_route(receipt, choice)
         for listener in self.submit_listeners:
             try:
                 listener(receipt, spec)
             except Exception:  # publishing is never on the correctness path
-                logging.getLogger("agap.submit").exception("submit listener failed")
+                log.exception("submit listener failed")
         return receipt
+
+    def route(
+        self,
+        *,
+        intent: str,
+        target: str | None = None,
+        constraints: str | Constraints | None = None,
+        refs: tuple[str, ...] | list[str] = (),
+        priority: str | int = "normal",
+    ) -> Choice:
+        """Where a submit would go, and why (``agap route --explain``); reads the park
+        states for constraint and auto targets, nothing for a direct one."""
+        return route(
+            self.cards,
+            self.board,
+            self.settings.cards_dir,
+            intent=intent,
+            target=target,
+            constraints=constraints,
+            refs=refs,
+            priority=priority,
+            clock=self.clock,
+        )
+
+    def policy_context(self) -> PolicyContext:
+        """What the policies read now: the cards, the policy file and this board."""
+        return PolicyContext(self.cards, self.board, self.settings.cards_dir, self.clock())
+
+    def _gate(self, gate: GateRequest) -> Receipt:
+        """The gate task a human approves before tainted input passes (found if it exists)."""
+        return self.submit(
+            gate.intent,
+            target=gate.human,
+            refs=list(gate.refs),
+            priority="high",
+            key=gate.key,
+            actor=GATE_ACTOR,
+        )
+
+    def _note_route(self, receipt: Receipt, choice: Choice) -> None:
+        """Record why a routed task went where it went, as a comment (never raises)."""
+        if choice.mode == "direct" or not receipt.created:
+            return
+        try:
+            self.board.comment(receipt.task_id, "Routed — " + choice.why())
+        except Exception:  # the spec already records the constraint set; this is for humans
+            logging.getLogger("agap.route").warning("could not record the route of task #%s", receipt.task_id)
 
     # -- inspect --------------------------------------------------------------------
 
@@ -151,20 +201,20 @@ class Fabric:
         rows, self.parks = self.board.search_with_parks(query)
         by_col = {v: k for k, v in self.board.layout.columns.items()}
         now = self.clock()
-        out = []
+        out: list[dict[str, Any]] = []
         for r in rows:
-            col = by_col.get(int(r["column_id"]))
+            col = by_col.get(r.column_id)
             out.append(
                 {
-                    "id": int(r["id"]),
-                    "title": r["title"],
-                    "queue": self.board.layout.queue_of(int(r["swimlane_id"])) or r.get("swimlane_name"),
-                    "column": col.value if col else r.get("column_name"),
-                    "priority": int(r.get("priority") or 0),
-                    "assignee": r.get("assignee_username"),
-                    "age_seconds": max(0, int(now - int(r.get("date_creation") or now))),
-                    "moved_seconds_ago": max(0, int(now - int(r.get("date_moved") or now))),
-                    "open": bool(r.get("is_active", 1)),
+                    "id": r.id,
+                    "title": r.title,
+                    "queue": self.board.layout.queue_of(r.swimlane_id) or r.swimlane_name,
+                    "column": col.value if col else r.column_name,
+                    "priority": r.priority,
+                    "assignee": r.assignee,
+                    "age_seconds": max(0, int(now - (r.created_at or now))),
+                    "moved_seconds_ago": max(0, int(now - (r.moved_at or now))),
+                    "open": r.is_open,
                 }
             )
         order = {c.value: i for i, c in enumerate(COLUMN_ORDER)}

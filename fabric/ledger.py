@@ -30,6 +30,7 @@ from fabric.kanboard.layout import (
     record_key,
 )
 from fabric.kanboard.port import BoardError
+from fabric.kanboard.rows import BoardTask
 from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.task import Record, TaskSpec
 
@@ -403,7 +404,7 @@ class Ledger:
         )
         return TaskView(
             id=lease.task_id,
-            row={},
+            task=BoardTask(id=lease.task_id),
             uid=lease.uid,
             spec=lease.spec,
             records={lease.epoch: record},

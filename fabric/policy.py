@@ -14,40 +14,32 @@ Every refusal is a :class:`PolicyRefused` naming its ``code``, the ``rule`` and 
   produced it (or to a human); anything else creates a gate task in a human's inbox and
   proceeds only once the gate is approved and cited as a ref.
 
-Configuration: ``cards/_policy.yaml`` (optional; every key has a default).
+Configuration: ``cards/_policy.yaml`` (optional; every key has a default), read by
+:mod:`fabric.policy_file`. :mod:`fabric.taint` finds the refs that point at tainted output.
+
+Policies decide and never write: they read a :class:`PolicyContext` (the cards, the
+policy file, a read-only board). A taint gate is a :class:`GateRequest` the submitter
+creates (:meth:`fabric.core.Fabric.submit`); a dead letter's decision task is an
+:class:`Escalation` the keeper submits (:mod:`keeper.policy`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import lru_cache
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from fabric.cards import Card, CardSet, parse_duration, trust_rank
+from fabric.cards import Card, CardSet, trust_rank
 from fabric.errors import ConfigError, FabricError, InvalidInput
-from fabric.kanboard.layout import State, is_uid, receipt_reference
-from fabric.kanboard.port import Call
+from fabric.kanboard.layout import State, receipt_reference
+from fabric.kanboard.reader import ReadOnlyBoard
+from fabric.kanboard.views import TaskView
+from fabric.policy_file import PolicyConfig, check_domain, policy_config
+from fabric.submit import Receipt, parse_description
+from fabric.taint import GATE_ACTOR, find_by_uid, gate_key, ungated_taint
 from fabric.task import TaskSpec
-
-if TYPE_CHECKING:
-    from fabric.core import Fabric
-    from fabric.kanboard.taskboard import TaskView
-    from fabric.submit import Receipt
-
-POLICY_FILE = "_policy.yaml"
-GATE_ACTOR = "fabric-policy"
-SHARED = "shared"
-_DOMAIN = re.compile(r"^(?:private:[a-z][a-z0-9_.-]{0,38}|[a-z][a-z0-9-]{0,38})$")
-_TASK_REF = re.compile(r"^(?:kanboard://task/|task:)#?(\d+)(?:/.*)?$")
-
 
 # ---------------------------------------------------------------------------------------
 # Errors
@@ -109,132 +101,7 @@ class TaintGated(PolicyRefused):
 
 
 # ---------------------------------------------------------------------------------------
-# Configuration
-
-
-class _Quota(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    limit: int = Field(ge=0)
-    window: str = "1h"
-
-    @field_validator("window")
-    @classmethod
-    def _window(cls, v: str) -> str:
-        try:
-            parse_duration(v)
-        except FabricError as exc:
-            raise ValueError(exc.what) from None
-        return v
-
-
-class _QuotaFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    default: _Quota = _Quota(limit=60, window="1h")
-    agents: dict[str, _Quota] = Field(default_factory=dict)
-
-
-class _PolicyFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    quota: _QuotaFile = _QuotaFile()
-    max_depth: int = Field(default=8, ge=0)
-    gate_to: str | None = None
-    default_domain: str = SHARED
-    domains: dict[str, str] = Field(default_factory=dict)
-    tainted: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("default_domain")
-    @classmethod
-    def _default(cls, v: str) -> str:
-        return _check_domain(v)
-
-    @field_validator("domains")
-    @classmethod
-    def _domains(cls, v: dict[str, str]) -> dict[str, str]:
-        for d in v.values():
-            _check_domain(d)
-        return v
-
-
-def _check_domain(value: str) -> str:
-    if not _DOMAIN.match(value) or value == "private":
-        raise ValueError(f"{value!r} is not a privacy domain (write 'shared' or 'private:<human>')")
-    return value
-
-
-@dataclass(frozen=True)
-class Quota:
-    limit: int
-    window: float  # seconds
-    text: str  # as written, e.g. "60 per 1h"
-
-
-@dataclass(frozen=True)
-class PolicyConfig:
-    """The policy's limits and ref annotations (``cards/_policy.yaml``)."""
-
-    quota: Quota = Quota(60, 3600.0, "60 per 1h")
-    quota_agents: Mapping[str, Quota] = field(default_factory=dict)
-    max_depth: int = 8
-    gate_to: str | None = None
-    default_domain: str = SHARED
-    domains: tuple[tuple[str, str], ...] = ()  # (ref prefix, domain), longest prefix first
-    tainted: tuple[tuple[str, str], ...] = ()  # (ref prefix, producing agent)
-    source: str = "built-in"
-
-    def quota_for(self, agent: str) -> Quota:
-        return self.quota_agents.get(agent, self.quota)
-
-
-def _quota(q: _Quota) -> Quota:
-    return Quota(q.limit, parse_duration(q.window), f"{q.limit} per {q.window}")
-
-
-def load_policy_config(path: str | Path) -> PolicyConfig:
-    """Read a policy file; a missing file gives the defaults."""
-    p = Path(path)
-    try:
-        mtime = p.stat().st_mtime_ns
-    except FileNotFoundError:
-        return PolicyConfig()
-    return _load(str(p), mtime)
-
-
-@lru_cache(maxsize=8)
-def _load(path: str, _mtime: int) -> PolicyConfig:
-    try:
-        data = _PolicyFile.model_validate(yaml.safe_load(Path(path).read_text()) or {})
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {str(exc).splitlines()[0]}", where=path) from None
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        raise ConfigError(f"{loc}: {first['msg'].removeprefix('Value error, ')}", where=path) from None
-
-    def by_length(m: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-        return tuple(sorted(m.items(), key=lambda kv: (-len(kv[0]), kv[0])))
-
-    return PolicyConfig(
-        _quota(data.quota.default),
-        {k: _quota(v) for k, v in data.quota.agents.items()},
-        data.max_depth,
-        data.gate_to,
-        data.default_domain,
-        by_length(data.domains),
-        by_length(data.tainted),
-        path,
-    )
-
-
-def policy_config(cards_dir: str | Path) -> PolicyConfig:
-    """The policy configuration next to the cards."""
-    return load_policy_config(Path(cards_dir) / POLICY_FILE)
-
-
-# ---------------------------------------------------------------------------------------
-# Refs: privacy domains and the tasks they point at
+# Refs: privacy domains
 
 
 def ref_domain(ref: str, cfg: PolicyConfig | None = None) -> str:
@@ -249,7 +116,7 @@ def ref_domain(ref: str, cfg: PolicyConfig | None = None) -> str:
         for k, v in parse_qsl(frag, keep_blank_values=True):
             if k == "domain":
                 try:
-                    return _check_domain(unquote(v))
+                    return check_domain(unquote(v))
                 except ValueError as exc:
                     raise PrivacyViolation(
                         "privacy.annotation", str(exc), limit="shared or private:<human>", where=ref
@@ -258,42 +125,6 @@ def ref_domain(ref: str, cfg: PolicyConfig | None = None) -> str:
         if ref.startswith(prefix):
             return domain
     return cfg.default_domain
-
-
-def task_of_ref(ref: str) -> tuple[str, int | str] | None:
-    """("id", n) for a task ref, ("uid", u) for a file under a task's uid, else None."""
-    m = _TASK_REF.match(ref)
-    if m:
-        return "id", int(m.group(1))
-    if ref.startswith("file:"):
-        for part in reversed(unquote(urlsplit(ref).path).split("/")):
-            if is_uid(part):
-                return "uid", part
-    return None
-
-
-def find_by_uid(fabric: Fabric, uids: Iterable[str]) -> dict[str, tuple[int, TaskSpec, str | None]]:
-    """uid -> (task id, spec, assignee), from task descriptions (one round trip).
-
-    A task's description embeds its spec and uid; descendants mention the uid too, so the
-    hits are filtered on the embedded uid.
-    """
-    from fabric.submit import parse_description
-
-    wanted = sorted(set(uids))
-    if not wanted:
-        return {}
-    project = fabric.board.layout.project_id
-    out = fabric.port.batch(
-        [Call("searchTasks", {"project_id": project, "query": f"desc:{u}"}) for u in wanted]
-    )
-    found: dict[str, tuple[int, TaskSpec, str | None]] = {}
-    for o in out:
-        for row in o.unwrap() or []:
-            parsed = parse_description(str(row.get("description", "")), fabric.board.seal_key)
-            if parsed and parsed[0] in wanted:
-                found[parsed[0]] = (int(row["id"]), parsed[1], parsed[2])
-    return found
 
 
 def human_of(cards: CardSet, name: str) -> Card | None:
@@ -312,8 +143,83 @@ def recall_scope(cards: CardSet, human: str) -> frozenset[str]:
     return frozenset({own} | {d for c in cards for d in c.privacy_domains if not d.startswith("private:")})
 
 
+def gate_human(cards: CardSet, cards_dir: str | Path, spec: TaskSpec) -> str:
+    """Whose inbox a gate or decision goes to: the submitting human, else ``gate_to``
+    (in the policy file next to the cards), else the first human card."""
+    h = human_of(cards, spec.actor)
+    if h is not None:
+        return h.id
+    cfg = policy_config(cards_dir)
+    if cfg.gate_to and human_of(cards, cfg.gate_to) is not None:
+        return cfg.gate_to
+    humans = sorted(c.id for c in cards.humans())
+    if not humans:
+        raise ConfigError("no human card to send a gate to", where="cards/", hint="add a kind: human card")
+    return humans[0]
+
+
 def _norm(intent: str) -> str:
     return " ".join(intent.split()).casefold()
+
+
+# ---------------------------------------------------------------------------------------
+# What the policies read, and what they may ask for
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What the policies read: the cards, the policy file next to them, a read-only board
+    and the time of the submit. Nothing in it writes."""
+
+    cards: CardSet
+    board: ReadOnlyBoard
+    cards_dir: str | Path
+    now: float
+
+    @property
+    def config(self) -> PolicyConfig:
+        """The policy configuration (``cards/_policy.yaml``; read again when it changes)."""
+        return policy_config(self.cards_dir)
+
+
+@dataclass(frozen=True)
+class GateRequest:
+    """Tainted input headed for another agent: the gate task a human must approve first.
+
+    The submitter creates it (``intent`` for ``human``, citing ``refs``, priority high,
+    under the action id ``key`` as :data:`~fabric.taint.GATE_ACTOR`), then refuses the submit with
+    :meth:`refusal`.
+    """
+
+    human: str
+    key: str
+    intent: str
+    refs: tuple[str, ...]
+    target: str
+    producers: str
+
+    def refusal(self, gate: Receipt) -> TaintGated:
+        """The refusal of the submit that asked for the gate, naming the gate task."""
+        return TaintGated(
+            "taint.promotion",
+            f"{', '.join(self.refs)} is output of untrusted work by "
+            f"{self.producers}; it may reach {self.target} only through an approved gate",
+            limit="tainted output stays in its producer's own context",
+            gate=gate,
+            human=self.human,
+        )
+
+
+class SubmitPolicy(Protocol):
+    """Checks a validated, routed task before it is created (hygiene, trust, quotas).
+
+    Raises a :class:`~fabric.errors.FabricError` naming the rule and the limit to refuse;
+    returns a :class:`GateRequest` when the task may pass only through a gate, else None.
+    """
+
+    def check(
+        self, ctx: PolicyContext, spec: TaskSpec, card: Card, parent: TaskView | None
+    ) -> GateRequest | None: ...
 
 
 # ---------------------------------------------------------------------------------------
@@ -328,21 +234,23 @@ class CreationQuota:
     already exists is never refused. Two racing submits at ``limit - 1`` may both pass.
     """
 
-    def check(self, fabric: Fabric, spec: TaskSpec, card: Card, parent: TaskView | None) -> None:
+    def check(
+        self, ctx: PolicyContext, spec: TaskSpec, card: Card, parent: TaskView | None
+    ) -> GateRequest | None:
         actor = spec.actor
-        if actor not in fabric.cards or fabric.cards.get(actor).is_human:
-            return
-        quota = policy_config(fabric.settings.cards_dir).quota_for(actor)
-        since = fabric.clock() - quota.window
-        rows = fabric.board.search(f'desc:"submitted by `{actor}` at"')
-        used = sum(1 for r in rows if int(r.get("date_creation") or 0) >= since)
+        if actor not in ctx.cards or ctx.cards.get(actor).is_human:
+            return None
+        quota = ctx.config.quota_for(actor)
+        since = ctx.now - quota.window
+        rows = ctx.board.search(f'desc:"submitted by `{actor}` at"')
+        used = sum(1 for r in rows if r.created_at >= since)
         if used < quota.limit:
-            return
+            return None
         if (
             spec.action_id
-            and fabric.board.find_by_reference(receipt_reference(actor, spec.action_id)) is not None
+            and ctx.board.find_by_reference(receipt_reference(actor, spec.action_id)) is not None
         ):
-            return  # a replay: submit returns the existing task
+            return None  # a replay: submit returns the existing task
         raise QuotaExceeded(
             "creation-quota",
             f"agent {actor!r} created {used} tasks in the last {quota.text.split(' per ')[1]}",
@@ -355,8 +263,10 @@ class CreationQuota:
 class DepthCap:
     """A provenance chain may be at most ``max_depth`` tasks deep (a root task is depth 0)."""
 
-    def check(self, fabric: Fabric, spec: TaskSpec, card: Card, parent: TaskView | None) -> None:
-        cap = policy_config(fabric.settings.cards_dir).max_depth
+    def check(
+        self, ctx: PolicyContext, spec: TaskSpec, card: Card, parent: TaskView | None
+    ) -> GateRequest | None:
+        cap = ctx.config.max_depth
         depth = len(spec.ancestry)
         if depth > cap:
             raise DepthExceeded(
@@ -366,6 +276,7 @@ class DepthCap:
                 where="--parent",
                 hint="agents submitting tasks that submit tasks look like a loop",
             )
+        return None
 
 
 class Lineage:
@@ -374,8 +285,10 @@ class Lineage:
     Reads the ancestors' specs (one search, only for tasks with a grandparent).
     """
 
-    def check(self, fabric: Fabric, spec: TaskSpec, card: Card, parent: TaskView | None) -> None:
-        ancestors = self.ancestors(fabric, spec, parent)
+    def check(
+        self, ctx: PolicyContext, spec: TaskSpec, card: Card, parent: TaskView | None
+    ) -> GateRequest | None:
+        ancestors = self.ancestors(ctx.board, spec, parent)
         for uid, (tid, a) in ancestors.items():
             if a.target == spec.target and _norm(a.intent) == _norm(spec.intent):
                 raise CycleDetected(
@@ -385,14 +298,14 @@ class Lineage:
                     limit="no target+intent twice in one chain",
                     hint="a task that re-submits itself is a loop; change the intent or the target",
                 )
-        cfg = policy_config(fabric.settings.cards_dir)
+        cfg = ctx.config
         humans = {
             h.id
-            for h in (human_of(fabric.cards, a.actor) for a in [*(x for _, x in ancestors.values()), spec])
+            for h in (human_of(ctx.cards, a.actor) for a in [*(x for _, x in ancestors.values()), spec])
             if h
         }
         for h in sorted(humans):
-            scope = recall_scope(fabric.cards, h)
+            scope = recall_scope(ctx.cards, h)
             for ref in spec.refs:
                 d = ref_domain(ref, cfg)
                 if d.startswith("private:") and d not in scope:
@@ -403,10 +316,11 @@ class Lineage:
                         where="--ref",
                         hint="content from one human's conversations never reaches another",
                     )
+        return None
 
     @staticmethod
     def ancestors(
-        fabric: Fabric, spec: TaskSpec, parent: TaskView | None
+        board: ReadOnlyBoard, spec: TaskSpec, parent: TaskView | None
     ) -> dict[str, tuple[int | None, TaskSpec]]:
         if parent is None or parent.spec is None or parent.uid is None:
             return {}
@@ -414,13 +328,11 @@ class Lineage:
         rest = [u for u in spec.ancestry if u != parent.uid]
         if rest:
             # Every descendant of the root mentions the root's uid: one search finds them all.
-            rows = fabric.board.search(f"desc:{spec.ancestry[0]}")
-            from fabric.submit import parse_description
-
+            rows = board.search(f"desc:{spec.ancestry[0]}")
             for row in rows:
-                parsed = parse_description(str(row.get("description", "")), fabric.board.seal_key)
+                parsed = parse_description(row.description, board.seal_key)
                 if parsed and parsed[0] in rest:
-                    out[parsed[0]] = (int(row["id"]), parsed[1])
+                    out[parsed[0]] = (row.id, parsed[1])
         return out
 
 
@@ -428,11 +340,15 @@ class PrivacyDomains:
     """The target must be allowed to see every domain the refs point into; sandboxed and
     untrusted agents never see a private domain."""
 
-    def check(self, fabric: Fabric, spec: TaskSpec, card: Card, parent: TaskView | None) -> None:
-        check_domains(card, spec.refs, policy_config(fabric.settings.cards_dir))
+    def check(
+        self, ctx: PolicyContext, spec: TaskSpec, card: Card, parent: TaskView | None
+    ) -> GateRequest | None:
+        check_domains(card, spec.refs, ctx.config)
+        return None
 
 
 def check_domains(card: Card, refs: Sequence[str], cfg: PolicyConfig) -> None:
+    """Refuse a ref in a domain ``card`` may not see (a private one for a sandboxed card)."""
     for ref in refs:
         d = ref_domain(ref, cfg)
         if d.startswith("private:") and trust_rank(card.trust) <= trust_rank("sandboxed"):
@@ -452,61 +368,6 @@ def check_domains(card: Card, refs: Sequence[str], cfg: PolicyConfig) -> None:
             )
 
 
-@dataclass(frozen=True)
-class TaintedRef:
-    ref: str
-    producer: str
-    task_id: int | None = None
-
-
-def is_tainted(fabric: Fabric, spec: TaskSpec) -> bool:
-    """Whether a task's output is tainted: it ran on an untrusted agent."""
-    if spec.constraints.get("taint"):
-        return True
-    return spec.target in fabric.cards and fabric.cards.get(spec.target).trust == "untrusted"
-
-
-def tainted_refs(
-    fabric: Fabric, refs: Sequence[str], views: dict[int, TaskView] | None = None
-) -> list[TaintedRef]:
-    """The refs that point at tainted output (at most two round trips, none without task refs)."""
-    cfg = policy_config(fabric.settings.cards_dir)
-    out: list[TaintedRef] = []
-    ids: dict[str, int] = {}
-    uids: dict[str, str] = {}
-    for ref in refs:
-        hit = next((p for pre, p in cfg.tainted if ref.startswith(pre)), None)
-        if hit is not None:
-            out.append(TaintedRef(ref, hit))
-            continue
-        t = task_of_ref(ref)
-        if t is not None and t[0] == "id":
-            ids[ref] = int(t[1])
-        elif t is not None:
-            uids[ref] = str(t[1])
-    if ids:
-        read = fabric.board.read_many(sorted(set(ids.values())))
-        if views is not None:
-            views.update(read)
-        for ref, tid in ids.items():
-            v = read.get(tid)
-            if v is not None and v.spec is not None and is_tainted(fabric, v.spec):
-                out.append(TaintedRef(ref, v.spec.target, tid))
-    if uids:
-        found = find_by_uid(fabric, uids.values())
-        for ref, uid in uids.items():
-            if uid in found and is_tainted(fabric, found[uid][1]):
-                out.append(TaintedRef(ref, found[uid][1].target, found[uid][0]))
-    return out
-
-
-def gate_key(target: str, tainted: Sequence[TaintedRef], intent: str = "") -> str:
-    """The action id of the gate for promoting ``tainted`` into ``target``."""
-    refs = hashlib.sha256("\n".join(sorted(t.ref for t in tainted)).encode()).hexdigest()[:16]
-    prefix = f"taint-gate/{target}/{refs}/"
-    return prefix + hashlib.sha256(intent.encode()).hexdigest()[:12] if intent else prefix
-
-
 class TaintGate:
     """Tainted output may go back only to the agent that produced it, or to a human.
 
@@ -516,11 +377,13 @@ class TaintGate:
     cites the gate task as a ref.
     """
 
-    def check(self, fabric: Fabric, spec: TaskSpec, card: Card, parent: TaskView | None) -> None:
-        tainted = ungated_taint(fabric, spec, card)
+    def check(
+        self, ctx: PolicyContext, spec: TaskSpec, card: Card, parent: TaskView | None
+    ) -> GateRequest | None:
+        tainted = ungated_taint(ctx.cards, ctx.board, ctx.config, spec, card)
         if not tainted:
-            return
-        human = gate_human(fabric, spec)
+            return None
+        human = gate_human(ctx.cards, ctx.cards_dir, spec)
         producers = ", ".join(sorted({t.producer for t in tainted}))
         refs = sorted(t.ref for t in tainted)
         intent = (
@@ -530,68 +393,17 @@ class TaintGate:
             "Approve: move this card to Done. Refuse: close it. After approval the "
             f"request passes when it cites this gate task as a ref."
         )
-        gate = fabric.submit(
-            intent,
-            target=human,
-            refs=refs,
-            priority="high",
-            key=gate_key(card.id, tainted, spec.canonical()),
-            actor=GATE_ACTOR,
-        )
-        raise TaintGated(
-            "taint.promotion",
-            f"{', '.join(refs)} is output of untrusted work by "
-            f"{producers}; it may reach {card.id} only through an approved gate",
-            limit="tainted output stays in its producer's own context",
-            gate=gate,
-            human=human,
+        return GateRequest(
+            human, gate_key(card.id, tainted, spec.canonical()), intent, tuple(refs), card.id, producers
         )
 
 
-def ungated_taint(fabric: Fabric, spec: TaskSpec, card: Card) -> list[TaintedRef]:
-    """The tainted refs of ``spec`` that may not reach ``card``: not its own output, not
-    for a human, and not covered by an approved gate cited among the refs."""
-    if card.is_human:
-        return []
-    views: dict[int, TaskView] = {}
-    tainted = [t for t in tainted_refs(fabric, spec.refs, views) if t.producer != card.id]
-    if not tainted:
-        return []
-    prefix = gate_key(card.id, tainted)
-    for v in views.values():
-        s, cur = v.spec, v.current
-        if (
-            s is not None
-            and cur is not None
-            and s.actor == GATE_ACTOR
-            and (s.action_id or "").startswith(prefix)
-            and cur.state in (State.DONE, State.CLOSED)
-        ):
-            return []  # an approved gate covers exactly these refs into this target
-    return tainted
-
-
-def gate_human(fabric: Fabric, spec: TaskSpec) -> str:
-    """Whose inbox a gate or decision goes to: the submitting human, else ``gate_to``,
-    else the first human card."""
-    h = human_of(fabric.cards, spec.actor)
-    if h is not None:
-        return h.id
-    cfg = policy_config(fabric.settings.cards_dir)
-    if cfg.gate_to and human_of(fabric.cards, cfg.gate_to) is not None:
-        return cfg.gate_to
-    humans = sorted(c.id for c in fabric.cards.humans())
-    if not humans:
-        raise ConfigError("no human card to send a gate to", where="cards/", hint="add a kind: human card")
-    return humans[0]
-
-
-def default_policies() -> list[Any]:
+def default_policies() -> list[SubmitPolicy]:
     """The policies every :class:`~fabric.core.Fabric` applies, cheapest first."""
     return [DepthCap(), CreationQuota(), Lineage(), PrivacyDomains(), TaintGate()]
 
 
-def vet_unrecorded(fabric: Fabric, view: TaskView, spec: TaskSpec) -> None:
+def vet_unrecorded(ctx: PolicyContext, view: TaskView, spec: TaskSpec) -> None:
     """Routing and policy, re-applied before a task is rebuilt from its sealed block.
 
     The target's card must still drain the spec's queue, and the card must sit in that
@@ -599,9 +411,9 @@ def vet_unrecorded(fabric: Fabric, view: TaskView, spec: TaskSpec) -> None:
     already, so counting it would refuse its own repair); tainted input is refused rather
     than gated, since a repair never creates tasks.
     """
-    card = fabric.cards.get(spec.target)
-    lane = fabric.board.layout.swimlanes.get(spec.queue)
-    if card.queue_name != spec.queue or int(view.row.get("swimlane_id") or 0) != lane:
+    card = ctx.cards.get(spec.target)
+    lane = ctx.board.layout.swimlanes.get(spec.queue)
+    if card.queue_name != spec.queue or view.task.swimlane_id != lane:
         raise InvalidInput(
             f"its spec names queue {spec.queue!r}, which is not where it is or not its target's",
             where=f"task #{view.id}",
@@ -609,12 +421,12 @@ def vet_unrecorded(fabric: Fabric, view: TaskView, spec: TaskSpec) -> None:
         )
     parent = None
     if spec.parent:
-        found = find_by_uid(fabric, [spec.parent])
+        found = find_by_uid(ctx.board, [spec.parent])
         if spec.parent in found:
-            parent = fabric.board.read(found[spec.parent][0])
+            parent = ctx.board.read(found[spec.parent][0])
     for policy in (DepthCap(), Lineage(), PrivacyDomains()):
-        policy.check(fabric, spec, card, parent)
-    tainted = ungated_taint(fabric, spec, card)
+        policy.check(ctx, spec, card, parent)
+    tainted = ungated_taint(ctx.cards, ctx.board, ctx.config, spec, card)
     if tainted:
         raise TaintRefused(
             "taint.repair",
@@ -655,12 +467,12 @@ def check_claim(card: Card, spec: TaskSpec, cfg: PolicyConfig | None = None) -> 
         )
 
 
-def check_claim_on_board(fabric: Fabric, card: Card, spec: TaskSpec) -> None:
+def check_claim_on_board(ctx: PolicyContext, card: Card, spec: TaskSpec) -> None:
     """:func:`check_claim`, plus the taint rule (reads the referenced tasks: at most two
     round trips, none when the refs name no task). Never creates a gate: a task that
     carries ungated tainted refs to another agent was not submitted through the policy."""
-    check_claim(card, spec, policy_config(fabric.settings.cards_dir))
-    tainted = ungated_taint(fabric, spec, card)
+    check_claim(card, spec, ctx.config)
+    tainted = ungated_taint(ctx.cards, ctx.board, ctx.config, spec, card)
     if tainted:
         raise TaintRefused(
             "taint.claim",
@@ -675,7 +487,21 @@ def check_claim_on_board(fabric: Fabric, card: Card, spec: TaskSpec) -> None:
 # Escalation: always ask
 
 
-def escalate_dead_letter(fabric: Fabric, view: TaskView, *, actor: str = "keeper") -> Receipt | None:
+@dataclass(frozen=True)
+class Escalation:
+    """A dead letter's decision task: ``intent`` for ``human``, citing the dead task
+    (``ref``), submitted by ``actor`` under the action id ``key`` (one per dead epoch)."""
+
+    human: str
+    intent: str
+    ref: str
+    key: str
+    actor: str
+
+
+def plan_escalation(
+    cards: CardSet, cards_dir: str | Path, view: TaskView, *, actor: str = "keeper"
+) -> Escalation | None:
     """A dead-lettered task becomes a decision task for the responsible human.
 
     Never a silent retry on a bigger model: the human decides (retry as is, re-submit with
@@ -687,18 +513,18 @@ def escalate_dead_letter(fabric: Fabric, view: TaskView, *, actor: str = "keeper
         return None
     if spec.actor in (actor, GATE_ACTOR) or (spec.action_id or "").startswith("escalate/"):
         return None
-    if human_of(fabric.cards, spec.target) is not None:
+    if human_of(cards, spec.target) is not None:
         return None
     human = None
     for key in ("escalate_to", "human"):
         value = spec.constraints.get(key)
-        if isinstance(value, str) and human_of(fabric.cards, value) is not None:
+        if isinstance(value, str) and human_of(cards, value) is not None:
             human = value
             break
-    human = human or gate_human(fabric, spec)
-    card = fabric.cards.get(spec.target) if spec.target in fabric.cards else None
+    human = human or gate_human(cards, cards_dir, spec)
+    card = cards.get(spec.target) if spec.target in cards else None
     on = f"{spec.target} (tier {card.tier})" if card and card.tier else spec.target
-    title = str(view.row.get("title") or spec.title())
+    title = view.task.title or spec.title()
     intent = (
         f"Decide: task #{view.id} died on {spec.target}\n\n"
         f'#{view.id} "{title}" dead-lettered on {on}: {cur.reason or "no reason given"}.\n'
@@ -707,14 +533,7 @@ def escalate_dead_letter(fabric: Fabric, view: TaskView, *, actor: str = "keeper
         f"constraints (e.g. a bigger tier); or close #{view.id} to drop it. "
         "Close this decision task when you have decided."
     )
-    return fabric.submit(
-        intent,
-        target=human,
-        refs=[f"task:{view.id}"],
-        priority="high",
-        key=f"escalate/{view.uid}/e{view.epoch}",
-        actor=actor,
-    )
+    return Escalation(human, intent, f"task:{view.id}", f"escalate/{view.uid}/e{view.epoch}", actor)
 
 
 def explain_refusal(exc: PolicyRefused) -> dict[str, Any]:
@@ -727,18 +546,20 @@ def explain_refusal(exc: PolicyRefused) -> dict[str, Any]:
 
 
 __all__ = [
-    "GATE_ACTOR",
     "ClaimRefused",
     "CreationQuota",
     "CycleDetected",
     "DepthCap",
     "DepthExceeded",
+    "Escalation",
+    "GateRequest",
     "Lineage",
-    "PolicyConfig",
+    "PolicyContext",
     "PolicyRefused",
     "PrivacyDomains",
     "PrivacyViolation",
     "QuotaExceeded",
+    "SubmitPolicy",
     "TaintGate",
     "TaintGated",
     "TaintRefused",
@@ -746,13 +567,8 @@ __all__ = [
     "check_claim",
     "check_claim_on_board",
     "default_policies",
-    "escalate_dead_letter",
-    "find_by_uid",
-    "is_tainted",
-    "load_policy_config",
-    "policy_config",
+    "gate_human",
+    "plan_escalation",
     "recall_scope",
     "ref_domain",
-    "tainted_refs",
-    "task_of_ref",
 ]

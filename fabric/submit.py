@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from pydantic import ValidationError
+
 from fabric.errors import FabricError, InvalidInput
 from fabric.kanboard.layout import PRIORITY_NAMES, State, receipt_lock, receipt_reference, uid_reference
 from fabric.kanboard.taskboard import TaskBoard, TaskView
@@ -194,7 +196,7 @@ def repair_unrecorded(board: TaskBoard, view: TaskView, *, vet: Vet | None = Non
     """
     if view.current is not None or view.uid is not None:
         return None  # it has records: nothing to repair, and nothing to overwrite
-    parsed = parse_description(str(view.row.get("description", "")), board.seal_key)
+    parsed = parse_description(view.task.description, board.seal_key)
     if parsed is None:
         return None
     uid, spec, assignee = parsed
@@ -241,8 +243,8 @@ class Submitter:
         deadline = time.monotonic() + self.settle_seconds
         while True:
             row = self.board.find_by_reference(reference)
-            if row is not None and int(row["id"]) != exclude:
-                view = self.board.read(int(row["id"]))
+            if row is not None and row.id != exclude:
+                view = self.board.read(row.id)
                 if view.current is None and time.monotonic() >= deadline:
                     view = repair_unrecorded(self.board, view) or view
                 if view.spec is not None and view.uid is not None:
@@ -271,8 +273,6 @@ def build_spec(
     now: float,
 ) -> TaskSpec:
     """Validate the pieces of a task into a :class:`TaskSpec` (raises InvalidInput)."""
-    from pydantic import ValidationError
-
     if action_id is not None and not action_id.strip():
         raise InvalidInput("the action id is empty", where="--key")
     ancestry: tuple[str, ...] = ()

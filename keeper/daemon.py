@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor  # type: ignore[import-untyped]
@@ -25,11 +25,12 @@ from apscheduler.schedulers.background import BackgroundScheduler  # type: ignor
 from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 from apscheduler.triggers.interval import IntervalTrigger  # type: ignore[import-untyped]
 
+from fabric.constraints import is_routed
 from fabric.core import Fabric
 from fabric.errors import ConfigError
 from fabric.kanboard.port import BoardError
 from fabric.settings.keeper import JOBS, KeeperConfig
-from keeper import duties, gc, gestures, snapshot, sweeps
+from keeper import duties, gc, gestures, policy, snapshot, sweeps
 from keeper.metrics import Metrics
 from keeper.notify import Notifier
 
@@ -93,7 +94,7 @@ class Keeper:
             snap.views,
             snap.dead_rows,
             snap.parks,
-            lambda r: fab.board.layout.queue_of(int(r.get("swimlane_id") or 0)),
+            lambda r: fab.board.layout.queue_of(r.swimlane_id),
             fab.clock(),
         )
         m.observe_schedules(snap.project_meta, fab.clock())
@@ -131,9 +132,6 @@ class Keeper:
         Escalation is always-ask: a task that died on its tier becomes a decision task in
         a person's inbox, never a silent retry on a bigger model.
         """
-        from fabric.policy import escalate_dead_letter
-        from fabric.router import is_routed, reroute_parked
-
         fab = self.fab()
         snap = snapshot.take(fab)
         report = duties.DutyReport()
@@ -141,13 +139,13 @@ class Keeper:
             mark = (view.id, view.epoch)
             if mark in self._escalated:
                 continue
-            receipt = escalate_dead_letter(fab, view)
+            receipt = policy.escalate_dead_letter(fab, view)
             self._escalated.add(mark)
             if receipt is not None:
                 report.escalated[view.id] = receipt.task_id
         for view in snap.views:
             if view.spec is not None and is_routed(view.spec.constraints):
-                receipt = reroute_parked(fab, view, parks=snap.parks)
+                receipt = policy.reroute_parked(fab, view, parks=snap.parks)
                 if receipt is not None:
                     report.requeued.append(view.id)
         return report
@@ -284,6 +282,4 @@ class Keeper:
 
 
 def _now_dt() -> Any:
-    from datetime import datetime
-
     return datetime.now(UTC)

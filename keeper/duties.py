@@ -17,17 +17,17 @@ from datetime import UTC, date, datetime
 from functools import partial
 from zoneinfo import ZoneInfo
 
+from fabric.availability import Availability, ParkTracker, Verdict, reason_key
 from fabric.cards import Card
 from fabric.core import Fabric
 from fabric.kanboard.layout import META_COST, META_ESCALATED, META_NOTIFIED, META_REMINDED, Column, State
-from fabric.kanboard.port import Call
 from fabric.kanboard.taskboard import TaskView
 from fabric.settings.keeper import KeeperConfig
 from fabric.submit import Receipt
+from keeper import snapshot
 from keeper.notify import Notifier, find_human
 from keeper.snapshot import Snapshot
 from keeper.sweeps import SweepReport, guarded, usable
-from workers.availability import ParkTracker, Verdict, reason_key
 
 log = logging.getLogger("agap.keeper.duties")
 
@@ -140,20 +140,12 @@ def _escalate(fab: Fabric, cfg: KeeperConfig, notifier: Notifier, view: TaskView
         refs=(f"task:{view.id}",),
     )
     note = json.dumps({"at": fab.clock(), "to": human.id, "task": receipt.task_id})
-    fab.port.batch(
-        [
-            Call("saveTaskMetadata", {"task_id": view.id, "values": {META_ESCALATED: note}}),
-            Call(
-                "createComment",
-                {
-                    "task_id": view.id,
-                    "user_id": 0,
-                    "content": f"Deadline ({_when(spec.deadline or 0)}) passed while {cur.state.value}: "
-                    f"escalated to @{_username(human)} as decision task #{receipt.task_id}. "
-                    f"The keeper changes nothing else.",
-                },
-            ),
-        ]
+    fab.board.save_meta(
+        view.id,
+        {META_ESCALATED: note},
+        comment=f"Deadline ({_when(spec.deadline or 0)}) passed while {cur.state.value}: "
+        f"escalated to @{_username(human)} as decision task #{receipt.task_id}. "
+        f"The keeper changes nothing else.",
     )
     notifier.notify(
         human.id,
@@ -174,8 +166,6 @@ def _username(card: Card) -> str:
 
 def human_availability(card: Card, now: float) -> Verdict:
     """A person's a(t) now, from their card (waking hours, vacation)."""
-    from workers.availability import Availability
-
     return Availability.from_card(card).check(now)
 
 
@@ -219,15 +209,7 @@ def _remind(
         f"Reminder: this has been waiting on @{_username(human)} for {hours:.1f} h. "
         f"Nothing happens until you act (it is never approved by default)."
     )
-    fab.port.batch(
-        [
-            Call(
-                "saveTaskMetadata",
-                {"task_id": view.id, "values": {META_REMINDED: str(round(fab.clock(), 3))}},
-            ),
-            Call("createComment", {"task_id": view.id, "user_id": 0, "content": text}),
-        ]
-    )
+    fab.board.save_meta(view.id, {META_REMINDED: str(round(fab.clock(), 3))}, comment=text)
     title = view.spec.title() if view.spec else f"task #{view.id}"
     notifier.notify(
         human.id,
@@ -351,14 +333,12 @@ def gather_digests(fab: Fabric, cfg: KeeperConfig) -> dict[str, Digest]:
     now = fab.clock()
     since = now - DAY
     digests = {c.id: Digest(c) for c in fab.cards.humans()}
-    from keeper import snapshot
-
     snap = snapshot.take(fab, with_done=True)
     # Recently finished closed tasks and recent dead letters: rows first, metadata for the
     # recent ones only (bounded by a day's work, not by history).
     closed_rows = fab.board.search("status:closed")
-    recent = [r for r in closed_rows if float(r.get("date_completed") or 0) >= since]
-    recent += [r for r in snap.dead_rows if float(r.get("date_moved") or 0) >= since]
+    recent = [r for r in closed_rows if r.completed_at >= since]
+    recent += [r for r in snap.dead_rows if r.moved_at >= since]
     views = fab.board.read_meta_many(recent) if recent else []
     done_id = fab.board.layout.columns[Column.DONE]
     for view in snap.views:
@@ -369,11 +349,7 @@ def gather_digests(fab: Fabric, cfg: KeeperConfig) -> dict[str, Digest]:
             digests[h.id].waiting.append(
                 DigestLine(view.id, view.spec.title(), f"since {_when(view.current.at)}")
             )
-        if (
-            int(view.row.get("column_id") or 0) == done_id
-            and view.current.state == State.DONE
-            and view.current.at >= since
-        ):
+        if view.task.column_id == done_id and view.current.state == State.DONE and view.current.at >= since:
             views.append(view)
     for view in views:
         if view.current is None or view.spec is None or view.problems or is_keepers_own(view):

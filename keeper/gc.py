@@ -25,13 +25,13 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from fabric.core import Fabric
-from fabric.kanboard.layout import META_ORPHANS, META_UID, TERMINAL, is_uid, receipt_lock
-from fabric.kanboard.port import Call
-from fabric.kanboard.taskboard import parse_view
+from fabric.kanboard.keeperstore import KeeperStore
+from fabric.kanboard.layout import META_ORPHANS, TERMINAL, is_uid, receipt_lock
+from fabric.kanboard.rows import BoardTag, BoardTask
 from fabric.submit import parse_description
 
 log = logging.getLogger("agap.keeper.gc")
@@ -48,116 +48,129 @@ class GcReport:
 
 @dataclass
 class _Task:
-    row: dict[str, Any]
+    task: BoardTask
     uid: str | None
     receipt: str | None
 
 
-def _identify(row: dict[str, Any], key: bytes) -> _Task:
+@dataclass
+class _Locks:
+    """The locks project's tags by owner: epoch locks per uid, receipts by name."""
+
+    by_uid: dict[str, list[BoardTag]]
+    receipts: dict[str, BoardTag]
+
+    @classmethod
+    def of(cls, tags: Sequence[BoardTag]) -> _Locks:
+        by_uid: dict[str, list[BoardTag]] = defaultdict(list)
+        receipts: dict[str, BoardTag] = {}
+        for tag in tags:
+            if tag.name.startswith("rcpt/"):
+                receipts[tag.name] = tag
+            elif "/e" in tag.name and is_uid(tag.name.split("/e", 1)[0]):
+                by_uid[tag.name.split("/e", 1)[0]].append(tag)
+        return cls(by_uid, receipts)
+
+    def of_task(self, t: _Task) -> list[BoardTag]:
+        """The task's epoch locks and its receipt."""
+        own = list(self.by_uid.get(t.uid or "", []))
+        if t.receipt in self.receipts:
+            own.append(self.receipts[t.receipt or ""])
+        return own
+
+    def orphans(self, tasks: Sequence[_Task]) -> set[str]:
+        """Names of the tags no task on the board owns (the task was deleted)."""
+        uids = {t.uid for t in tasks if t.uid}
+        receipts = {t.receipt for t in tasks if t.receipt}
+        names = {x.name for uid, ts in self.by_uid.items() if uid not in uids for x in ts}
+        return names | {name for name in self.receipts if name not in receipts}
+
+
+def _identify(row: BoardTask, key: bytes) -> _Task:
     """A task's uid and receipt tag, from the description's spec block or its reference."""
-    parsed = parse_description(str(row.get("description") or ""), key)
+    parsed = parse_description(row.description, key)
     if parsed is not None:
         uid, spec, _ = parsed
         rcpt = receipt_lock(spec.actor, spec.action_id) if spec.action_id else None
         return _Task(row, uid, rcpt)
-    ref = str(row.get("reference") or "")
+    ref = row.reference
     if ref.startswith("uid:") and is_uid(ref[4:]):  # layout.uid_reference
         return _Task(row, ref[4:], None)
     return _Task(row, None, None)
 
 
+def _orphans_seen(meta: dict[str, str]) -> dict[str, float]:
+    """When the keeper first saw each orphaned tag (kept in the locks project's metadata)."""
+    try:
+        seen: dict[str, float] = json.loads(meta.get(META_ORPHANS) or "{}")
+    except ValueError:
+        return {}
+    return seen
+
+
 def collect(fab: Fabric, *, retention: float) -> GcReport:
     """Remove lock tags of long-closed or deleted tasks (see the module doc)."""
     report = GcReport()
-    layout = fab.board.layout
+    store = KeeperStore(fab.board)
     now = fab.clock()
-    out = fab.port.batch(
-        [
-            Call("getTagsByProject", {"project_id": layout.locks_project_id}),
-            Call("searchTasks", {"project_id": layout.project_id, "query": ""}),
-            Call("getProjectMetadata", {"project_id": layout.locks_project_id}),
-        ]
-    )
-    report.trips += 1
-    tags: list[dict[str, Any]] = list(out[0].unwrap() or [])
-    tasks = [_identify(r, fab.board.seal_key) for r in out[1].unwrap() or []]
-    raw = out[2].unwrap()
-    try:
-        seen: dict[str, float] = (
-            json.loads((raw or {}).get(META_ORPHANS) or "{}") if isinstance(raw, dict) else {}
-        )
-    except ValueError:
-        seen = {}
-    # Tasks the description does not identify (edited by hand): read their uid.
-    unknown = [t for t in tasks if t.uid is None]
-    if unknown:
-        res = fab.port.batch([Call("getTaskMetadata", {"task_id": int(t.row["id"])}) for t in unknown])
-        report.trips += 1
-        for t, o in zip(unknown, res, strict=True):
-            meta = o.unwrap()
-            t.uid = str(meta.get(META_UID) or "") or None if isinstance(meta, dict) else None
-    by_uid: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    receipts: dict[str, dict[str, Any]] = {}
-    for tag in tags:
-        name = str(tag.get("name") or "")
-        if name.startswith("rcpt/"):
-            receipts[name] = tag
-        elif "/e" in name and is_uid(name.split("/e", 1)[0]):
-            by_uid[name.split("/e", 1)[0]].append(tag)
-    task_of_uid = {t.uid: t for t in tasks if t.uid}
-    task_of_rcpt = {t.receipt: t for t in tasks if t.receipt}
     cutoff = now - retention
-    # Closed long enough on the board: confirm with the records before removing.
+    inventory = store.lock_inventory()
+    report.trips += 1
+    tasks = [_identify(r, fab.board.seal_key) for r in inventory.tasks]
+    seen = _orphans_seen(inventory.meta)
+    _read_uids(fab, [t for t in tasks if t.uid is None], report)
+    locks = _Locks.of(inventory.tags)
+    doomed = _expired(fab, tasks, locks, cutoff, report)
+    orphans = locks.orphans(tasks)
+    new_seen = {name: float(seen.get(name, now)) for name in orphans}
+    report.orphans_seen = len(orphans)
+    all_tags = {t.name: t for t in inventory.tags}
+    doomed += [all_tags[n] for n, first in new_seen.items() if first < cutoff]
+    left = {n: ts for n, ts in new_seen.items() if ts >= cutoff}
+    if doomed or left != seen:
+        removed = store.remove_tags(
+            doomed, locks_meta={META_ORPHANS: json.dumps(left)} if left != seen else None
+        )
+        report.trips += 1
+        report.removed += [t.name for t in removed]
+    log.info("gc: removed %d lock tags, %d orphans tracked", len(report.removed), len(left))
+    return report
+
+
+def _read_uids(fab: Fabric, unknown: Sequence[_Task], report: GcReport) -> None:
+    """Tasks the description does not identify (edited by hand): read their uid."""
+    if not unknown:
+        return
+    views = fab.board.read_meta_many([t.task for t in unknown])
+    report.trips += 1
+    for t, view in zip(unknown, views, strict=True):
+        t.uid = view.uid
+
+
+def _expired(
+    fab: Fabric, tasks: Sequence[_Task], locks: _Locks, cutoff: float, report: GcReport
+) -> list[BoardTag]:
+    """Tags of tasks closed on the board before ``cutoff`` whose records agree (terminal
+    before ``cutoff`` too): one metadata read for the candidates."""
     candidates = [
         t
         for t in tasks
         if t.uid
-        and not int(t.row.get("is_active") or 0)
-        and 0 < float(t.row.get("date_completed") or 0) < cutoff
-        and (t.uid in by_uid or (t.receipt in receipts))
+        and not t.task.is_open
+        and 0 < t.task.completed_at < cutoff
+        and (t.uid in locks.by_uid or (t.receipt in locks.receipts))
     ]
-    doomed: list[dict[str, Any]] = []
-    if candidates:
-        res = fab.port.batch([Call("getTaskMetadata", {"task_id": int(t.row["id"])}) for t in candidates])
-        report.trips += 1
-        for t, o in zip(candidates, res, strict=True):
-            view = parse_view(int(t.row["id"]), t.row, o.unwrap(), now)
-            cur = view.current
-            if view.problems or cur is None or view.uid != t.uid:
-                report.problems[view.id] = view.problems or ["no readable record"]
-                continue
-            if cur.state in TERMINAL and cur.at < cutoff:
-                doomed += by_uid.get(t.uid or "", [])
-                if t.receipt in receipts:
-                    doomed.append(receipts[t.receipt or ""])
-            else:
-                report.kept += 1
-    # Orphans: tags no task on the board owns (the task was deleted).
-    orphans = {
-        name
-        for uid, ts in by_uid.items()
-        if uid not in task_of_uid
-        for name in (str(x.get("name")) for x in ts)
-    }
-    orphans |= {name for name in receipts if name not in task_of_rcpt}
-    new_seen = {name: float(seen.get(name, now)) for name in orphans}
-    report.orphans_seen = len(orphans)
-    all_tags = {str(t.get("name")): t for t in tags}
-    doomed += [all_tags[n] for n, first in new_seen.items() if first < cutoff]
-    calls = [Call("removeTag", {"tag_id": int(t["id"])}) for t in doomed]
-    left = {n: ts for n, ts in new_seen.items() if ts >= cutoff}
-    if left != seen:
-        calls.append(
-            Call(
-                "saveProjectMetadata",
-                {"project_id": layout.locks_project_id, "values": {META_ORPHANS: json.dumps(left)}},
-            )
-        )
-    if calls:
-        res = fab.port.batch(calls)
-        report.trips += 1
-        for tag, o in zip(doomed, res, strict=False):
-            if o.error is None and o.value:
-                report.removed.append(str(tag.get("name")))
-    log.info("gc: removed %d lock tags, %d orphans tracked", len(report.removed), len(left))
-    return report
+    if not candidates:
+        return []
+    views = fab.board.read_meta_many([t.task for t in candidates])
+    report.trips += 1
+    doomed: list[BoardTag] = []
+    for t, view in zip(candidates, views, strict=True):
+        cur = view.current
+        if view.problems or cur is None or view.uid != t.uid:
+            report.problems[view.id] = view.problems or ["no readable record"]
+        elif cur.state in TERMINAL and cur.at < cutoff:
+            doomed += locks.of_task(t)
+        else:
+            report.kept += 1
+    return doomed

@@ -33,11 +33,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 from fabric.core import Fabric
 from fabric.kanboard.layout import COLUMN_OF_STATE, TERMINAL, Column, State
-from fabric.kanboard.port import Call
 from fabric.kanboard.taskboard import TaskView
 from fabric.task import Record
 from keeper.snapshot import Snapshot, column_of
@@ -78,11 +76,12 @@ def expected_open(rec: Record) -> bool:
 
 def changed_at(view: TaskView, closed_mismatch: bool) -> float:
     """When the card last changed in the way that disagrees with the record."""
-    row = view.row
+    row = view.task
     if closed_mismatch:
-        key = "date_completed" if not view.is_open else "date_modification"
-        return float(row.get(key) or row.get("date_modification") or 0)
-    return float(row.get("date_moved") or 0)
+        # Closed: when it was closed; reopened: when it was last changed.
+        at = row.completed_at if not view.is_open else row.modified_at
+        return float(at or row.modified_at)
+    return float(row.moved_at)
 
 
 def sweep_gestures(fab: Fabric, snap: Snapshot, *, tolerance: float = 15.0) -> GestureReport:
@@ -93,7 +92,7 @@ def sweep_gestures(fab: Fabric, snap: Snapshot, *, tolerance: float = 15.0) -> G
         if view.current is None or not usable(view, report) or view.spec is None:
             continue
         rec = view.current
-        col = column_of(fab, view.row)
+        col = column_of(fab, view.task)
         open_mismatch = view.is_open != expected_open(rec)
         if col == expected_column(rec) and not open_mismatch:
             continue
@@ -143,26 +142,14 @@ def _act(fab: Fabric, view: TaskView, rec: Record, col: Column, report: GestureR
 
 def _repair(fab: Fabric, view: TaskView, rec: Record, report: SweepReport, *, explain: bool = False) -> None:
     """Put the card where its record says (one round trip); optionally say why."""
-    layout = fab.board.layout
     want = expected_column(rec)
-    calls: list[Call] = []
-    if int(view.row.get("column_id") or 0) != layout.columns[want]:
-        calls.append(fab.board.stamp_call(view.id, rec.epoch))
-        calls.append(
-            fab.board.move_call(view.id, layout.columns[want], int(view.row.get("swimlane_id") or 0))
-        )
-    if view.is_open and not expected_open(rec):
-        calls.append(Call("closeTask", {"task_id": view.id}))
-    elif not view.is_open and expected_open(rec):
-        calls.append(Call("openTask", {"task_id": view.id}))
-    if explain:
-        calls.append(
-            Call(
-                "createComment", {"task_id": view.id, "user_id": 0, "content": HELP.format(column=want.value)}
-            )
-        )
-    if calls:
-        fab.port.batch(calls)
+    fab.board.put_back(
+        view,
+        rec.epoch,
+        want,
+        is_open=expected_open(rec),
+        comment=HELP.format(column=want.value) if explain else None,
+    )
     if explain and isinstance(report, GestureReport):
         report.explained.append(view.id)
     else:
@@ -177,13 +164,8 @@ def _repair(fab: Fabric, view: TaskView, rec: Record, report: SweepReport, *, ex
 
 def _latest_human_comment(fab: Fabric, view: TaskView, rec: Record) -> str | None:
     """The newest comment a person (not the app token) wrote after the record, if any."""
-    comments: list[dict[str, Any]] = fab.board.comments(view.id)
-    mine = [
-        c
-        for c in comments
-        if int(c.get("user_id") or 0) != 0 and float(c.get("date_creation") or 0) >= int(rec.at)
-    ]
+    mine = [c for c in fab.board.comments(view.id) if c.user_id != 0 and c.created_at >= int(rec.at)]
     if not mine:
         return None
-    text = str(mine[-1].get("comment") or "").strip()
+    text = mine[-1].text.strip()
     return text[:2000] or None

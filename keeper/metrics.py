@@ -23,9 +23,10 @@ from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from fabric.apps.cron import CRON_META_PREFIX
 from fabric.errors import ConfigError
-from fabric.kanboard.layout import State
+from fabric.kanboard.layout import META_CRON_PREFIX, State
+from fabric.kanboard.rows import BoardTask
+from fabric.kanboard.taskboard import TaskView
 
 log = logging.getLogger("agap.keeper.metrics")
 
@@ -88,10 +89,10 @@ class Metrics:
     def observe(
         self,
         queues: Iterable[str],
-        views: Iterable[Any],
-        dead_rows: Iterable[dict[str, Any]],
+        views: Iterable[TaskView],
+        dead_rows: Iterable[BoardTask],
         parks: dict[str, dict[str, Any]],
-        queue_of: Callable[[dict[str, Any]], str | None],
+        queue_of: Callable[[BoardTask], str | None],
         now: float,
     ) -> None:
         """Rebuild the per-queue figures from a snapshot's views and rows."""
@@ -104,34 +105,18 @@ class Metrics:
 
         active = 0
         for v in views:
-            cur = v.current
-            q = cell(v.spec.queue if v.spec is not None else queue_of(v.row))
-            if q is None or cur is None:
-                continue
-            active += 1
-            if cur.state == State.QUEUED and cur.assignee:
-                q.waiting += 1
-            elif cur.state == State.QUEUED:
-                q.depth += 1
-                created = float(v.row.get("date_creation") or now)
-                q.oldest_age = max(q.oldest_age, now - created)
-            elif cur.state == State.WORKING:
-                q.working += 1
-            elif cur.state == State.INPUT_REQUIRED:
-                q.waiting += 1
+            q = cell(v.spec.queue if v.spec is not None else queue_of(v.task))
+            if q is not None and v.current is not None:
+                active += 1
+                _count(q, v, now)
         for r in dead_rows:
             d = cell(queue_of(r))
             if d is not None:
                 d.dead_letters += 1
         for name, st in parks.items():
             p = cell(name)
-            if p is None or not st.get("parked"):
-                continue
-            p.parked = 1
-            p.park_reason = str(st.get("reason") or "")
-            p.park_until = _num(st.get("until"))
-            p.park_since = _num(st.get("since"))
-            p.park_overdue = max(0.0, now - p.park_until) if p.park_until else 0.0
+            if p is not None and st.get("parked"):
+                _park(p, st, now)
         with self.lock:
             self.queues = stats
             self.active_tasks = active
@@ -145,7 +130,7 @@ class Metrics:
         """
         out = []
         for key, raw in sorted(project_meta.items()):
-            if not key.startswith(CRON_META_PREFIX) or not raw:
+            if not key.startswith(META_CRON_PREFIX) or not raw:
                 continue
             try:
                 e = json.loads(raw)
@@ -157,7 +142,7 @@ class Metrics:
             must = bool(e.get("must_not_miss"))
             out.append(
                 {
-                    "schedule": str(e.get("schedule") or key[len(CRON_META_PREFIX) :]),
+                    "schedule": str(e.get("schedule") or key[len(META_CRON_PREFIX) :]),
                     "must_not_miss": int(must),
                     "last_planned": _num(e.get("last_planned")),
                     "last_fired": _num(e.get("last_actual")),
@@ -262,6 +247,30 @@ class Metrics:
         ):
             metric(name, "gauge", help_, [({"schedule": x["schedule"]}, x[key]) for x in schedules])
         return "\n".join(lines) + "\n"
+
+
+def _count(q: QueueStats, v: TaskView, now: float) -> None:
+    """Count an active task in its queue's figures."""
+    cur = v.current
+    assert cur is not None
+    if cur.state == State.QUEUED and cur.assignee:
+        q.waiting += 1
+    elif cur.state == State.QUEUED:
+        q.depth += 1
+        q.oldest_age = max(q.oldest_age, now - float(v.task.created_at or now))
+    elif cur.state == State.WORKING:
+        q.working += 1
+    elif cur.state == State.INPUT_REQUIRED:
+        q.waiting += 1
+
+
+def _park(p: QueueStats, st: dict[str, Any], now: float) -> None:
+    """A parked queue's published state in its figures."""
+    p.parked = 1
+    p.park_reason = str(st.get("reason") or "")
+    p.park_until = _num(st.get("until"))
+    p.park_since = _num(st.get("since"))
+    p.park_overdue = max(0.0, now - p.park_until) if p.park_until else 0.0
 
 
 _SCALARS = (
@@ -390,13 +399,7 @@ def _handler(
 
         def _allowed(self) -> bool:
             got = (self.headers.get("Authorization") or "").encode()
-            if expected and hmac.compare_digest(got, expected):
-                return True
-            try:
-                ip = ipaddress.ip_address(self.client_address[0])
-            except ValueError:
-                return False
-            return any(ip in n for n in nets if n.version == ip.version)
+            return _authorised(got, str(self.client_address[0]), expected, nets)
 
         def do_GET(self) -> None:
             if not self._allowed():
@@ -425,6 +428,19 @@ def _handler(
             self.wfile.write(body)
 
     return Handler
+
+
+def _authorised(
+    got: bytes, client: str, expected: bytes, nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network]
+) -> bool:
+    """The expected bearer token, or a client address in the allow-list."""
+    if expected and hmac.compare_digest(got, expected):
+        return True
+    try:
+        ip = ipaddress.ip_address(client)
+    except ValueError:
+        return False
+    return any(ip in n for n in nets if n.version == ip.version)
 
 
 __all__ = ["JobStats", "Metrics", "MetricsServer", "QueueStats"]

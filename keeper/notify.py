@@ -1,8 +1,9 @@
 """Notification channels: how the keeper reaches a human at once.
 
-A :class:`Channel` sends one message. :class:`WebhookChannel` POSTs JSON to a URL with a
-bearer token from the environment variable the human's card names. Matrix comes later:
-a card's Matrix channel is skipped with a log line until then.
+A :class:`Channel` sends one message. :class:`WebhookNotifier` POSTs JSON to a URL with a
+bearer token from the environment variable the human's card names; :class:`MatrixNotifier`
+(:mod:`keeper.matrix`) sends to a Matrix room. A Matrix channel whose settings are missing
+is skipped with a log line.
 
 Webhook targets on loopback, private or link-local addresses are refused unless they are
 inside a configured allow-list (``AGAP_KEEPER_NOTIFY_ALLOW``, CIDRs): a card must not be
@@ -28,6 +29,7 @@ from fabric.cards import Card, CardSet
 from fabric.cards import WebhookChannel as WebhookSpec
 from fabric.errors import ConfigError, FabricError
 from fabric.settings import registry
+from keeper.matrix import MatrixNotifier
 
 log = logging.getLogger("agap.keeper.notify")
 
@@ -78,7 +80,7 @@ def _resolve(host: str) -> list[str]:
 
 
 @dataclass
-class WebhookChannel:
+class WebhookNotifier:
     """POST ``{subject, body, urgent, ref, sent_at}`` as JSON, retried with bounded backoff."""
 
     url: str
@@ -135,10 +137,8 @@ class Notifier:
         for spec in card.human.channels if card.human else []:
             if isinstance(spec, WebhookSpec):
                 token = registry.named(spec.token_env, env) if spec.token_env else ""
-                out.append(WebhookChannel(str(spec.url), token, allow=self.allow))
+                out.append(WebhookNotifier(str(spec.url), token, allow=self.allow))
             else:
-                from keeper.matrix import MatrixNotifier
-
                 try:
                     out.append(MatrixNotifier.from_spec(spec, env))
                 except ConfigError as exc:

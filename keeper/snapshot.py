@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabric.core import Fabric
+from fabric.kanboard.keeperstore import KeeperStore
 from fabric.kanboard.layout import META_WATCH, Column
-from fabric.kanboard.port import Call
-from fabric.kanboard.taskboard import TaskView, parse_park_states, parse_view
+from fabric.kanboard.rows import BoardTask
+from fabric.kanboard.taskboard import TaskView, parse_park_states
 
 ACTIVE_COLUMNS = (Column.QUEUED, Column.WORKING, Column.WAITING)
 # META_WATCH (project metadata): open Done tasks the keeper saw last time, to notice a
@@ -39,7 +40,7 @@ class Snapshot:
 
     at: float
     views: list[TaskView]  # open tasks in the active columns (and Done when asked)
-    dead_rows: list[dict[str, Any]]  # open dead letters (rows only)
+    dead_rows: list[BoardTask]  # open dead letters (rows only)
     closed_active: list[TaskView] = field(default_factory=list)  # closed, in an active column
     vanished: list[TaskView] = field(default_factory=list)  # watched, no longer open in Done
     project_meta: dict[str, str] = field(default_factory=dict)
@@ -55,76 +56,46 @@ class Snapshot:
             return set()
 
 
-def column_of(fab: Fabric, row: dict[str, Any]) -> Column | None:
+def column_of(fab: Fabric, row: BoardTask) -> Column | None:
     """The fabric column a row sits in (None for a column the fabric does not know)."""
-    cid = int(row.get("column_id") or 0)
     for col, i in fab.board.layout.columns.items():
-        if i == cid:
+        if i == row.column_id:
             return col
     return None
 
 
 def take(fab: Fabric, *, with_done: bool = False) -> Snapshot:
     """Read the active part of the board (two round trips)."""
-    layout = fab.board.layout
-    pid = layout.project_id
+    store = KeeperStore(fab.board)
     cols = ACTIVE_COLUMNS + ((Column.DONE,) if with_done else ())
-    calls = [
-        Call("searchTasks", {"project_id": pid, "query": f"status:open {_cols(cols)}"}),
-        Call("searchTasks", {"project_id": pid, "query": f'status:open column:"{Column.DEAD.value}"'}),
-        Call("getProjectMetadata", {"project_id": pid}),
-    ]
+    queries = [f"status:open {_cols(cols)}", f'status:open column:"{Column.DEAD.value}"']
     if with_done:
-        calls.append(
-            Call(
-                "searchTasks",
-                {"project_id": pid, "query": f"status:closed {_cols((*ACTIVE_COLUMNS, Column.DEAD))}"},
-            )
-        )
-    out = fab.port.batch(calls)
-    rows = list(out[0].unwrap() or [])
-    dead_rows = list(out[1].unwrap() or [])
-    raw_meta = out[2].unwrap()
-    meta = {str(k): str(v) for k, v in raw_meta.items()} if isinstance(raw_meta, dict) else {}
-    closed_rows = list(out[3].unwrap() or []) if with_done else []
+        queries.append(f"status:closed {_cols((*ACTIVE_COLUMNS, Column.DEAD))}")
+    found, meta = store.search_with_meta(queries)
+    rows, dead_rows = found[0], found[1]
+    closed_rows = found[2] if with_done else []
     snap = Snapshot(
         at=fab.clock(),
         views=[],
         dead_rows=dead_rows,
         project_meta=meta,
-        parks=parse_park_states(raw_meta),
+        parks=parse_park_states(meta),
         trips=1,
     )
-    open_ids = {int(r["id"]) for r in rows} | {int(r["id"]) for r in dead_rows}
+    open_ids = {r.id for r in rows} | {r.id for r in dead_rows}
     vanished = sorted(snap.watched() - open_ids) if with_done else []
-    second: list[Call] = [Call("getTaskMetadata", {"task_id": int(r["id"])}) for r in (*rows, *closed_rows)]
-    for tid in vanished:
-        second += [Call("getTask", {"task_id": tid}), Call("getTaskMetadata", {"task_id": tid})]
-    if not second:
+    if not rows and not closed_rows and not vanished:
         return snap
-    res = fab.port.batch(second)
+    views, snap.vanished = store.read_views([*rows, *closed_rows], vanished)
     snap.trips += 1
-    now = fab.clock()
-    n = len(rows)
-    snap.views = [parse_view(int(r["id"]), r, o.unwrap(), now) for r, o in zip(rows, res[:n], strict=True)]
-    m = n + len(closed_rows)
-    snap.closed_active = [
-        parse_view(int(r["id"]), r, o.unwrap(), now) for r, o in zip(closed_rows, res[n:m], strict=True)
-    ]
-    for i, tid in enumerate(vanished):
-        row, md = res[m + 2 * i].unwrap(), res[m + 2 * i + 1].unwrap()
-        if row:
-            snap.vanished.append(parse_view(tid, row, md, now))
+    snap.views, snap.closed_active = views[: len(rows)], views[len(rows) :]
     return snap
 
 
 def save_watch(fab: Fabric, snap: Snapshot) -> None:
     """Remember the open Done tasks (one write, only when the set changed)."""
     done_id = fab.board.layout.columns[Column.DONE]
-    now_ids = sorted(v.id for v in snap.views if int(v.row.get("column_id") or 0) == done_id)
+    now_ids = sorted(v.id for v in snap.views if v.task.column_id == done_id)
     if set(now_ids) == snap.watched():
         return
-    fab.port.call(
-        "saveProjectMetadata",
-        {"project_id": fab.board.layout.project_id, "values": {META_WATCH: json.dumps(now_ids)}},
-    )
+    fab.board.save_project_meta({META_WATCH: json.dumps(now_ids)})

@@ -99,33 +99,33 @@ def sweep_leases(
         report.scanned += 1
         cur = view.current
         if cur is None and not view.problems:
-            created = int(view.row.get("date_creation") or now)
-            if now - created >= repair_after:
-
-                def repair(v: TaskView = view) -> None:
-                    # Only a card the fabric sealed, bound to this id, that still passes
-                    # routing and policy; anything else is left as it is.
-                    try:
-                        if repair_unrecorded(fab.board, v, vet=partial(vet_unrecorded, fab)) is not None:
-                            report.repaired.append(v.id)
-                    except BoardError:
-                        raise
-                    except FabricError as exc:  # refused by routing or policy
-                        report.problem(v.id, f"not rebuilt from its description: {exc}")
-
-                guarded(view, report, repair)
+            if now - (view.task.created_at or now) >= repair_after:
+                guarded(view, report, partial(_repair, fab, view, report))
             continue
         if not usable(view, report) or cur is None or view.spec is None:
             continue
         if fab.ledger.gap_due(view):
             continue  # the gap sweep steps over it
         if cur.state == State.WORKING and cur.lease_until is not None and cur.lease_until + grace < now:
+            guarded(view, report, partial(_requeue, fab, view, report, by))
 
-            def requeue(v: TaskView = view) -> None:
-                rec = fab.ledger.requeue_expired(v, by=by)
-                (report.dead_lettered if rec.state == State.DEAD else report.requeued).append(v.id)
 
-            guarded(view, report, requeue)
+def _repair(fab: Fabric, view: TaskView, report: SweepReport) -> None:
+    """Rebuild a half-submitted task's records from its description."""
+    # Only a card the fabric sealed, bound to this id, that still passes routing and
+    # policy; anything else is left as it is.
+    try:
+        if repair_unrecorded(fab.board, view, vet=partial(vet_unrecorded, fab.policy_context())) is not None:
+            report.repaired.append(view.id)
+    except BoardError:
+        raise
+    except FabricError as exc:  # refused by routing or policy
+        report.problem(view.id, f"not rebuilt from its description: {exc}")
+
+
+def _requeue(fab: Fabric, view: TaskView, report: SweepReport, by: str) -> None:
+    rec = fab.ledger.requeue_expired(view, by=by)
+    (report.dead_lettered if rec.state == State.DEAD else report.requeued).append(view.id)
 
 
 def sweep_gaps(fab: Fabric, snap: Snapshot, report: SweepReport, *, by: str = "keeper") -> None:

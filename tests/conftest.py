@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -52,24 +53,15 @@ def clock() -> FakeClock:
 
 
 def make_fabric(
-    port: RpcPort, cards: CardSet, clock: object = None, settings: Settings | None = None
+    port: RpcPort, cards: CardSet, clock: Callable[[], float] | None = None, settings: Settings | None = None
 ) -> Fabric:
     """Bootstrap a board through ``port`` and return a connected :class:`Fabric`."""
-    import time
-
     settings = settings or Settings(cards_dir=ROOT / "cards", board_url="local://", board_token="x")
     report = init_board(port, settings, cards)
     assert report.layout is not None
     clk = clock or time.time
-    board = TaskBoard(port, report.layout, clock=clk)  # type: ignore[arg-type]
-    return Fabric(
-        settings,
-        cards,
-        port,
-        board,
-        Ledger(board, clock=clk),  # type: ignore[arg-type]
-        clk,
-    )  # type: ignore[arg-type]
+    board = TaskBoard(port, report.layout, clock=clk)
+    return Fabric(settings, cards, port, board, Ledger(board, clock=clk), clk)
 
 
 @pytest.fixture

@@ -12,25 +12,27 @@ import json
 import logging
 import os
 import signal
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
+from fabric.availability import Availability
 from fabric.cards import Card, CardSet
 from fabric.core import Fabric
 from fabric.errors import ConfigError
-from fabric.events.wiring import attach_worker
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.taskboard import TaskView
 from fabric.policy import check_claim_on_board
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
-from workers.availability import Availability
+from workers.answer import client_for, model_mode
+from workers.availability import card_availability
+from workers.events import attach_worker
 from workers.executor import ModelExecutor, Outage
 from workers.job import Executor, Job
-from workers.llm import client_for
 from workers.loop import Worker, WorkerConfig
-from workers.prompt import persona_text
+from workers.prompt import persona_for
 from workers.refs import RefResolver
 from workers.results import store_for
 
@@ -42,7 +44,7 @@ PROBING_SHAPES = frozenset({"gpu", "on_demand"})
 
 def effective_mode(card: Card, env: Mapping[str, str]) -> str:
     """The model mode this worker runs in: AGAP_MODEL_MODE overrides the card."""
-    return registry.get_str("AGAP_MODEL_MODE", env).strip().lower() or card.runtime.mode
+    return model_mode(card, env)
 
 
 def availability_for(card: Card, env: Mapping[str, str]) -> Availability:
@@ -56,7 +58,7 @@ def availability_for(card: Card, env: Mapping[str, str]) -> Availability:
                 ", ".join(sorted({s.shape for s in card.availability} & PROBING_SHAPES)),
             )
             card = card.model_copy(update={"availability": kept})
-    return Availability.from_card(card)
+    return card_availability(card)
 
 
 def _state_file(settings: Settings, card: Card) -> Path:
@@ -82,8 +84,6 @@ def save_counters(av: Availability, path: Path) -> None:
 
 def owner_id(card: Card) -> str:
     """This process's worker identity."""
-    import socket
-
     return registry.get_str("AGAP_WORKER_ID") or f"{card.id}@{socket.gethostname()}:{os.getpid()}"
 
 
@@ -126,7 +126,7 @@ def build_worker(
             view = fab.board.read(task_id)
             cur = view.current
             result = f"\nResult: {cur.result_ref}" if cur and cur.result_ref else ""
-            return f"{view.row.get('title')}\n\n{view.row.get('description', '')}{result}"
+            return f"{view.task.title}\n\n{view.task.description}{result}"
 
         executor = ModelExecutor(
             card=card,
@@ -141,7 +141,7 @@ def build_worker(
             ),
             availability=availability,
             outage=outage,
-            persona=persona_text(card.persona, cards.base_dir or Path.cwd()) if card.persona else None,
+            persona=persona_for(card, cards),
             human_for=human_for,
         )
     config = WorkerConfig(
@@ -162,7 +162,7 @@ def build_worker(
 
     def claim_check(fab: Fabric, view: TaskView) -> None:
         if view.spec is not None:
-            check_claim_on_board(fab, card, view.spec)
+            check_claim_on_board(fab.policy_context(), card, view.spec)
 
     worker.claim_check = claim_check
     # Live events (signed, over MQTT or NATS) when AGAP_EVENTS_URL is set: published

@@ -2,7 +2,8 @@
 
 resolve refs → build the prompt → check ownership and get the call's stable key →
 call the model through LiteLLM (or the demo model) → store the result → keep the
-receipt → return the result's ref.
+receipt → return the result's ref. The prompt, the call and reading the answer are
+the shared model path (:mod:`workers.answer`); leases, receipts and results are here.
 
 A model may need a human: if its answer starts with ``QUESTION FOR HUMAN:`` the task
 goes to a human's inbox (input required) with that question, and comes back with the
@@ -20,11 +21,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from fabric.availability import Availability, Verdict
 from fabric.cards import Card
 from fabric.errors import FabricError
 from fabric.kanboard.port import BoardError
-from fabric.ledger import Fenced
-from workers.availability import Availability, Verdict
+from fabric.ledger import Effect, Fenced
+from workers.answer import Reply, ask, task_messages
 from workers.job import Job, JobOutcome
 from workers.llm import (
     BadModelResponse,
@@ -33,17 +35,10 @@ from workers.llm import (
     ModelUnavailable,
     RateLimited,
 )
-from workers.prompt import build_messages
 from workers.refs import RefResolver, RefUnavailable, UnresolvableRef
 from workers.results import ResultStore
 
 log = logging.getLogger("agap.worker")
-
-QUESTION_PREFIX = "QUESTION FOR HUMAN:"
-ASK_RULE = (
-    f"\n\nIf you cannot do the task without information only a person has, reply "
-    f"with one line that starts with '{QUESTION_PREFIX}' and asks for it."
-)
 
 
 class Outage:
@@ -93,27 +88,46 @@ class ModelExecutor:
     clock: Callable[[], float] = time.time
 
     def __call__(self, job: Job) -> JobOutcome:
+        messages = self._messages(job)
+        if isinstance(messages, JobOutcome):
+            return messages
+        if job.should_stop:
+            return JobOutcome.released("stopping before the model call")
+        effect = self._own(job)
+        if isinstance(effect, JobOutcome):
+            return effect
+        if effect.done and effect.receipt:
+            # An earlier owner made this call and stored its result: do not pay twice.
+            return JobOutcome.done(effect.receipt, evidence=f"reused {effect.receipt}")
+        reply = self._ask(job, messages, effect)
+        if isinstance(reply, JobOutcome):
+            return reply
+        if reply.kind == "ask":
+            return JobOutcome.ask(reply.text, self.human_for(job))
+        return self._finish(job, effect, reply)
+
+    def _messages(self, job: Job) -> list[dict[str, str]] | JobOutcome:
+        """The prompt (refs resolved); a ref that cannot be read fails the attempt."""
         spec = job.lease.spec
         try:
-            context = self.refs.resolve_all(spec.refs)
+            return task_messages(self.refs, spec.intent, spec.refs, self.persona, job.lease.conversation)
         except UnresolvableRef as exc:
             return JobOutcome.failed(exc.line(), poison=True)
         except RefUnavailable as exc:
             return JobOutcome.failed(exc.line())
-        messages = build_messages(self._intent(job), context, self.persona)
-        messages[0]["content"] += ASK_RULE
-        if job.should_stop:
-            return JobOutcome.released("stopping before the model call")
+
+    @staticmethod
+    def _own(job: Job) -> Effect | JobOutcome:
+        """The ownership check: no paid, externally visible call without a current lease."""
         try:
-            # The ownership check: no paid, externally visible call without a current lease.
-            effect = job.effect("model-call")
+            return job.effect("model-call")
         except Fenced:
             return JobOutcome.failed("fenced before the model call")
         except BoardError as exc:
             return JobOutcome.released(f"board unreachable before the model call ({exc.what})")
-        if effect.done and effect.receipt:
-            # An earlier owner made this call and stored its result: do not pay twice.
-            return JobOutcome.done(effect.receipt, evidence=f"reused {effect.receipt}")
+
+    def _ask(self, job: Job, messages: list[dict[str, str]], effect: Effect) -> Reply | JobOutcome:
+        """The model call under the effect's stable key; a failure feeds a(t) or fails the attempt."""
         metadata = {
             "agent": self.card.id,
             "task_id": job.lease.task_id,
@@ -122,13 +136,7 @@ class ModelExecutor:
             "epoch": job.lease.epoch,
         }
         try:
-            answer = self.client.complete(
-                messages,
-                model=self.card.runtime.model or self.card.id,
-                metadata=metadata,
-                idempotency_key=effect.key,
-                timeout=self.card.runtime.timeout_seconds,
-            )
+            reply = ask(self.card, self.client, messages, metadata=metadata, key=effect.key)
         except RateLimited as exc:
             now = self.clock()
             if exc.headers:
@@ -144,13 +152,13 @@ class ModelExecutor:
         except BadModelResponse as exc:
             return JobOutcome.failed(f"bad model response: {exc.what}")
         now = self.clock()
-        self.availability.record(now, cost_usd=answer.cost_usd)
+        self.availability.record(now, cost_usd=reply.cost_usd)
         self.outage.record(now)
-        text = answer.text.strip()
-        if text.startswith(QUESTION_PREFIX):
-            question = text[len(QUESTION_PREFIX) :].strip() or "(the model asked for help)"
-            return JobOutcome.ask(question, self.human_for(job))
-        ref = self._store(job, answer.text)
+        return reply
+
+    def _finish(self, job: Job, effect: Effect, reply: Reply) -> JobOutcome:
+        """Store the result and keep the receipt, so no later owner pays for the call again."""
+        ref = self._store(job, reply.text)
         if isinstance(ref, JobOutcome):
             return ref
         try:
@@ -160,8 +168,8 @@ class ModelExecutor:
         except BoardError as exc:
             # The receipt only saves a later owner a call; the completion still records it.
             log.warning("task #%s: receipt not recorded (%s)", job.lease.task_id, exc)
-        log.info("task #%s done: %s (cost $%.4f)", job.lease.task_id, ref, answer.cost_usd)
-        return JobOutcome.done(ref, evidence=answer.text[:4000], cost_usd=answer.cost_usd)
+        log.info("task #%s done: %s (cost $%.4f)", job.lease.task_id, ref, reply.cost_usd)
+        return JobOutcome.done(ref, evidence=reply.text[:4000], cost_usd=reply.cost_usd)
 
     def _store(self, job: Job, text: str) -> str | JobOutcome:
         """Store the result; while the board is away, hold it and keep trying.
@@ -184,10 +192,3 @@ class ModelExecutor:
                 delay = min(5.0, delay * 2)
             except FabricError as exc:
                 return JobOutcome.failed(f"could not store the result: {exc.line()}")
-
-    @staticmethod
-    def _intent(job: Job) -> str:
-        lines = [job.lease.spec.intent]
-        for kind, text in job.lease.conversation:
-            lines.append(f"\n{'You asked' if kind == 'question' else 'A person answered'}: {text}")
-        return "\n".join(lines)

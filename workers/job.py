@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from fabric.ledger import Effect, Lease, Ledger
+from fabric.ledger import Effect, Fenced, Lease, Ledger
 
 
 @dataclass
@@ -40,8 +40,6 @@ class Job:
 
         Raises :class:`~fabric.ledger.Fenced` (and sets ``fenced``) when the task has moved on.
         """
-        from fabric.ledger import Fenced
-
         try:
             with self.lease_lock:
                 self.lease = self.ledger.checkpoint(self.lease, ref)

@@ -22,13 +22,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fabric.availability import Availability, ParkTracker, Verdict, reason_key
 from fabric.core import Fabric
 from fabric.kanboard.layout import META_COST
 from fabric.kanboard.port import BoardError, BoardUnavailable
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import Fenced, Lease, LedgerError
 from fabric.submit import render_description
-from workers.availability import Availability, ParkTracker, Verdict, reason_key
 from workers.job import Executor, Job, JobOutcome
 from workers.queue import QueueReader
 

@@ -17,7 +17,9 @@ import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["DEFAULT_SYSTEM", "build_messages", "persona_text"]
+from fabric.cards import Card, CardSet
+
+__all__ = ["DEFAULT_SYSTEM", "build_messages", "persona_for", "persona_text"]
 
 DEFAULT_SYSTEM = (
     "You are an agent working tasks from a shared task board. Do the task you are given, "
@@ -52,3 +54,8 @@ def persona_text(persona: str | None, base_dir: Path) -> str | None:
         return path.read_text(encoding="utf-8")
     except OSError:
         return None
+
+
+def persona_for(card: Card, cards: CardSet) -> str | None:
+    """``card``'s soul file text (its path relative to the cards' base folder), or None."""
+    return persona_text(card.persona, cards.base_dir or Path.cwd())

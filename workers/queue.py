@@ -12,10 +12,10 @@ import contextlib
 import random
 import time
 from collections.abc import Callable
-from typing import Any
 
 from fabric.errors import FabricError
 from fabric.kanboard.layout import Column, State
+from fabric.kanboard.rows import BoardTask
 from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.ledger import IllegalTransition, Lease, Ledger, LostRace
 
@@ -29,15 +29,9 @@ CANDIDATES = 8
 SKIP_SECONDS = 10.0
 
 
-def order_key(row: dict[str, Any]) -> tuple[int, float, int, int]:
+def order_key(row: BoardTask) -> tuple[int, float, int, int]:
     """Sort key: priority desc, deadline asc (none last), created asc, id asc."""
-    due = float(row.get("date_due") or 0)
-    return (
-        -int(row.get("priority") or 0),
-        due if due else float("inf"),
-        int(row.get("date_creation") or 0),
-        int(row["id"]),
-    )
+    return (-row.priority, float(row.due_at) if row.due_at else float("inf"), row.created_at, row.id)
 
 
 class QueueReader:
@@ -69,16 +63,16 @@ class QueueReader:
         self.rng = rng or random.Random()
         self.max_age = max_age
         self.last_poll_size = 0
-        self._rows: list[dict[str, Any]] = []
+        self._rows: list[BoardTask] = []
         self._polled_at = float("-inf")
         self._skip: dict[int, float] = {}  # task id -> time.monotonic() it is polled again
 
-    def poll(self) -> list[dict[str, Any]]:
+    def poll(self) -> list[BoardTask]:
         """The queue's queued open tasks that may be due, best first (one round trip)."""
         rows = self.board.open_in([Column.QUEUED], self.queue)
         now, mono = self.clock(), time.monotonic()
         self._skip = {tid: until for tid, until in self._skip.items() if until > mono}
-        due = [r for r in rows if int(r.get("date_started") or 0) <= now and int(r["id"]) not in self._skip]
+        due = [r for r in rows if r.start_at <= now and r.id not in self._skip]
         due.sort(key=order_key)
         self.last_poll_size = len(due)
         self._rows, self._polled_at = list(due), time.monotonic()
@@ -88,15 +82,15 @@ class QueueReader:
         """Forget the kept poll (a wake-up hint: something new may be first in line)."""
         self._rows = []
 
-    def candidates(self, rows: list[dict[str, Any]]) -> list[TaskView]:
+    def candidates(self, rows: list[BoardTask]) -> list[TaskView]:
         """Records of the best few rows (one round trip), spread among equal priorities."""
         top = rows[:CANDIDATES]
         # Shuffle within each priority so contending workers pick different tasks, but
         # never take a lower priority before a higher one.
-        groups: dict[int, list[dict[str, Any]]] = {}
+        groups: dict[int, list[BoardTask]] = {}
         for r in top:
-            groups.setdefault(int(r.get("priority") or 0), []).append(r)
-        spread: list[dict[str, Any]] = []
+            groups.setdefault(r.priority, []).append(r)
+        spread: list[BoardTask] = []
         for prio in sorted(groups, reverse=True):
             g = groups[prio]
             self.rng.shuffle(g)
@@ -115,13 +109,13 @@ class QueueReader:
             self.poll()
             fresh = True
         while True:
-            rows = [r for r in self._rows if int(r.get("priority") or 0) >= min_priority]
+            rows = [r for r in self._rows if r.priority >= min_priority]
             while rows:
                 batch = rows[:CANDIDATES]
-                taken = {int(r["id"]) for r in batch}
+                taken = {r.id for r in batch}
                 # Whatever happens to these (ours, someone else's, not claimable now),
                 # they leave the kept list; the next poll brings back what is still queued.
-                self._rows = [r for r in self._rows if int(r["id"]) not in taken]
+                self._rows = [r for r in self._rows if r.id not in taken]
                 for view in self.candidates(batch):
                     lease = self._try(view, owner, lease_seconds)
                     if lease is not None:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Protocol
 
 from fabric.errors import ConfigError, InvalidInput
-from fabric.kanboard.port import BoardRefused
 from fabric.kanboard.taskboard import TaskBoard
 from fabric.ledger import Lease
 
@@ -52,17 +51,7 @@ class AttachmentStore:
     def put(self, lease: Lease, text: str) -> str:
         name = result_name(lease)
         blob = base64.b64encode(text.encode()).decode()
-        file_id = self.board.port.call(
-            "createTaskFile",
-            {
-                "project_id": self.board.layout.project_id,
-                "task_id": lease.task_id,
-                "filename": name,
-                "blob": blob,
-            },
-        )
-        if not file_id:
-            raise BoardRefused("createTaskFile", file_id, f"attach the result to task #{lease.task_id}")
+        self.board.attach_file(lease.task_id, name, blob, what="the result")
         return f"kanboard://task/{lease.task_id}/file/{name}"
 
     def get(self, ref: str) -> str:
@@ -75,8 +64,8 @@ class AttachmentStore:
             )
         task_id, name = int(m.group(1)), m.group(2)
         for f in self.board.files(task_id):
-            if f.get("name") == name:
-                return base64.b64decode(self.board.download(int(f["id"]))).decode()
+            if f.name == name:
+                return base64.b64decode(self.board.download(f.id)).decode()
         raise InvalidInput(f"task #{task_id} has no file {name!r}", where=ref)
 
 

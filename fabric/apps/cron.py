@@ -55,9 +55,10 @@ from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped
 from apscheduler.triggers.interval import IntervalTrigger  # type: ignore[import-untyped]
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from fabric.cards import parse_duration
+from fabric.durations import parse_duration
 from fabric.errors import ConfigError, FabricError, InvalidInput
 from fabric.kanboard.layout import META_CRON_PREFIX, cron_key
+from fabric.submit import ActionIdCollision
 from fabric.task import parse_priority
 
 if TYPE_CHECKING:
@@ -368,7 +369,6 @@ class Firing:
 
 def fire(fabric: Fabric, schedule: Schedule, planned: datetime, state: CronState | None = None) -> Firing:
     """Submit the task for ``schedule`` at ``planned`` (idempotent by the derived key)."""
-    from fabric.submit import ActionIdCollision
 
     key = schedule.key(planned)
     deadline = planned.timestamp() + schedule.deadline if schedule.deadline else None

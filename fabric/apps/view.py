@@ -26,8 +26,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from fabric.embedded.api import BoardApi
 from fabric.embedded.local import LocalPort
+from fabric.embedded.rpc import BoardApi
 from fabric.errors import ConfigError
 from fabric.kanboard.bootstrap import load_layout
 from fabric.kanboard.layout import COLUMN_OF_STATE, COLUMN_ORDER, PRIORITY_NAMES, Column, State
@@ -134,9 +134,9 @@ class BoardView:
     def _card(
         view: TaskView, by_column_id: dict[int, Column], queue_of: Callable[[int], str | None], now: float
     ) -> dict[str, Any]:
-        row = view.row
+        row = view.task
         rec = view.current
-        column = by_column_id.get(int(row.get("column_id") or 0))
+        column = by_column_id.get(row.column_id)
         state = rec.state.value if rec else None
         owner = None
         if rec is not None:
@@ -149,9 +149,9 @@ class BoardView:
         expected = COLUMN_OF_STATE.get(rec.state) if rec else None
         return {
             "id": view.id,
-            "title": str(row.get("title") or ""),
-            "queue": queue_of(int(row.get("swimlane_id") or 0)) or str(row.get("swimlane_name") or "?"),
-            "column": column.value if column else str(row.get("column_name") or "?"),
+            "title": row.title,
+            "queue": queue_of(row.swimlane_id) or row.swimlane_name or "?",
+            "column": column.value if column else row.column_name or "?",
             "state": state,
             "epoch": view.epoch,
             "owner": owner,
@@ -162,9 +162,9 @@ class BoardView:
                 if rec and rec.state == State.WORKING and rec.lease_until
                 else None
             ),
-            "priority": int(row.get("priority") or 0),
-            "age_seconds": max(0, int(now - int(row.get("date_creation") or now))),
-            "open": bool(int(row.get("is_active", 1) or 0)),
+            "priority": row.priority,
+            "age_seconds": max(0, int(now - (row.created_at or now))),
+            "open": row.is_open,
             "result_ref": rec.result_ref if rec else None,
             "reason": rec.reason if rec else None,
             # A column that disagrees with the record: a person's move not acted on yet,

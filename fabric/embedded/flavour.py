@@ -212,7 +212,7 @@ LIMITS: dict[tuple[str, str], tuple[int | None, int | None]] = {
 }
 
 
-def fit(flavour: Flavour, table: str, column: str, value: Any) -> Any:
+def fit_varchar(flavour: Flavour, table: str, column: str, value: Any) -> Any:
     """``value`` as the backend stores it in ``table.column``, or :class:`SqlError`.
 
     Lengths count characters, not bytes. Both servers cut excess characters that are all

@@ -11,8 +11,9 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fabric.embedded.api import BoardApi, Fatal
 from fabric.embedded.flavour import DEFAULT_FLAVOUR
+from fabric.embedded.php import Fatal
+from fabric.embedded.rpc import BoardApi
 from fabric.embedded.store import Store
 from fabric.kanboard.port import Call, MaybeDone, Outcome, Params, RoundTrips, RpcError
 

@@ -20,6 +20,7 @@ for names (MySQL: ``column:ready`` finds ``Ready``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fabric.embedded.flavour import Flavour, eq_sql, get_flavour, like_sql
@@ -58,10 +59,13 @@ _VALUE_PATTERNS = (
 )
 _COMPARISON_OPS = ("<=", ">=", "<", ">")
 
+Term = tuple[str, list[object]]  # an SQL condition (empty: none) and its parameters
+
 
 @dataclass
 class Where:
-    """An SQL condition over ``tasks t`` (joined as in :data:`api._SEARCH_SELECT`)."""
+    """An SQL condition over ``tasks t``, joined as in
+    :data:`fabric.embedded.procedures.tasks._SEARCH_SELECT`."""
 
     sql: list[str] = field(default_factory=list)
     params: list[object] = field(default_factory=list)
@@ -126,14 +130,14 @@ def _digits(value: str) -> bool:
     return value.isascii() and value.isdigit()
 
 
-def _comparison(column: str, value: str) -> tuple[str, list[object]]:
+def _comparison(column: str, value: str) -> Term:
     for op in _COMPARISON_OPS:
         if value.startswith(op):
             return f"{column} {op} ?", [value[len(op) :]]
     return f"{column} = ?", [value]
 
 
-def _people(f: Flavour, column: str, alias: str, value: str) -> tuple[str, list[object]]:
+def _people(f: Flavour, column: str, alias: str, value: str) -> Term:
     if _digits(value):
         return f"{column} = ?", [value]
     if value in ("me", "nobody"):
@@ -146,65 +150,122 @@ def _people(f: Flavour, column: str, alias: str, value: str) -> tuple[str, list[
     return f"({username} OR {name})", [like, like]
 
 
-def _term(f: Flavour, attr: str, value: str) -> tuple[str, list[object]]:
-    if attr == "status":
-        if value == "open":
-            return "t.is_active = 1", []
-        if value == "closed":
-            return "t.is_active = 0", []
-        if _digits(value):
-            return "t.is_active = ?", [value]
-        return "", []
-    # Names are matched in their own (small) tables, once per query: a collation or LIKE
-    # function evaluated for every task row makes a sweep's cost grow with history.
-    if attr == "column":
-        if _digits(value):
-            return "t.column_id = ?", [value]
-        return f"t.column_id IN (SELECT c2.id FROM columns c2 WHERE {eq_sql(f, 'c2.title')})", [value]
-    if attr == "swimlane":
-        return (f"t.swimlane_id IN (SELECT s2.id FROM swimlanes s2 WHERE {like_sql(f, 's2.name')})", [value])
-    if attr == "assignee":
-        return _people(f, "t.owner_id", "u", value)
-    if attr == "creator":
-        return _people(f, "t.creator_id", "uc", value)
-    if attr == "tag":
-        if value == "none":
-            return "t.id NOT IN (SELECT task_id FROM task_has_tags)", []
-        return (
-            "t.id IN (SELECT th.task_id FROM tags g JOIN task_has_tags th"
-            f" ON th.tag_id = g.id WHERE {like_sql(f, 'g.name')})",
-            [f"%{value}%"],
-        )
-    if attr == "priority":
-        return _comparison("t.priority", value)
-    if attr in ("score", "complexity"):
-        return _comparison("t.score", value)
-    if attr in ("ref", "reference"):
-        if value == "none":
-            return "(t.reference = '' OR t.reference IS NULL)", []
-        return like_sql(f, "t.reference"), [value.replace("*", "%")]
-    if attr in ("description", "desc"):
-        return like_sql(f, "t.description"), [f"%{value}%"]
-    if attr == "id":
-        return "t.id = ?", [value]
-    if attr in ("color", "colour"):
-        return "t.color_id = (SELECT ?)", [_color_id(value)]
-    if attr == "category":
-        category = eq_sql(f, "cat.name", nocase=True)
-        if _digits(value):
-            return f"(t.category_id = ? OR {category})", [value, value]
-        if value == "none":
-            return "t.category_id = 0", []
-        return category, [value]
-    if attr == "project":
-        if _digits(value):
-            return "t.project_id = ?", [value]
-        return like_sql(f, "p.name"), [value]
-    # title, and the free text
+# Names are matched in their own (small) tables, once per query: a collation or LIKE
+# function evaluated for every task row makes a sweep's cost grow with history.
+
+
+def _status(f: Flavour, value: str) -> Term:
+    if value == "open":
+        return "t.is_active = 1", []
+    if value == "closed":
+        return "t.is_active = 0", []
+    if _digits(value):
+        return "t.is_active = ?", [value]
+    return "", []
+
+
+def _column(f: Flavour, value: str) -> Term:
+    if _digits(value):
+        return "t.column_id = ?", [value]
+    return f"t.column_id IN (SELECT c2.id FROM columns c2 WHERE {eq_sql(f, 'c2.title')})", [value]
+
+
+def _swimlane(f: Flavour, value: str) -> Term:
+    return f"t.swimlane_id IN (SELECT s2.id FROM swimlanes s2 WHERE {like_sql(f, 's2.name')})", [value]
+
+
+def _assignee(f: Flavour, value: str) -> Term:
+    return _people(f, "t.owner_id", "u", value)
+
+
+def _creator(f: Flavour, value: str) -> Term:
+    return _people(f, "t.creator_id", "uc", value)
+
+
+def _tag(f: Flavour, value: str) -> Term:
+    if value == "none":
+        return "t.id NOT IN (SELECT task_id FROM task_has_tags)", []
+    return (
+        "t.id IN (SELECT th.task_id FROM tags g JOIN task_has_tags th"
+        f" ON th.tag_id = g.id WHERE {like_sql(f, 'g.name')})",
+        [f"%{value}%"],
+    )
+
+
+def _priority(f: Flavour, value: str) -> Term:
+    return _comparison("t.priority", value)
+
+
+def _score(f: Flavour, value: str) -> Term:
+    return _comparison("t.score", value)
+
+
+def _reference(f: Flavour, value: str) -> Term:
+    if value == "none":
+        return "(t.reference = '' OR t.reference IS NULL)", []
+    return like_sql(f, "t.reference"), [value.replace("*", "%")]
+
+
+def _description(f: Flavour, value: str) -> Term:
+    return like_sql(f, "t.description"), [f"%{value}%"]
+
+
+def _id(f: Flavour, value: str) -> Term:
+    return "t.id = ?", [value]
+
+
+def _color(f: Flavour, value: str) -> Term:
+    return "t.color_id = (SELECT ?)", [_color_id(value)]
+
+
+def _category(f: Flavour, value: str) -> Term:
+    category = eq_sql(f, "cat.name", nocase=True)
+    if _digits(value):
+        return f"(t.category_id = ? OR {category})", [value, value]
+    if value == "none":
+        return "t.category_id = 0", []
+    return category, [value]
+
+
+def _project(f: Flavour, value: str) -> Term:
+    if _digits(value):
+        return "t.project_id = ?", [value]
+    return like_sql(f, "p.name"), [value]
+
+
+def _title(f: Flavour, value: str) -> Term:
+    """``title:`` and the free text: the title, or the id when the value is ``123`` or ``#123``."""
     title = like_sql(f, "t.title")
     if _digits(value) or (len(value) > 1 and value[0] == "#" and _digits(value[1:])):
         return f"(t.id = ? OR {title})", [value.replace("#", ""), f"%{value}%"]
     return title, [f"%{value}%"]
+
+
+# Each attribute's condition; any other attribute (``title``) searches the title.
+_TERMS: dict[str, Callable[[Flavour, str], Term]] = {
+    "status": _status,
+    "column": _column,
+    "swimlane": _swimlane,
+    "assignee": _assignee,
+    "creator": _creator,
+    "tag": _tag,
+    "priority": _priority,
+    "score": _score,
+    "complexity": _score,
+    "ref": _reference,
+    "reference": _reference,
+    "description": _description,
+    "desc": _description,
+    "id": _id,
+    "color": _color,
+    "colour": _color,
+    "category": _category,
+    "project": _project,
+}
+
+
+def _term(f: Flavour, attr: str, value: str) -> Term:
+    return _TERMS.get(attr, _title)(f, value)
 
 
 _COLOR_NAMES = {

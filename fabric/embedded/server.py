@@ -16,8 +16,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from fabric.embedded.api import BoardApi, Fatal, encode
 from fabric.embedded.flavour import DEFAULT_FLAVOUR
+from fabric.embedded.php import Fatal
+from fabric.embedded.rpc import BoardApi, encode
 from fabric.embedded.store import Store
 
 log = logging.getLogger("agap.board")

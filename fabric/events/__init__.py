@@ -1,9 +1,10 @@
 """Live task events (DESIGN §11): signed, ordered, advisory; the board stays the authority.
 
 Modules: :mod:`.schema` (the v1 event and its seq), :mod:`.signing` (HMAC-SHA256 with
-per-task keys), :mod:`.config` (the ``AGAP_EVENTS_*`` environment), :mod:`.transport`
-with :mod:`.mqtt` and :mod:`.nats`, :mod:`.publisher`, :mod:`.subscriber` (the filter,
-``watch`` and wake-ups) and :mod:`.wiring` (hooks for workers and submitters).
+per-task keys), :mod:`fabric.settings.events` (the ``AGAP_EVENTS_*`` environment),
+:mod:`.transport` with :mod:`.mqtt` and :mod:`.nats` (picked by :mod:`.brokers`),
+:mod:`.publisher`, :mod:`.subscriber` (the filter, ``watch`` and wake-ups) and
+:mod:`.wiring` (the submitters' hook; the workers' is :mod:`workers.events`).
 """
 
 from fabric.events.schema import SCHEMA_VERSION, TERMINAL_EVENTS, Event, EventType

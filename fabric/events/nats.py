@@ -29,6 +29,7 @@ import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import api as js_api
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError, NotFoundError
 
 from fabric.events.transport import Signal, Sink, Topic, TransportError, token
@@ -267,8 +268,6 @@ class NatsSubscription:
         """
         if self.topic.kind != "task" or not self.transport.config.jetstream:
             return
-        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-
         subject = self.transport.subject(self.topic, terminal=True)
         try:
             js = nc.jetstream(timeout=2.0)

@@ -55,24 +55,11 @@ def seal(event: Event, secret: bytes) -> bytes:
 
 def open_sealed(raw: bytes, secret: bytes, *, expected_task: int | None = None) -> Event:
     """Verify and parse a wire payload, or raise :class:`Dropped` with the reason."""
-    if len(raw) > MAX_WIRE_BYTES:
-        raise Dropped("oversized")
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise Dropped("not json") from None
-    if not isinstance(body, dict):
-        raise Dropped("not an object")
-    if body.get("v") != SCHEMA_VERSION:
-        raise Dropped("wrong version")
+    body = _body(raw)
     sig = body.pop(SIG_FIELD, None)
     if not isinstance(sig, str) or not sig:
         raise Dropped("unsigned")
-    task_id = body.get("task_id")
-    if not isinstance(task_id, int) or isinstance(task_id, bool) or task_id < 1:
-        raise Dropped("malformed")
-    if expected_task is not None and task_id != expected_task:
-        raise Dropped("unexpected task")
+    task_id = _task_id(body, expected_task)
     try:
         expected = signature(secret, task_id, body)
     except ValueError:
@@ -83,6 +70,31 @@ def open_sealed(raw: bytes, secret: bytes, *, expected_task: int | None = None) 
         return Event.model_validate(body)
     except ValidationError:
         raise Dropped("malformed") from None
+
+
+def _body(raw: bytes) -> dict[str, Any]:
+    """The payload as a JSON object of this schema version (not yet verified)."""
+    if len(raw) > MAX_WIRE_BYTES:
+        raise Dropped("oversized")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise Dropped("not json") from None
+    if not isinstance(body, dict):
+        raise Dropped("not an object")
+    if body.get("v") != SCHEMA_VERSION:
+        raise Dropped("wrong version")
+    return body
+
+
+def _task_id(body: dict[str, Any], expected_task: int | None) -> int:
+    """The task the payload claims to be about (its key is derived from it)."""
+    task_id = body.get("task_id")
+    if not isinstance(task_id, int) or isinstance(task_id, bool) or task_id < 1:
+        raise Dropped("malformed")
+    if expected_task is not None and task_id != expected_task:
+        raise Dropped("unexpected task")
+    return task_id
 
 
 __all__ = ["Dropped", "canonical", "open_sealed", "seal", "signature", "task_key"]

@@ -146,103 +146,159 @@ def watch(
     ``on_live`` is called each time the subscription is up and the board was checked
     after it (from then on nothing the task does is missed).
     """
-    opts = options or WatchOptions()
     stream = TaskStream(task_id, secret or b"")
     signals: queue.Queue[Signal] = queue.Queue()
     sub: Subscription | None = None
     if transport is not None and secret:
         sub = transport.subscribe(task_topic(task_id), signals.put)
-    start = clock()
-    broker = "connecting" if sub is not None else "off"
-    result = WatchResult(EXIT_TIMEOUT, "")
-    last_activity = start
-    next_board = start
-    board_epoch: int | None = None
-
-    def check_board(now: float) -> int | None:
-        nonlocal next_board, board_epoch, last_activity
-        result.board_checks += 1
-        try:
-            status = board()
-        except BoardError as exc:
-            if broker in ("down", "off"):
-                log.error(
-                    "task #%s: the event broker is away and the board does not answer (%s)", task_id, exc
-                )
-                result.reason = "broker and board unavailable"
-                return EXIT_UNAVAILABLE
-            log.warning("task #%s: the board does not answer (%s); following the broker", task_id, exc)
-            next_board = now + (0.5 if broker == "connecting" else opts.board_poll)
-            return None
-        if status.final_event is not None:
-            emit(status.line(task_id))
-            result.reason = f"board: {status.state.value}"
-            return EXIT_OF_EVENT[status.final_event]
-        if board_epoch is not None and status.epoch > board_epoch:
-            last_activity = now  # the task moved: that is activity too
-        board_epoch = status.epoch
-        stream.raise_floor(status.epoch)
-        if broker == "up":
-            next_board = now + opts.recheck if opts.recheck > 0 else float("inf")
-        else:
-            next_board = now + opts.board_poll
-        return None
-
+    run = _Watch(task_id, board, emit, options or WatchOptions(), clock, on_live, stream, sub is not None)
     try:
-        while True:
-            now = clock()
-            if now >= next_board and (code := check_board(now)) is not None:
-                result.code = code
-                return result
-            if now >= start + opts.timeout:
-                result.reason = f"wall-clock timeout ({opts.timeout:g}s)"
-                return result
-            if now >= last_activity + opts.idle_timeout:
-                result.reason = f"idle timeout ({opts.idle_timeout:g}s)"
-                return result
-            wait = min(start + opts.timeout, last_activity + opts.idle_timeout, next_board) - now
-            try:
-                sig = signals.get(timeout=max(0.0, min(wait, 0.25)))
-            except queue.Empty:
-                if broker == "connecting" and clock() - start >= opts.connect_grace:
-                    broker = "down"
-                    log.warning("task #%s: the event broker does not answer; following the board", task_id)
-                    next_board = clock()
-                continue
-            if sig.kind == "up":
-                if broker != "up":
-                    log.info("task #%s: subscribed to live events", task_id)
-                    broker = "up"
-                    # anything missed while away is on the board
-                    if (code := check_board(clock())) is not None:
-                        result.code = code
-                        return result
-                    if on_live is not None:
-                        on_live()
-            elif sig.kind == "down":
-                if broker != "down":
-                    log.warning(
-                        "task #%s: event broker away (%s); following the board",
-                        task_id,
-                        sig.detail or "disconnected",
-                    )
-                    broker = "down"
-                    next_board = clock()
-            else:
-                event = stream.offer(sig.payload)
-                if event is None:
-                    continue
-                result.events += 1
-                last_activity = clock()
-                emit({"source": "broker", **event.body()})
-                if event.terminal:
-                    result.code = EXIT_OF_EVENT[event.type]
-                    result.reason = f"event: {event.type.value}"
-                    return result
+        while not run.turn(signals):
+            pass
+        return run.result
     finally:
-        result.dropped = dict(stream.dropped)
+        run.result.dropped = dict(stream.dropped)
         if sub is not None:
             sub.close()
+
+
+class _Watch:
+    """The state of one :func:`watch`: the broker's, the board's, and the result so far.
+
+    Each method that may end the watch returns True when it does (``result`` says how).
+    """
+
+    def __init__(
+        self,
+        task_id: int,
+        board: BoardCheck,
+        emit: Callable[[dict[str, Any]], None],
+        opts: WatchOptions,
+        clock: Callable[[], float],
+        on_live: Callable[[], None] | None,
+        stream: TaskStream,
+        subscribed: bool,
+    ) -> None:
+        self.task_id = task_id
+        self.board = board
+        self.emit = emit
+        self.opts = opts
+        self.clock = clock
+        self.on_live = on_live
+        self.stream = stream
+        self.start = clock()
+        self.broker = "connecting" if subscribed else "off"
+        self.result = WatchResult(EXIT_TIMEOUT, "")
+        self.last_activity = self.start
+        self.next_board = self.start
+        self.board_epoch: int | None = None
+
+    def turn(self, signals: queue.Queue[Signal]) -> bool:
+        """One turn: the board if it is due, the timeouts, then one signal (or none)."""
+        now = self.clock()
+        if now >= self.next_board and self._ends(self.check_board(now)):
+            return True
+        if self._timed_out(now):
+            return True
+        opts = self.opts
+        wait = min(self.start + opts.timeout, self.last_activity + opts.idle_timeout, self.next_board) - now
+        try:
+            sig = signals.get(timeout=max(0.0, min(wait, 0.25)))
+        except queue.Empty:
+            self._quiet()
+            return False
+        if sig.kind == "up":
+            return self._up()
+        if sig.kind == "down":
+            self._down(sig.detail)
+            return False
+        return self._message(sig.payload)
+
+    def check_board(self, now: float) -> int | None:
+        """Ask the board; the exit code when it says the task ended (or nobody answers)."""
+        self.result.board_checks += 1
+        try:
+            status = self.board()
+        except BoardError as exc:
+            if self.broker in ("down", "off"):
+                log.error(
+                    "task #%s: the event broker is away and the board does not answer (%s)", self.task_id, exc
+                )
+                self.result.reason = "broker and board unavailable"
+                return EXIT_UNAVAILABLE
+            log.warning("task #%s: the board does not answer (%s); following the broker", self.task_id, exc)
+            self.next_board = now + (0.5 if self.broker == "connecting" else self.opts.board_poll)
+            return None
+        if status.final_event is not None:
+            self.emit(status.line(self.task_id))
+            self.result.reason = f"board: {status.state.value}"
+            return EXIT_OF_EVENT[status.final_event]
+        if self.board_epoch is not None and status.epoch > self.board_epoch:
+            self.last_activity = now  # the task moved: that is activity too
+        self.board_epoch = status.epoch
+        self.stream.raise_floor(status.epoch)
+        if self.broker == "up":
+            self.next_board = now + self.opts.recheck if self.opts.recheck > 0 else float("inf")
+        else:
+            self.next_board = now + self.opts.board_poll
+        return None
+
+    def _ends(self, code: int | None) -> bool:
+        if code is None:
+            return False
+        self.result.code = code
+        return True
+
+    def _timed_out(self, now: float) -> bool:
+        if now >= self.start + self.opts.timeout:
+            self.result.reason = f"wall-clock timeout ({self.opts.timeout:g}s)"
+            return True
+        if now >= self.last_activity + self.opts.idle_timeout:
+            self.result.reason = f"idle timeout ({self.opts.idle_timeout:g}s)"
+            return True
+        return False
+
+    def _quiet(self) -> None:
+        """No signal this turn: a connection that takes too long counts as away."""
+        if self.broker == "connecting" and self.clock() - self.start >= self.opts.connect_grace:
+            self.broker = "down"
+            log.warning("task #%s: the event broker does not answer; following the board", self.task_id)
+            self.next_board = self.clock()
+
+    def _up(self) -> bool:
+        if self.broker == "up":
+            return False
+        log.info("task #%s: subscribed to live events", self.task_id)
+        self.broker = "up"
+        # anything missed while away is on the board
+        if self._ends(self.check_board(self.clock())):
+            return True
+        if self.on_live is not None:
+            self.on_live()
+        return False
+
+    def _down(self, detail: str) -> None:
+        if self.broker != "down":
+            log.warning(
+                "task #%s: event broker away (%s); following the board",
+                self.task_id,
+                detail or "disconnected",
+            )
+            self.broker = "down"
+            self.next_board = self.clock()
+
+    def _message(self, payload: bytes) -> bool:
+        event = self.stream.offer(payload)
+        if event is None:
+            return False
+        self.result.events += 1
+        self.last_activity = self.clock()
+        self.emit({"source": "broker", **event.body()})
+        if event.terminal:
+            self.result.code = EXIT_OF_EVENT[event.type]
+            self.result.reason = f"event: {event.type.value}"
+            return True
+        return False
 
 
 class QueueWaker:

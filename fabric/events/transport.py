@@ -5,6 +5,9 @@ events, the workers' wake-up hints). Each transport maps them onto its own names
 under the configured prefix. Subscriptions connect in the background and report to a
 sink: ``up`` when (re)connected and subscribed, ``down`` when the broker is away,
 ``msg`` for each payload. Sinks must be quick and must not raise.
+
+The brokers' implementations (:mod:`.mqtt`, :mod:`.nats`) build on these types;
+:func:`fabric.events.brokers.open_transport` picks one by URL.
 """
 
 from __future__ import annotations
@@ -13,8 +16,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
-
-from fabric.settings.events import EventsConfig
 
 
 class TransportError(Exception):
@@ -73,17 +74,6 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-def open_transport(config: EventsConfig) -> Transport:
-    """The transport the config's URL names (nothing connects until first use)."""
-    if config.scheme == "mqtt":
-        from fabric.events.mqtt import MqttTransport
-
-        return MqttTransport(config)
-    from fabric.events.nats import NatsTransport
-
-    return NatsTransport(config)
-
-
 __all__ = [
     "Signal",
     "Sink",
@@ -91,7 +81,6 @@ __all__ = [
     "Topic",
     "Transport",
     "TransportError",
-    "open_transport",
     "queue_topic",
     "task_topic",
     "token",

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import os
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,33 @@ def init_board(port: RpcPort, settings: Settings, cards: CardSet) -> InitReport:
     columns = {c["title"]: int(c["id"]) for c in out[0].unwrap() or []}
     lanes = {s["name"]: int(s["id"]) for s in out[1].unwrap() or []}
     members = {int(k) for k in (out[2].unwrap() or {})}
+    _ensure_columns(port, pid, columns, report)
+    _ensure_swimlanes(port, pid, lanes, cards.queues(), report)
+    users = _ensure_members(port, pid, cards, members, report)
 
+    report.layout = BoardLayout(
+        project_name=settings.project,
+        project_id=pid,
+        locks_project_id=locks_pid,
+        columns={c: columns[c.value] for c in COLUMN_ORDER},
+        swimlanes={q: lanes[q] for q in cards.queues()},
+        users=users,
+    )
+    # A board written by an older storage layout is brought up to date (one read when
+    # it already is).
+    report.migration = migrate(port, report.layout, seal_key=seal_key(settings.board_token))
+    m = report.migration
+    if m.changed:
+        report.created.append(
+            f"storage layout {m.from_version} -> {LAYOUT_VERSION}: "
+            f"{m.values_chunked} values chunked, {m.references} references "
+            f"hashed, {m.blocks_sealed} spec blocks sealed"
+        )
+    return report
+
+
+def _ensure_columns(port: RpcPort, pid: int, columns: dict[str, int], report: InitReport) -> None:
+    """Add the fabric's columns that are missing (renaming Kanboard's defaults in place)."""
     for col in COLUMN_ORDER:
         if col.value in columns:
             continue
@@ -95,7 +122,12 @@ def init_board(port: RpcPort, settings: Settings, cards: CardSet) -> InitReport:
             )
         report.created.append(f"column {col.value!r}")
 
-    for queue in cards.queues():
+
+def _ensure_swimlanes(
+    port: RpcPort, pid: int, lanes: dict[str, int], queues: Iterable[str], report: InitReport
+) -> None:
+    """Add a swimlane for each queue that has none."""
+    for queue in queues:
         if queue not in lanes:
             lanes[queue] = int(
                 _expect(
@@ -106,6 +138,11 @@ def init_board(port: RpcPort, settings: Settings, cards: CardSet) -> InitReport:
             )
             report.created.append(f"swimlane {queue!r}")
 
+
+def _ensure_members(
+    port: RpcPort, pid: int, cards: CardSet, members: set[int], report: InitReport
+) -> dict[str, int]:
+    """Each human card's Kanboard user (created if missing), as a project member."""
     users: dict[str, int] = {}
     for human in cards.humans():
         assert human.human is not None
@@ -138,26 +175,7 @@ def init_board(port: RpcPort, settings: Settings, cards: CardSet) -> InitReport:
                 f"add {username!r} to the project",
             )
             report.created.append(f"member {username!r}")
-
-    report.layout = BoardLayout(
-        project_name=settings.project,
-        project_id=pid,
-        locks_project_id=locks_pid,
-        columns={c: columns[c.value] for c in COLUMN_ORDER},
-        swimlanes={q: lanes[q] for q in cards.queues()},
-        users=users,
-    )
-    # A board written by an older storage layout is brought up to date (one read when
-    # it already is).
-    report.migration = migrate(port, report.layout, seal_key=seal_key(settings.board_token))
-    m = report.migration
-    if m.changed:
-        report.created.append(
-            f"storage layout {m.from_version} -> {LAYOUT_VERSION}: "
-            f"{m.values_chunked} values chunked, {m.references} references "
-            f"hashed, {m.blocks_sealed} spec blocks sealed"
-        )
-    return report
+    return users
 
 
 def _ensure_project(port: RpcPort, name: str, report: InitReport) -> int:

@@ -1,8 +1,10 @@
 """The fabric's view of a Kanboard board: tasks, their metadata, lock tags, projections.
 
-This module and :mod:`fabric.kanboard` are the only places that know Kanboard's method
-names. The rest of the fabric speaks in tasks, epochs and records. Independent calls
-are batched: each public method here costs one round trip unless it says otherwise.
+Only :mod:`fabric.kanboard` knows Kanboard's method names and field names; the rest of
+the fabric speaks in tasks, epochs and records, and reads typed rows
+(:mod:`fabric.kanboard.rows`). Independent calls are batched: each public method here
+costs one round trip unless it says otherwise. The keeper's wide reads and repairs are
+in :mod:`fabric.kanboard.keeperstore`.
 """
 
 from __future__ import annotations
@@ -12,18 +14,14 @@ import random
 import secrets
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
-
-from pydantic import ValidationError
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 from fabric.errors import ConfigError, InvalidInput
 from fabric.kanboard.dates import format_input_date
 from fabric.kanboard.fit import fit
 from fabric.kanboard.layout import (
     COLUMN_OF_STATE,
-    META_GAP,
-    META_PARK_PREFIX,
     META_PROJECTED,
     META_SPEC,
     META_UID,
@@ -31,7 +29,6 @@ from fabric.kanboard.layout import (
     State,
     epoch_lock,
     park_key,
-    record_epoch,
     record_key,
 )
 from fabric.kanboard.port import (
@@ -43,7 +40,28 @@ from fabric.kanboard.port import (
     RpcError,
     RpcPort,
 )
+from fabric.kanboard.resend import RETRIES, pause, send
+from fabric.kanboard.rows import (
+    BoardComment,
+    BoardFile,
+    BoardTask,
+    comment_rows,
+    file_rows,
+    tag_rows,
+    task_rows,
+)
+from fabric.kanboard.views import BoardLayout, TaskView, parse_park_states, parse_view
 from fabric.task import Record, TaskSpec
+
+# The views live in fabric.kanboard.views; most of the fabric imports them from here.
+__all__ = [
+    "BoardLayout",
+    "TaskBoard",
+    "TaskNotFound",
+    "TaskView",
+    "parse_park_states",
+    "parse_view",
+]
 
 
 class TaskNotFound(InvalidInput):
@@ -57,7 +75,6 @@ class TaskNotFound(InvalidInput):
 
 
 BOTTOM = 1_000_000  # Kanboard clamps a too-large position to the bottom of the cell
-RETRIES = 8  # re-sends of an idempotent write that failed ambiguously
 # Concurrent moveTaskPosition calls lose updates on PostgreSQL: each rewrites the
 # positions (and column) of every card in the column it leaves, from a snapshot that
 # may predate another mover's commit, so a card can land back where it was. A card
@@ -73,82 +90,6 @@ MOVE_TRIES = 5
 REPAIR_AGE = 2.0
 
 
-def _pause(attempt: int) -> None:
-    """Backoff between re-sends: exponential, jittered, capped at a second.
-
-    Real Kanboard on SQLite answers "database is locked" while another PHP worker
-    writes; spreading the re-sends out is what gets them through.
-    """
-    time.sleep(min(1.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))
-
-
-# Writes that are safe to send again: upserts, moves, closes. Comments are not (a
-# duplicate line in the journal); files are re-sent (a duplicate beats a lost result).
-IDEMPOTENT = frozenset(
-    {
-        "saveTaskMetadata",
-        "moveTaskPosition",
-        "updateTask",
-        "closeTask",
-        "openTask",
-        "createTaskFile",
-        "removeTaskMetadata",
-    }
-)
-
-
-@dataclass(frozen=True)
-class BoardLayout:
-    """Kanboard ids of the fabric's projects, columns, queue swimlanes and human users."""
-
-    project_name: str
-    project_id: int
-    locks_project_id: int
-    columns: dict[Column, int]
-    swimlanes: dict[str, int]  # queue name -> swimlane id
-    users: dict[str, int]  # Kanboard username -> user id (project members)
-
-    def swimlane(self, queue: str) -> int:
-        try:
-            return self.swimlanes[queue]
-        except KeyError:
-            raise ConfigError(
-                f"queue {queue!r} has no swimlane on the board",
-                hint="run `agap init` after adding a card",
-            ) from None
-
-    def queue_of(self, swimlane_id: int) -> str | None:
-        for name, sid in self.swimlanes.items():
-            if sid == swimlane_id:
-                return name
-        return None
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "project_name": self.project_name,
-                "project_id": self.project_id,
-                "locks_project_id": self.locks_project_id,
-                "columns": {c.value: i for c, i in self.columns.items()},
-                "swimlanes": self.swimlanes,
-                "users": self.users,
-            },
-            sort_keys=True,
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> BoardLayout:
-        d = json.loads(text)
-        return cls(
-            project_name=str(d["project_name"]),
-            project_id=int(d["project_id"]),
-            locks_project_id=int(d["locks_project_id"]),
-            columns={Column(k): int(v) for k, v in d["columns"].items()},
-            swimlanes={k: int(v) for k, v in d["swimlanes"].items()},
-            users={k: int(v) for k, v in d["users"].items()},
-        )
-
-
 @dataclass
 class _Move:
     """A card this connection moved, to be checked once competing moves have committed."""
@@ -159,133 +100,6 @@ class _Move:
     at: float  # the fabric's clock, to compare with the card's date_moved
     due: float  # time.monotonic() after which competing moves have committed
     tries: int = 1
-
-
-@dataclass
-class GapNote:
-    """A lock for ``epoch`` was seen taken with no record behind it, first at ``seen``."""
-
-    epoch: int
-    seen: float
-
-
-@dataclass
-class TaskView:
-    """One task as read from the board: its row, spec and per-epoch records."""
-
-    id: int
-    row: dict[str, Any]
-    uid: str | None
-    spec: TaskSpec | None
-    records: dict[int, Record]
-    meta: dict[str, str]
-    read_at: float
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def epoch(self) -> int:
-        """The highest epoch with a record (-1 when none: a submit still in flight)."""
-        return max(self.records, default=-1)
-
-    @property
-    def current(self) -> Record | None:
-        """The record of the highest epoch: the task's current state."""
-        return self.records.get(self.epoch)
-
-    @property
-    def gap(self) -> GapNote | None:
-        raw = self.meta.get(META_GAP)
-        if not raw:
-            return None
-        try:
-            d = json.loads(raw)
-            return GapNote(int(d["epoch"]), float(d["seen"]))
-        except (ValueError, KeyError, TypeError):
-            return None
-
-    @property
-    def is_open(self) -> bool:
-        return bool(self.row.get("is_active", 1))
-
-    @property
-    def fabric_moved_at(self) -> float:
-        """The latest time the fabric itself moved the card for the current record.
-
-        The record's own time, or a later re-sent or repaired move (``META_PROJECTED``).
-        A card moved well after this was moved by someone else: a person's gesture.
-        """
-        rec = self.current
-        at = rec.at if rec is not None else 0.0
-        epoch, _, when = self.meta.get(META_PROJECTED, "").partition(":")
-        try:
-            if int(epoch) == self.epoch:
-                at = max(at, float(when))
-        except ValueError:
-            pass
-        return at
-
-
-def parse_view(task_id: int, row: dict[str, Any] | None, meta: Any, read_at: float) -> TaskView:
-    """Build a :class:`TaskView` from ``getTask`` and ``getTaskMetadata`` results.
-
-    Corrupted metadata does not raise: it is listed in ``problems`` so a sweep can report
-    it and carry on.
-    """
-    meta_map: dict[str, str] = (
-        {str(k): ("" if v is None else str(v)) for k, v in (meta or {}).items()}
-        if isinstance(meta, dict)
-        else {}
-    )
-    problems: list[str] = []
-    spec: TaskSpec | None = None
-    if META_SPEC in meta_map:
-        try:
-            spec = TaskSpec.from_meta(meta_map[META_SPEC])
-        except (ValidationError, ValueError) as exc:
-            problems.append(f"{META_SPEC}: unreadable ({_short(exc)})")
-    records: dict[int, Record] = {}
-    for key, value in meta_map.items():
-        epoch = record_epoch(key)
-        if epoch is None:
-            continue
-        try:
-            rec = Record.from_meta(value)
-        except (ValidationError, ValueError) as exc:
-            problems.append(f"{key}: unreadable record ({_short(exc)})")
-            continue
-        if rec.epoch != epoch:
-            problems.append(f"{key}: record says epoch {rec.epoch}")
-            continue
-        records[epoch] = rec
-    return TaskView(
-        id=task_id,
-        row=row or {},
-        uid=meta_map.get(META_UID) or None,
-        spec=spec,
-        records=records,
-        meta=meta_map,
-        read_at=read_at,
-        problems=problems,
-    )
-
-
-def parse_park_states(meta: Any) -> dict[str, dict[str, Any]]:
-    """Queue -> park state from project metadata; unreadable entries are skipped."""
-    states: dict[str, dict[str, Any]] = {}
-    for key, value in (meta or {}).items() if isinstance(meta, dict) else ():
-        if str(key).startswith(META_PARK_PREFIX) and value:
-            try:
-                data = json.loads(value)
-            except ValueError:
-                continue
-            if isinstance(data, dict):
-                # The value names its queue: a long queue's key is hashed.
-                states[str(data.get("queue") or str(key)[len(META_PARK_PREFIX) :])] = data
-    return states
-
-
-def _short(exc: Exception) -> str:
-    return str(exc).splitlines()[0][:160]
 
 
 class TaskBoard:
@@ -320,7 +134,7 @@ class TaskBoard:
         task_ids = [t for t in task_ids if 0 < t < 2**31]
         if not task_ids:
             return {}
-        out = self.port.batch(self._read_calls(task_ids))
+        out = self.port.batch(self.read_calls(task_ids))
         now = self.clock()
         views: dict[int, TaskView] = {}
         for i, tid in enumerate(task_ids):
@@ -329,15 +143,20 @@ class TaskBoard:
                 views[tid] = parse_view(tid, row, meta, now)
         return views
 
-    def read_meta_many(self, rows: Sequence[dict[str, Any]]) -> list[TaskView]:
+    def read_meta_many(self, rows: Sequence[BoardTask]) -> list[TaskView]:
         """Views for rows already fetched (e.g. by a search): only metadata is read."""
         if not rows:
             return []
-        out = self.port.batch([Call("getTaskMetadata", {"task_id": int(r["id"])}) for r in rows])
+        out = self.port.batch(self.meta_calls(rows))
         now = self.clock()
-        return [parse_view(int(r["id"]), r, o.unwrap(), now) for r, o in zip(rows, out, strict=True)]
+        return [parse_view(r.id, r, o.unwrap(), now) for r, o in zip(rows, out, strict=True)]
 
-    def search(self, query: str) -> list[dict[str, Any]]:
+    @staticmethod
+    def meta_calls(rows: Sequence[BoardTask]) -> list[Call]:
+        """Each row's metadata read: what a view of a fetched row still needs."""
+        return [Call("getTaskMetadata", {"task_id": r.id}) for r in rows]
+
+    def search(self, query: str) -> list[BoardTask]:
         """``searchTasks`` in the work project (unordered, unlimited, as Kanboard gives it).
 
         The same round trip reads back the cards this connection moved a moment ago, and
@@ -348,14 +167,14 @@ class TaskBoard:
         out = self.port.batch(
             [
                 Call("searchTasks", {"project_id": self.layout.project_id, "query": query}),
-                *self._read_calls(due),
+                *self.read_calls(due),
             ]
         )
         self._recheck_moves(due, out[1:])
-        return list(out[0].unwrap() or [])
+        return task_rows(out[0].unwrap())
 
     @staticmethod
-    def _read_calls(task_ids: Sequence[int]) -> list[Call]:
+    def read_calls(task_ids: Sequence[int]) -> list[Call]:
         """A task's row and metadata, per task: what a view is made of."""
         calls: list[Call] = []
         for tid in task_ids:
@@ -369,11 +188,12 @@ class TaskBoard:
             row, meta = out[2 * i], out[2 * i + 1]
             if row.error is not None or meta.error is not None or not isinstance(row.value, dict):
                 continue  # gone, or unreadable: the keeper's sweep is the backstop
-            if int(row.value.get("column_id") or 0) == move.column_id:
+            task = BoardTask.parse(row.value)
+            if task.column_id == move.column_id:
                 continue  # where we put it
-            if float(row.value.get("date_moved") or 0) > move.at + MOVE_TOLERANCE:
+            if task.moved_at > move.at + MOVE_TOLERANCE:
                 continue  # moved again since (a person's gesture): theirs to keep
-            if parse_view(tid, row.value, meta.value, 0.0).epoch != move.epoch:
+            if parse_view(tid, task, meta.value, 0.0).epoch != move.epoch:
                 continue  # a later transition: its writer projects it
             again += [self.stamp_call(tid, move.epoch), self.move_call(tid, move.column_id, move.swimlane_id)]
             if move.tries < MOVE_TRIES:
@@ -399,7 +219,7 @@ class TaskBoard:
             wait = max(m.due for m in self._moved.values()) - time.monotonic()
             time.sleep(min(max(wait, 0.0), VERIFY_AFTER) + random.uniform(0, VERIFY_AFTER))
             due = list(self._moved)
-            self._recheck_moves(due, self.port.batch(self._read_calls(due)))
+            self._recheck_moves(due, self.port.batch(self.read_calls(due)))
 
     def repair_projection(self, view: TaskView) -> bool:
         """Move a card a lost move left behind to its record's column (True if moved).
@@ -418,11 +238,32 @@ class TaskBoard:
         calls = [
             c for c in self._projection_calls(fresh, rec, description=None) if c.method == "moveTaskPosition"
         ]
-        if not calls or float(fresh.row.get("date_moved") or 0) > fresh.fabric_moved_at + MOVE_TOLERANCE:
+        if not calls or fresh.task.moved_at > fresh.fabric_moved_at + MOVE_TOLERANCE:
             return False
         self._batch([self.stamp_call(fresh.id, rec.epoch), *calls])
         self._remember_moves(calls, fresh.id, rec.epoch)
         return True
+
+    def put_back(
+        self, view: TaskView, epoch: int, column: Column, *, is_open: bool, comment: str | None = None
+    ) -> None:
+        """Put a card where record ``epoch`` says: in ``column`` (a stamped move, see
+        :meth:`stamp_call`), open or closed, with a line for the journal if given.
+
+        One round trip, none when the card is already right and there is nothing to say.
+        """
+        want = self.layout.columns[column]
+        calls: list[Call] = []
+        if view.task.column_id != want:
+            calls += [self.stamp_call(view.id, epoch), self.move_call(view.id, want, view.task.swimlane_id)]
+        if view.is_open and not is_open:
+            calls.append(Call("closeTask", {"task_id": view.id}))
+        elif not view.is_open and is_open:
+            calls.append(Call("openTask", {"task_id": view.id}))
+        if comment:
+            calls.append(self.comment_call(view.id, comment))
+        if calls:
+            self._batch(calls)
 
     def stamp_call(self, task_id: int, epoch: int) -> Call:
         """Mark a move the fabric makes outside a record's batch (see META_PROJECTED).
@@ -457,7 +298,7 @@ class TaskBoard:
             },
         )
 
-    def open_in(self, columns: Iterable[Column], queue: str | None = None) -> list[dict[str, Any]]:
+    def open_in(self, columns: Iterable[Column], queue: str | None = None) -> list[BoardTask]:
         """Open tasks in the given columns (and queue): what polls and sweeps look at."""
         terms = ["status:open"] + [f'column:"{c.value}"' for c in columns]
         if queue is not None:
@@ -497,7 +338,7 @@ class TaskBoard:
                 return False
             if holder is not None:
                 return holder == nonce
-            _pause(attempt)
+            pause(attempt)
         return False
 
     def _lock_holder(self, name: str) -> str | None:
@@ -506,53 +347,14 @@ class TaskBoard:
         Reads every tag of the locks project: used only to settle an ambiguous write.
         """
         tags = self.port.call("getTagsByProject", {"project_id": self.layout.locks_project_id})
-        for tag in tags or []:
-            if tag.get("name") == name:
-                return str(tag.get("color_id") or "")
+        for tag in tag_rows(tags):
+            if tag.name == name:
+                return tag.color
         return None
 
     def _batch(self, calls: Sequence[Call]) -> list[Outcome]:
-        """Run a batch; re-send its idempotent items that failed ambiguously.
-
-        Only the failed items are sent again (a batch is not atomic: the others ran).
-        A whole batch lost in transit is re-sent without its non-idempotent items.
-        """
-        try:
-            out = self.port.batch(calls)
-        except MaybeDone:
-            kept = [c for c in calls if c.method in IDEMPOTENT or c.is_read]
-            out = self._resend(calls, kept)
-        for attempt in range(RETRIES):
-            redo = [
-                i
-                for i, o in enumerate(out)
-                if o.error is not None and o.error.maybe_done and calls[i].method in IDEMPOTENT
-            ]
-            if not redo:
-                break
-            _pause(attempt)
-            try:
-                again = self.port.batch([calls[i] for i in redo])
-            except MaybeDone:
-                continue
-            for i, o in zip(redo, again, strict=True):
-                out[i] = o
-        return out
-
-    def _resend(self, calls: Sequence[Call], kept: Sequence[Call]) -> list[Outcome]:
-        for attempt in range(RETRIES):
-            _pause(attempt)
-            try:
-                again = iter(self.port.batch(kept))
-            except MaybeDone:
-                continue
-            # Items not re-sent (comments) report "unknown": treated as best effort.
-            unknown = RpcError(-32000, "not re-sent after an ambiguous failure")
-            return [
-                next(again) if (c.method in IDEMPOTENT or c.is_read) else Outcome(c, error=unknown)
-                for c in calls
-            ]
-        raise MaybeDone("the board kept failing ambiguously", calls=calls)
+        """Run a batch, re-sending its idempotent items that fail ambiguously (resend)."""
+        return send(self.port, calls)
 
     # -- writing --------------------------------------------------------------------
 
@@ -571,6 +373,38 @@ class TaskBoard:
         task; when the lock is lost the caller must remove the task (it has no records
         yet, so nothing can claim it meanwhile).
         """
+        params = self._task_params(spec, description=description, reference=reference, owner_id=owner_id)
+        calls = [Call("createTask", params)]
+        nonce = secrets.token_hex(6)
+        if receipt is not None:
+            calls.insert(
+                0,
+                Call(
+                    "createTag",
+                    {"project_id": self.layout.locks_project_id, "tag": receipt, "color_id": nonce},
+                ),
+            )
+        try:
+            out = self.port.batch(calls)
+        except MaybeDone:
+            out = [Outcome(c, error=RpcError(0, "lost in transit", method=c.method)) for c in calls]
+        won = True if receipt is None else self._receipt_won(out[0], receipt, nonce)
+        created = out[-1]
+        if created.error is not None and created.error.maybe_done:
+            # The reference is unique to this submit: look before creating again.
+            task_id = self._created_or_retry(params)
+        elif created.error is None and created.value:
+            task_id = int(created.value)
+        else:
+            self._not_created(created, out[0] if receipt is not None and won else None, spec.queue)
+        if not task_id:
+            raise BoardRefused("createTask", task_id, f"create the task for queue {spec.queue!r}")
+        return task_id, won
+
+    def _task_params(
+        self, spec: TaskSpec, *, description: str, reference: str, owner_id: int
+    ) -> dict[str, Any]:
+        """``createTask``'s parameters for a new fabric task."""
         params: dict[str, Any] = {
             "title": spec.title(),
             "project_id": self.layout.project_id,
@@ -587,54 +421,34 @@ class TaskBoard:
             params["date_due"] = format_input_date(spec.deadline)
         if spec.not_before and (not spec.deadline or spec.not_before <= spec.deadline):
             params["date_started"] = format_input_date(spec.not_before)
-        calls = [Call("createTask", params)]
-        nonce = secrets.token_hex(6)
-        if receipt is not None:
-            calls.insert(
-                0,
-                Call(
-                    "createTag",
-                    {"project_id": self.layout.locks_project_id, "tag": receipt, "color_id": nonce},
-                ),
-            )
-        try:
-            out = self.port.batch(calls)
-        except MaybeDone:
-            out = [Outcome(c, error=RpcError(0, "lost in transit", method=c.method)) for c in calls]
-        won = True
-        if receipt is not None:
-            first = out[0]
-            if first.error is not None and first.error.maybe_done:
-                won = self._lock_holder(receipt) == nonce
-            else:
-                won = bool(first.value) and first.error is None
-        created = out[-1]
-        if created.error is not None and created.error.maybe_done:
-            # The reference is unique to this submit: look before creating again.
-            task_id = self._created_or_retry(params)
-        elif created.error is None and created.value:
-            task_id = created.value
-        else:
-            # Certainly not created: give the receipt back, or the action id is stuck.
-            if receipt is not None and won and isinstance(out[0].value, int):
-                self.port.call("removeTag", {"tag_id": out[0].value})
-            if created.error is not None and not created.error.refused:
-                created.unwrap()
-            # A missing project or column is 0 on every backend (an SQL error without a
-            # column): the cached layout is stale, which the caller can repair.
-            self._check_project(self.port.call("getProjectById", {"project_id": self.layout.project_id}))
-            task_id = created.unwrap()
-        if not task_id:
-            raise BoardRefused("createTask", task_id, f"create the task for queue {spec.queue!r}")
-        return int(task_id), won
+        return params
+
+    def _receipt_won(self, tag: Outcome, receipt: str, nonce: str) -> bool:
+        """Whether the receipt's ``createTag`` in a create batch was ours."""
+        if tag.error is not None and tag.error.maybe_done:
+            return self._lock_holder(receipt) == nonce
+        return bool(tag.value) and tag.error is None
+
+    def _not_created(self, created: Outcome, receipt_tag: Outcome | None, queue: str) -> NoReturn:
+        """``createTask`` certainly did nothing: give the receipt back, then raise why."""
+        # Give the receipt back, or the action id is stuck.
+        if receipt_tag is not None and isinstance(receipt_tag.value, int):
+            self.port.call("removeTag", {"tag_id": receipt_tag.value})
+        if created.error is not None and not created.error.refused:
+            created.unwrap()
+        # A missing project or column is 0 on every backend (an SQL error without a
+        # column): the cached layout is stale, which the caller can repair.
+        self._check_project(self.port.call("getProjectById", {"project_id": self.layout.project_id}))
+        created.unwrap()
+        raise BoardRefused("createTask", created.value, f"create the task for queue {queue!r}")
 
     def _created_or_retry(self, params: dict[str, Any]) -> int:
         """Settle an ambiguous ``createTask`` by its (unique) reference."""
         for attempt in range(RETRIES):
             row = self.find_by_reference(str(params["reference"]))
             if row is not None:
-                return int(row["id"])
-            _pause(attempt)
+                return row.id
+            pause(attempt)
             try:
                 result = self.port.call("createTask", params)
             except (MaybeDone, RpcError) as exc:
@@ -701,12 +515,12 @@ class TaskBoard:
         """Remove a task (used to undo a submit that lost its receipt)."""
         self.port.call("removeTask", {"task_id": task_id})
 
-    def find_by_reference(self, reference: str) -> dict[str, Any] | None:
+    def find_by_reference(self, reference: str) -> BoardTask | None:
         """The first task with this exact reference, or None."""
         row = self.port.call(
             "getTaskByReference", {"project_id": self.layout.project_id, "reference": reference}
         )
-        return row if isinstance(row, dict) else None
+        return BoardTask.parse(row) if isinstance(row, dict) else None
 
     def write_record(
         self,
@@ -728,21 +542,10 @@ class TaskBoard:
         """
         values = {record_key(record.epoch): record.to_meta(), **(extra_meta or {})}
         calls = [Call("saveTaskMetadata", {"task_id": view.id, "values": values})]
-        for name, blob in files:
-            calls.append(
-                Call(
-                    "createTaskFile",
-                    {
-                        "project_id": self.layout.project_id,
-                        "task_id": view.id,
-                        "filename": name,
-                        "blob": blob,
-                    },
-                )
-            )
+        calls += [self.file_call(view.id, name, blob) for name, blob in files]
         calls.extend(self._projection_calls(view, record, description=description))
         if comment:
-            calls.append(Call("createComment", {"task_id": view.id, "user_id": 0, "content": comment}))
+            calls.append(self.comment_call(view.id, comment))
         if close:
             calls.append(Call("closeTask", {"task_id": view.id}))
         if reopen:
@@ -760,16 +563,15 @@ class TaskBoard:
         column = COLUMN_OF_STATE[record.state]
         if record.state == State.QUEUED and record.assignee:
             column = Column.WAITING  # a queued task for a human waits on that human
-        lane = int(view.row.get("swimlane_id") or 0)
         calls = []
-        if int(view.row.get("column_id") or 0) != self.layout.columns[column]:
-            calls.append(self.move_call(view.id, self.layout.columns[column], lane))
+        if view.task.column_id != self.layout.columns[column]:
+            calls.append(self.move_call(view.id, self.layout.columns[column], view.task.swimlane_id))
         update: dict[str, Any] = {}
         owner = self.layout.users.get(record.assignee or "", 0)
-        if int(view.row.get("owner_id") or 0) != owner:
+        if view.task.owner_id != owner:
             update["owner_id"] = owner
         if record.not_before and record.state == State.QUEUED:
-            due = int(view.row.get("date_due") or 0)
+            due = view.task.due_at
             if not due or record.not_before <= due:
                 update["date_started"] = format_input_date(record.not_before)
         if description is not None:
@@ -778,9 +580,15 @@ class TaskBoard:
             calls.append(Call("updateTask", {"id": view.id, **update}))
         return calls
 
-    def save_meta(self, task_id: int, values: dict[str, str]) -> None:
-        """Upsert metadata keys (one round trip)."""
-        out = self._batch([Call("saveTaskMetadata", {"task_id": task_id, "values": values})])
+    def save_meta(self, task_id: int, values: dict[str, str], *, comment: str | None = None) -> None:
+        """Upsert metadata keys, with a line for the journal if given (one round trip).
+
+        The metadata is checked; the line is best effort (a comment is never sent twice).
+        """
+        calls = [Call("saveTaskMetadata", {"task_id": task_id, "values": values})]
+        if comment:
+            calls.append(self.comment_call(task_id, comment))
+        out = self._batch(calls)
         if not out[0].unwrap():
             raise BoardRefused("saveTaskMetadata", False, f"save metadata on task #{task_id}")
 
@@ -826,7 +634,7 @@ class TaskBoard:
         meta = self.port.call("getProjectMetadata", {"project_id": self.layout.project_id})
         return parse_park_states(meta)
 
-    def search_with_parks(self, query: str) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    def search_with_parks(self, query: str) -> tuple[list[BoardTask], dict[str, dict[str, Any]]]:
         """A search and the park states together, in one round trip."""
         out = self.port.batch(
             [
@@ -834,17 +642,53 @@ class TaskBoard:
                 Call("getProjectMetadata", {"project_id": self.layout.project_id}),
             ]
         )
-        return list(out[0].unwrap() or []), parse_park_states(out[1].unwrap())
+        return task_rows(out[0].unwrap()), parse_park_states(out[1].unwrap())
+
+    # -- journal and files ------------------------------------------------------------
+
+    @staticmethod
+    def comment_call(task_id: int, text: str) -> Call:
+        """A line for the task's journal, written as the application (user 0)."""
+        return Call("createComment", {"task_id": task_id, "user_id": 0, "content": text})
+
+    def file_call(self, task_id: int, name: str, blob: str) -> Call:
+        """Attach a file (``blob`` is its content, base64)."""
+        return Call(
+            "createTaskFile",
+            {"project_id": self.layout.project_id, "task_id": task_id, "filename": name, "blob": blob},
+        )
 
     def comment(self, task_id: int, text: str) -> None:
         """Append a line to the task's journal (its comments)."""
-        self.port.call("createComment", {"task_id": task_id, "user_id": 0, "content": text})
+        call = self.comment_call(task_id, text)
+        self.port.call(call.method, call.params)
 
-    def comments(self, task_id: int) -> list[dict[str, Any]]:
-        return list(self.port.call("getAllComments", {"task_id": task_id}) or [])
+    def comments(self, task_id: int) -> list[BoardComment]:
+        """The task's journal, oldest first."""
+        return comment_rows(self.port.call("getAllComments", {"task_id": task_id}))
 
-    def files(self, task_id: int) -> list[dict[str, Any]]:
-        return list(self.port.call("getAllTaskFiles", {"task_id": task_id}) or [])
+    def attach_file(self, task_id: int, name: str, blob: str, *, what: str = "a file") -> int:
+        """Attach a file (``blob``: base64) to a task; returns its file id (one round trip).
+
+        Re-sent after an ambiguous failure: a duplicate file beats a lost one.
+        """
+        out = self._batch([self.file_call(task_id, name, blob)])
+        file_id = out[0].unwrap()
+        if not file_id:
+            raise BoardRefused("createTaskFile", file_id, f"attach {what} to task #{task_id}")
+        return int(file_id)
+
+    def files(self, task_id: int) -> list[BoardFile]:
+        return file_rows(self.port.call("getAllTaskFiles", {"task_id": task_id}))
 
     def download(self, file_id: int) -> str:
         return str(self.port.call("downloadTaskFile", {"file_id": file_id}) or "")
+
+    def search_many(self, queries: Sequence[str]) -> list[list[BoardTask]]:
+        """Several searches in the work project, in one round trip (answers in order)."""
+        if not queries:
+            return []
+        out = self.port.batch(
+            [Call("searchTasks", {"project_id": self.layout.project_id, "query": q}) for q in queries]
+        )
+        return [task_rows(o.unwrap()) for o in out]

@@ -14,21 +14,22 @@ An empty value counts as unset (compose writes ``${X:-}``), except for a variabl
 declared with ``empty``, which says what an empty value means there (for
 ``AGAP_REF_ROOTS=``: no directory).
 
-This module imports only the standard library and :mod:`fabric.errors` (and
-:mod:`fabric.cards`, for its duration grammar, only when a duration is read), because
-the container healthcheck imports it and must stay cheap.
+This module imports only the standard library, :mod:`fabric.errors` and
+:mod:`fabric.durations` (the one duration grammar), because the container healthcheck
+imports it and must stay cheap.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar, overload
 from urllib.parse import urlsplit
 
+from fabric.durations import parse_setting_duration as parse_duration  # a bare number is seconds here
 from fabric.errors import ConfigError, InvalidInput
 
 Kind = Literal["str", "int", "float", "duration", "bool", "path", "url", "list", "secret"]
@@ -429,14 +430,6 @@ def named(name: str, env: Env = None) -> str:
     return environ(env).get(name, "")
 
 
-def parse_duration(text: str) -> float:
-    """Seconds in a setting's duration: the cards' grammar, or a bare number of seconds."""
-    # Imported here: fabric.cards pulls in pydantic, and the healthcheck imports this module.
-    from fabric.cards import parse_duration as cards_duration
-
-    return cards_duration(text, bare_seconds=True)
-
-
 def get(name: str, env: Env = None) -> Value | None:
     """``name``'s value parsed by its type, its default when unset, else None."""
     v = var(name)
@@ -542,33 +535,57 @@ def _text(v: Var, env: Env) -> str | None:
 
 
 def _parse(v: Var, text: str) -> Value:
+    value = _READERS[v.kind](v, text)
+    if value is not None:
+        return value
+    shown = _USERINFO.sub(r"\1\2****@", text) if v.kind == "url" else text  # never echo a password
+    raise ConfigError(f"cannot read {shown!r} as {_AS[v.kind]}", where=v.name, hint=f"expected {v.expected}")
+
+
+# Each kind's reader: the value, or None when ``text`` is not one.
+def _as_int(v: Var, text: str) -> Value | None:
     compact = text.strip()
-    if v.kind in ("str", "secret"):
-        return text
-    if v.kind == "path":
-        return Path(text)
-    if v.kind == "list":
-        return tuple(p.strip() for p in text.split(v.sep) if p.strip())
-    if v.kind == "int" and _INT.match(compact):
-        return int(compact)
-    if v.kind == "float" and _FLOAT.match(compact):
-        return float(compact)
-    if v.kind == "bool" and compact.lower() in _TRUE | _FALSE:
-        return compact.lower() in _TRUE
-    if v.kind == "duration":
-        try:
-            return parse_duration(compact)
-        except InvalidInput:
-            pass
-    if v.kind == "url":
-        try:
-            parts = urlsplit(compact)
-            if parts.scheme and parts.netloc and parts.hostname:
-                return compact
-        except ValueError:  # e.g. an unclosed [IPv6 bracket
-            pass
-        text = _USERINFO.sub(r"\1\2****@", text)  # never echo a password in the URL
-    raise ConfigError(f"cannot read {text!r} as {_AS[v.kind]}", where=v.name, hint=f"expected {v.expected}")
+    return int(compact) if _INT.match(compact) else None
+
+
+def _as_float(v: Var, text: str) -> Value | None:
+    compact = text.strip()
+    return float(compact) if _FLOAT.match(compact) else None
+
+
+def _as_bool(v: Var, text: str) -> Value | None:
+    compact = text.strip().lower()
+    return compact in _TRUE if compact in _TRUE | _FALSE else None
+
+
+def _as_duration(v: Var, text: str) -> Value | None:
+    try:
+        return parse_duration(text.strip())
+    except InvalidInput:
+        return None
+
+
+def _as_url(v: Var, text: str) -> Value | None:
+    compact = text.strip()
+    try:
+        parts = urlsplit(compact)
+        ok = bool(parts.scheme and parts.netloc and parts.hostname)
+    except ValueError:  # e.g. an unclosed [IPv6 bracket
+        return None
+    return compact if ok else None
+
+
+_READERS: dict[Kind, Callable[[Var, str], Value | None]] = {
+    "str": lambda v, text: text,
+    "secret": lambda v, text: text,
+    "path": lambda v, text: Path(text),
+    "list": lambda v, text: tuple(p.strip() for p in text.split(v.sep) if p.strip()),
+    "int": _as_int,
+    "float": _as_float,
+    "bool": _as_bool,
+    "duration": _as_duration,
+    "url": _as_url,
+}
 
 
 # ---------------------------------------------------------------------------------------

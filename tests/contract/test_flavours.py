@@ -441,13 +441,13 @@ def test_integer_params_out_of_range(board: Board, project: Project) -> None:
             assert sql_error(board, method, params) == MY_RANGE.format(column)
         else:
             assert board.call(method, params) is sqlite_answer
-    params = {"title": "x", "project_id": project.id, "priority": big}
+    task = {"title": "x", "project_id": project.id, "priority": big}
     if pg:
-        assert sql_error(board, "createTask", params) == PG_RANGE.format(big, 18)
+        assert sql_error(board, "createTask", task) == PG_RANGE.format(big, 18)
     elif my:
-        assert sql_error(board, "createTask", params) == MY_RANGE.format("priority")
+        assert sql_error(board, "createTask", task) == MY_RANGE.format("priority")
     else:
-        assert isinstance(board.call("createTask", params), int)
+        assert isinstance(board.call("createTask", task), int)
 
 
 # --------------------------------------------------------------------------- ids

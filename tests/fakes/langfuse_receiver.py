@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from typing import Any, ClassVar
 
 from tests.fakes.loopback import JsonHandler, Loopback
 
@@ -149,8 +149,8 @@ def _any_value(value: Any) -> Any:
 
 def decode_otlp(body: bytes, content_type: str) -> list[ReceivedSpan]:
     """The spans in an OTLP/HTTP trace export body (protobuf or JSON)."""
-    from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # type: ignore[import-untyped,unused-ignore]
+    from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]  # optional dependency
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # type: ignore[import-untyped,unused-ignore]  # optional dependency
         ExportTraceServiceRequest,
     )
 
@@ -177,73 +177,82 @@ def decode_otlp(body: bytes, content_type: str) -> list[ReceivedSpan]:
 
 
 def _make_handler(receiver: LangfuseReceiver) -> type[BaseHTTPRequestHandler]:
-    class Handler(JsonHandler):
-        protocol_version = "HTTP/1.1"
+    class Handler(_Handler):
+        pass
 
-        def _send(self, status: int, payload: Any) -> None:
-            self.send_json(status, payload)
-
-        def _body(self) -> bytes:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            if (self.headers.get("Content-Encoding") or "").lower() == "gzip":
-                raw = gzip.decompress(raw)
-            return raw
-
-        def _check(self) -> bool:
-            if receiver._authorized(self.headers.get("Authorization")):
-                return True
-            self._send(
-                401, {"message": "Invalid credentials. Confirm that you've configured the correct host."}
-            )
-            return False
-
-        def do_GET(self) -> None:
-            path = self.path.split("?")[0].rstrip("/")
-            if path == "/api/public/health":
-                self._send(200, {"status": "OK", "version": "stub"})
-                return
-            if not self._check():
-                return
-            if path == "/api/public/projects":
-                self._send(200, {"data": [{"id": "stub-project", "name": "agap-test", "metadata": {}}]})
-                return
-            self._send(404, {"message": f"no route {path}"})
-
-        def do_POST(self) -> None:
-            path = self.path.split("?")[0].rstrip("/")
-            raw = self._body()
-            if not self._check():
-                return
-            content_type = (self.headers.get("Content-Type") or "").lower()
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            if path == OTLP_PATH:
-                try:
-                    spans = decode_otlp(raw, content_type)
-                except Exception as exc:  # a body we cannot read is the sender's bug
-                    self._send(400, {"message": f"invalid OTLP body: {exc}"})
-                    return
-                receiver._record({"path": path, "headers": headers, "size": len(raw)}, spans)
-                self._send(200, {})
-                return
-            if path == INGESTION_PATH:
-                try:
-                    data = json.loads(raw)
-                    batch = list(data.get("batch") or [])
-                except (ValueError, AttributeError):
-                    self._send(400, {"message": "invalid JSON body"})
-                    return
-                receiver._record({"path": path, "headers": headers, "body": data}, events=batch)
-                self._send(
-                    207,
-                    {
-                        "successes": [
-                            {"id": e.get("id"), "status": 201} for e in batch if isinstance(e, dict)
-                        ],
-                        "errors": [],
-                    },
-                )
-                return
-            self._send(404, {"message": f"no route {path}"})
-
+    Handler.receiver = receiver
     return Handler
+
+
+class _Handler(JsonHandler):
+    """Langfuse's health, projects, OTLP and ingestion routes, for :attr:`receiver`."""
+
+    protocol_version = "HTTP/1.1"
+    receiver: ClassVar[LangfuseReceiver]
+
+    def _send(self, status: int, payload: Any) -> None:
+        self.send_json(status, payload)
+
+    def _body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if (self.headers.get("Content-Encoding") or "").lower() == "gzip":
+            raw = gzip.decompress(raw)
+        return raw
+
+    def _check(self) -> bool:
+        if self.receiver._authorized(self.headers.get("Authorization")):
+            return True
+        self._send(401, {"message": "Invalid credentials. Confirm that you've configured the correct host."})
+        return False
+
+    def do_GET(self) -> None:
+        path = self.path.split("?")[0].rstrip("/")
+        if path == "/api/public/health":
+            self._send(200, {"status": "OK", "version": "stub"})
+            return
+        if not self._check():
+            return
+        if path == "/api/public/projects":
+            self._send(200, {"data": [{"id": "stub-project", "name": "agap-test", "metadata": {}}]})
+            return
+        self._send(404, {"message": f"no route {path}"})
+
+    def do_POST(self) -> None:
+        path = self.path.split("?")[0].rstrip("/")
+        raw = self._body()
+        if not self._check():
+            return
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        if path == OTLP_PATH:
+            self._otlp(path, raw, headers)
+        elif path == INGESTION_PATH:
+            self._ingestion(path, raw, headers)
+        else:
+            self._send(404, {"message": f"no route {path}"})
+
+    def _otlp(self, path: str, raw: bytes, headers: dict[str, str]) -> None:
+        content_type = (self.headers.get("Content-Type") or "").lower()
+        try:
+            spans = decode_otlp(raw, content_type)
+        except Exception as exc:  # a body we cannot read is the sender's bug
+            self._send(400, {"message": f"invalid OTLP body: {exc}"})
+            return
+        self.receiver._record({"path": path, "headers": headers, "size": len(raw)}, spans)
+        self._send(200, {})
+
+    def _ingestion(self, path: str, raw: bytes, headers: dict[str, str]) -> None:
+        try:
+            data = json.loads(raw)
+            batch = list(data.get("batch") or [])
+        except (ValueError, AttributeError):
+            self._send(400, {"message": "invalid JSON body"})
+            return
+        self.receiver._record({"path": path, "headers": headers, "body": data}, events=batch)
+        self._send(
+            207,
+            {
+                "successes": [{"id": e.get("id"), "status": 201} for e in batch if isinstance(e, dict)],
+                "errors": [],
+            },
+        )

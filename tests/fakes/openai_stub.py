@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from tests.fakes.loopback import Loopback
 
@@ -178,110 +178,129 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 def _make_handler(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    class Handler(_Handler):
+        pass
 
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
-            return
-
-        def _send(
-            self,
-            status: int,
-            payload: Any = None,
-            *,
-            raw: bytes | None = None,
-            headers: dict[str, str] | None = None,
-        ) -> None:
-            data = raw if raw is not None else json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("x-request-id", f"req-stub-{len(stub.requests)}")
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _error(
-            self, status: int, message: str, etype: str, code: str, headers: dict[str, str] | None = None
-        ) -> None:
-            self._send(
-                status,
-                {"error": {"message": message, "type": etype, "param": None, "code": code}},
-                headers=headers,
-            )
-
-        def _read(self) -> tuple[bytes, Any]:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            try:
-                body = json.loads(raw) if raw else None
-            except ValueError:
-                body = None
-            stub._record(
-                RecordedRequest(
-                    self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, raw
-                )
-            )
-            return raw, body
-
-        def _authorized(self) -> bool:
-            if self.headers.get("Authorization") == f"Bearer {stub.api_key}":
-                return True
-            self._error(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
-            return False
-
-        def do_GET(self) -> None:
-            self._read()
-            if not self._authorized():
-                return
-            if self.path.rstrip("/") == "/v1/models":
-                self._send(
-                    200,
-                    {
-                        "object": "list",
-                        "data": [{"id": "stub-model", "object": "model", "created": 0, "owned_by": "stub"}],
-                    },
-                )
-                return
-            self._error(404, f"no route {self.path}", "invalid_request_error", "not_found")
-
-        def do_POST(self) -> None:
-            _, body = self._read()
-            if not self._authorized():
-                return
-            if self.path.split("?")[0].rstrip("/") != "/v1/chat/completions":
-                self._error(404, f"no route {self.path}", "invalid_request_error", "not_found")
-                return
-            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-                self._error(400, "'messages' is required", "invalid_request_error", "invalid_request")
-                return
-            plan = stub._take_plan()
-            if plan is None:
-                self._send(200, stub._completion(body))
-            elif plan.kind == "429":
-                headers: dict[str, str] = {}
-                if plan.retry_after is not None:
-                    headers["Retry-After"] = plan.retry_after
-                if plan.reset_requests is not None:
-                    headers["x-ratelimit-reset-requests"] = plan.reset_requests
-                    headers["x-ratelimit-remaining-requests"] = "0"
-                    headers["x-ratelimit-limit-requests"] = "60"
-                self._error(
-                    429, "Rate limit reached for requests", "requests", "rate_limit_exceeded", headers=headers
-                )
-            elif plan.kind in ("500", "503"):
-                self._error(
-                    int(plan.kind),
-                    "The server had an error while processing your request.",
-                    "server_error",
-                    "server_error",
-                )
-            elif plan.kind == "malformed":
-                self._send(200, raw=b'{"id": "chatcmpl-broken", "choices": [{"mess')
-            else:  # no_choices
-                completion = stub._completion(body)
-                completion.pop("choices")
-                self._send(200, completion)
-
+    Handler.stub = stub
     return Handler
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """OpenAI's models and chat completions routes, answering as :attr:`stub` plans."""
+
+    protocol_version = "HTTP/1.1"
+    stub: ClassVar[OpenAIStub]
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        return
+
+    def _send(
+        self,
+        status: int,
+        payload: Any = None,
+        *,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        data = raw if raw is not None else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("x-request-id", f"req-stub-{len(self.stub.requests)}")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(
+        self, status: int, message: str, etype: str, code: str, headers: dict[str, str] | None = None
+    ) -> None:
+        self._send(
+            status,
+            {"error": {"message": message, "type": etype, "param": None, "code": code}},
+            headers=headers,
+        )
+
+    def _read(self) -> tuple[bytes, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        self.stub._record(
+            RecordedRequest(
+                self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, raw
+            )
+        )
+        return raw, body
+
+    def _authorized(self) -> bool:
+        if self.headers.get("Authorization") == f"Bearer {self.stub.api_key}":
+            return True
+        self._error(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
+        return False
+
+    def do_GET(self) -> None:
+        self._read()
+        if not self._authorized():
+            return
+        if self.path.rstrip("/") == "/v1/models":
+            self._send(
+                200,
+                {
+                    "object": "list",
+                    "data": [{"id": "stub-model", "object": "model", "created": 0, "owned_by": "stub"}],
+                },
+            )
+            return
+        self._error(404, f"no route {self.path}", "invalid_request_error", "not_found")
+
+    def do_POST(self) -> None:
+        _, body = self._read()
+        if not self._authorized():
+            return
+        if self.path.split("?")[0].rstrip("/") != "/v1/chat/completions":
+            self._error(404, f"no route {self.path}", "invalid_request_error", "not_found")
+            return
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            self._error(400, "'messages' is required", "invalid_request_error", "invalid_request")
+            return
+        self._answer(self.stub._take_plan(), body)
+
+    def _answer(self, plan: _Plan | None, body: dict[str, Any]) -> None:
+        """A completion, or the failure ``plan`` says is next."""
+        if plan is None:
+            self._send(200, self.stub._completion(body))
+        elif plan.kind == "429":
+            self._error(
+                429,
+                "Rate limit reached for requests",
+                "requests",
+                "rate_limit_exceeded",
+                headers=_rate_limit_headers(plan),
+            )
+        elif plan.kind in ("500", "503"):
+            self._error(
+                int(plan.kind),
+                "The server had an error while processing your request.",
+                "server_error",
+                "server_error",
+            )
+        elif plan.kind == "malformed":
+            self._send(200, raw=b'{"id": "chatcmpl-broken", "choices": [{"mess')
+        else:  # no_choices
+            completion = self.stub._completion(body)
+            completion.pop("choices")
+            self._send(200, completion)
+
+
+def _rate_limit_headers(plan: _Plan) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    if plan.retry_after is not None:
+        headers["Retry-After"] = plan.retry_after
+    if plan.reset_requests is not None:
+        headers["x-ratelimit-reset-requests"] = plan.reset_requests
+        headers["x-ratelimit-remaining-requests"] = "0"
+        headers["x-ratelimit-limit-requests"] = "60"
+    return headers

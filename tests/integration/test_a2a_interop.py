@@ -282,7 +282,7 @@ def test_a_sync_send_runs_the_model_directly_then_journals_it(a2a: Env) -> None:
     assert view.spec.actor == "a2a:alice" and view.spec.action_id == mid
     assert [r.op for _, r in sorted(view.records.items())] == ["submit", "claim", "complete"]
     files = a2a.fab.board.files(view.id)
-    text = base64.b64decode(a2a.fab.board.download(int(files[0]["id"]))).decode()
+    text = base64.b64decode(a2a.fab.board.download(files[0].id)).decode()
     assert text == task_text(task)
 
 
@@ -431,7 +431,7 @@ def test_a_retried_message_id_returns_the_same_task(a2a: Env) -> None:
 
     run(go())
     rows = a2a.fab.board.search('status:open swimlane:"helper"')
-    assert len([r for r in rows if r["title"] == "async once"]) == 1
+    assert len([r for r in rows if r.title == "async once"]) == 1
 
 
 # -- push ----------------------------------------------------------------------------------------

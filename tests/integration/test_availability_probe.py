@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from fabric.availability import reason_key
 from workers.availability import (
     GpuProbeError,
     LocalGpu,
@@ -20,7 +21,6 @@ from workers.availability import (
     command_waker,
     http_health_probe,
     nvidia_smi_probe,
-    reason_key,
     url_waker,
 )
 

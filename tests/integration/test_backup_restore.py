@@ -97,7 +97,7 @@ def snapshot(fab: Fabric) -> dict[str, dict[str, Any]]:
         assert view.uid is not None
         files = {}
         for f in fab.board.files(tid):
-            files[f["name"]] = base64.b64decode(fab.board.download(int(f["id"])))
+            files[f.name] = base64.b64decode(fab.board.download(f.id))
         out[view.uid] = {
             "id": tid,
             "title": row["title"],
@@ -110,7 +110,7 @@ def snapshot(fab: Fabric) -> dict[str, dict[str, Any]]:
             "date_due": int(row["date_due"] or 0),
             "description": row["description"],
             "metadata": dict(view.meta),
-            "comments": [c["comment"] for c in fab.board.comments(tid)],
+            "comments": [c.text for c in fab.board.comments(tid)],
             "files": files,
         }
     return out

@@ -144,6 +144,21 @@ def _paeth(a: int, b: int, c: int) -> int:
 
 def decode_png(data: bytes) -> tuple[int, int, list[bytes], int]:
     """(width, height, rows of raw pixel bytes, bytes per pixel) of an 8-bit RGB(A) PNG."""
+    width, height, bpp, idat = _png_chunks(data)
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    rows: list[bytes] = []
+    prev = bytearray(stride)
+    for y in range(height):
+        start = y * (stride + 1)
+        line = _unfilter(raw[start], bytearray(raw[start + 1 : start + 1 + stride]), prev, bpp, stride)
+        rows.append(bytes(line))
+        prev = line
+    return width, height, rows, bpp
+
+
+def _png_chunks(data: bytes) -> tuple[int, int, int, bytes]:
+    """(width, height, bytes per pixel, the IDAT data) of an 8-bit RGB(A) PNG."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     pos, idat, width, height, bpp = 8, b"", 0, 0, 0
     while pos < len(data):
@@ -158,30 +173,26 @@ def decode_png(data: bytes) -> tuple[int, int, list[bytes], int]:
             idat += body
         elif kind == b"IEND":
             break
-    raw = zlib.decompress(idat)
-    stride = width * bpp
-    rows: list[bytes] = []
-    prev = bytearray(stride)
-    for y in range(height):
-        start = y * (stride + 1)
-        ftype, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
-        if ftype == 1:
-            for i in range(bpp, stride):
-                line[i] = (line[i] + line[i - bpp]) & 0xFF
-        elif ftype == 2:
-            line = bytearray((a + b) & 0xFF for a, b in zip(line, prev, strict=True))
-        elif ftype == 3:
-            for i in range(stride):
-                left = line[i - bpp] if i >= bpp else 0
-                line[i] = (line[i] + ((left + prev[i]) >> 1)) & 0xFF
-        elif ftype == 4:
-            for i in range(stride):
-                left = line[i - bpp] if i >= bpp else 0
-                upleft = prev[i - bpp] if i >= bpp else 0
-                line[i] = (line[i] + _paeth(left, prev[i], upleft)) & 0xFF
-        rows.append(bytes(line))
-        prev = line
-    return width, height, rows, bpp
+    return width, height, bpp, idat
+
+
+def _unfilter(ftype: int, line: bytearray, prev: bytearray, bpp: int, stride: int) -> bytearray:
+    """One scanline with its PNG filter (none, sub, up, average, Paeth) undone."""
+    if ftype == 1:
+        for i in range(bpp, stride):
+            line[i] = (line[i] + line[i - bpp]) & 0xFF
+    elif ftype == 2:
+        line = bytearray((a + b) & 0xFF for a, b in zip(line, prev, strict=True))
+    elif ftype == 3:
+        for i in range(stride):
+            left = line[i - bpp] if i >= bpp else 0
+            line[i] = (line[i] + ((left + prev[i]) >> 1)) & 0xFF
+    elif ftype == 4:
+        for i in range(stride):
+            left = line[i - bpp] if i >= bpp else 0
+            upleft = prev[i - bpp] if i >= bpp else 0
+            line[i] = (line[i] + _paeth(left, prev[i], upleft)) & 0xFF
+    return line
 
 
 def test_headless_chromium_renders_the_board(viewed_board: Viewed, tmp_path: Path) -> None:

@@ -27,8 +27,8 @@ import pytest
 from fabric.cards import CardSet, load_cards
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
+from fabric.events.brokers import open_transport
 from fabric.events.subscriber import BoardStatus, WatchOptions, WatchResult, watch
-from fabric.events.transport import open_transport
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.taskboard import TaskBoard
 from fabric.ledger import Ledger
@@ -109,10 +109,11 @@ def sweep_test_streams(host: str, port: int) -> None:
         )
         try:
             js = nc.jetstream(timeout=2)
-            for name in await js.streams_info():
-                if _TEST_STREAM.match(name.config.name or ""):
+            for info in await js.streams_info():
+                stream = info.config.name
+                if stream is not None and _TEST_STREAM.match(stream):
                     with contextlib.suppress(Exception):
-                        await js.delete_stream(name.config.name)
+                        await js.delete_stream(stream)
         finally:
             await nc.close()
 

@@ -13,11 +13,10 @@ from pathlib import Path
 
 from fabric.cards import CardSet
 from fabric.core import Fabric
+from fabric.events.brokers import open_transport
 from fabric.events.publisher import Publisher
 from fabric.events.schema import Event, EventType
 from fabric.events.subscriber import EXIT_COMPLETED, EXIT_UNAVAILABLE
-from fabric.events.transport import open_transport
-from fabric.events.wiring import attach_worker
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.layout import State
 from fabric.settings.resolve import Settings
@@ -33,6 +32,7 @@ from tests.integration.test_events_helpers import (
     free_port,
     make_worker,
 )
+from workers.events import attach_worker
 
 pytest_plugins = ["tests.integration.test_events_helpers"]  # the fixtures
 

@@ -7,11 +7,12 @@ import queue
 import time
 
 from fabric.core import Fabric
+from fabric.events.brokers import open_transport
 from fabric.events.publisher import Publisher
 from fabric.events.schema import Event, EventType
 from fabric.events.signing import seal
 from fabric.events.subscriber import EXIT_COMPLETED, BoardStatus
-from fabric.events.transport import Signal, open_transport, task_topic
+from fabric.events.transport import Signal, task_topic
 from fabric.kanboard.layout import State
 from fabric.kanboard.port import BoardUnavailable
 from tests.integration.test_events_helpers import QUEUE, Broker, Watching, board_check

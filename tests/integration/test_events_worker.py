@@ -16,7 +16,7 @@ import pytest
 from fabric.core import Fabric
 from fabric.errors import ConfigError
 from fabric.events.subscriber import EXIT_COMPLETED, EXIT_FAILED
-from fabric.events.wiring import WebhookHint, attach_submitter, attach_worker
+from fabric.events.wiring import attach_submitter
 from fabric.kanboard.layout import State
 from tests.helpers import Running, wait_until
 from tests.integration.test_events_helpers import (
@@ -27,6 +27,7 @@ from tests.integration.test_events_helpers import (
     board_check,
     make_worker,
 )
+from workers.events import WebhookHint, attach_worker
 from workers.job import JobOutcome
 
 pytest_plugins = ["tests.integration.test_events_helpers"]  # the fixtures

@@ -23,8 +23,8 @@ from workers.llm import (
     ModelAuthFailed,
     ModelUnavailable,
     RateLimited,
-    SdkClient,
 )
+from workers.llm_sdk import SdkClient
 from workers.prompt import build_messages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ def test_sdk_wrong_key_is_auth_failure(stub: OpenAIStub) -> None:
 _CALLBACK = """
 import json, os, sys
 import litellm
-from workers.llm import SdkClient
+from workers.llm_sdk import SdkClient
 from workers.prompt import build_messages
 litellm.success_callback = ["langfuse"]
 cfg = json.loads(sys.argv[1])

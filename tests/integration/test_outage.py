@@ -20,14 +20,13 @@ from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.layout import State
 from fabric.settings.resolve import Settings
 from tests.fakes.openai_stub import OpenAIStub
+from tests.helpers import Running, wait_until
 from tests.integration.test_worker import (
-    Running,
     fab,  # noqa: F401  (fixture)
     gateway_env,
     settings,  # noqa: F401  (fixture)
     state_of,
     stub,  # noqa: F401  (fixture)
-    wait_until,
     wcards,  # noqa: F401  (fixture)
 )
 from workers.daemon import build_worker

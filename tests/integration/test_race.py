@@ -105,8 +105,8 @@ def test_eight_processes_drain_the_queue_exactly_once(
     # the epoch count below would show it).
     keeper = Keeper.for_fabric(fab, KeeperConfig())
     assert keeper.run_job("gestures")
-    assert keeper.last["gestures"].acted == {}, keeper.last["gestures"].acted  # type: ignore[attr-defined]
-    assert len(keeper.last["gestures"].repaired) == lagging  # type: ignore[attr-defined]
+    assert keeper.last["gestures"].acted == {}, keeper.last["gestures"].acted
+    assert len(keeper.last["gestures"].repaired) == lagging
     print(f"cards left in a lost move's column when the workers exited: {lagging} of {tasks}")
     views = [fab.board.read(t) for t in task_ids]
     states = Counter(v.current.state for v in views if v.current)
@@ -121,9 +121,9 @@ def test_eight_processes_drain_the_queue_exactly_once(
     for v in views:
         # submit e0, claim e1, complete e2: no extra epochs when nobody dies.
         assert v.epoch == 2
-        claim, done = v.records[1], v.records[2]
-        assert done.by == claim.owner
-        assert done.result_ref == f"drill://{v.uid}/e1/{claim.owner}"
+        claim, completed = v.records[1], v.records[2]
+        assert completed.by == claim.owner
+        assert completed.result_ref == f"drill://{v.uid}/e1/{claim.owner}"
 
     db = sqlite3.connect(log)
     rows = db.execute("SELECT uid, epoch, owner FROM executions").fetchall()

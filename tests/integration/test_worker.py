@@ -86,7 +86,7 @@ def test_a_task_runs_through_the_gateway_tagged_and_keyed(
     ref = view.current.result_ref
     assert ref == f"kanboard://task/{tid}/file/result-e1.md"
     files = fab.board.files(tid)
-    text = base64.b64decode(fab.board.download(int(files[0]["id"]))).decode()
+    text = base64.b64decode(fab.board.download(files[0].id)).decode()
     assert text.startswith("stub reply to:")
     assert ref in view.row["description"], "the description links the result"
     (req,) = stub.chat_requests()

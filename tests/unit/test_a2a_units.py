@@ -247,7 +247,7 @@ def test_a_refusing_receiver_is_not_retried() -> None:
 def test_the_call_context_user_is_the_caller() -> None:
     from a2a.auth.user import UnauthenticatedUser
 
-    from fabric.apps.a2a.service import _caller
+    from fabric.apps.a2a.handler import _caller
 
     with pytest.raises(Exception, match="unauthenticated"):
         _caller(ServerCallContext(user=UnauthenticatedUser()))

@@ -10,29 +10,31 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from fabric.cards import Card, GpuResidency, HoursSpec
-from workers.availability import (
+from fabric.availability import (
     AlwaysOn,
     Availability,
-    CostBudget,
-    GpuProbeError,
-    GpuResidents,
     HumanHours,
-    LocalGpu,
-    OnDemand,
     ParkState,
     ParkTracker,
-    Probes,
-    QuotaWindow,
     RateLimitBackoff,
     Verdict,
     is_interactive,
-    nvidia_smi_probe,
     park_changed,
-    parse_free_mib,
-    parse_rate_limit_headers,
     reason_key,
 )
+from fabric.cards import Card, GpuResidency, HoursSpec
+from fabric.retry_after import parse_rate_limit_headers
+from workers.availability import (
+    GpuProbeError,
+    GpuResidents,
+    LocalGpu,
+    OnDemand,
+    Probes,
+    card_availability,
+    nvidia_smi_probe,
+    parse_free_mib,
+)
+from workers.quota import CostBudget, QuotaWindow
 
 T0 = 1_800_000_000.0
 H = 3600.0
@@ -159,7 +161,7 @@ def test_quota_from_card_spec() -> None:
             }
         ]
     )
-    avail = Availability.from_card(c)
+    avail = card_availability(c)
     (q,) = avail.shapes
     assert isinstance(q, QuotaWindow)
     assert q.caps == [(60, 5 * H), (300, 7 * D)]
@@ -405,7 +407,7 @@ def test_on_demand_from_card_uses_injected_probes() -> None:
             }
         ]
     )
-    avail = Availability.from_card(c, probes=Probes(health=node.probe, wake=node.wake))
+    avail = card_availability(c, probes=Probes(health=node.probe, wake=node.wake))
     od = avail.shapes[0]
     assert isinstance(od, OnDemand) and od.wake_timeout == 180 and od.probe_timeout == 3
     assert not avail.check(T0).available
@@ -538,7 +540,7 @@ def test_gpu_from_card() -> None:
         [{"shape": "gpu", "vram_mb": 3300, "headroom_mb": 256}],
         gpu={"vram_mb": 3300, "co_residency_group": "house-gpu"},
     )
-    avail = Availability.from_card(c, probes=Probes(gpu_free=fixed(2000)))
+    avail = card_availability(c, probes=Probes(gpu_free=fixed(2000)))
     v = avail.check(T0)
     assert v.reason == "not enough free VRAM: need 3556 MiB, free 2000 MiB"
 
@@ -643,7 +645,7 @@ def test_composition_of_real_shapes_from_a_card() -> None:
             },
         ]
     )
-    avail = Availability.from_card(c, probes=Probes(health=node.probe, wake=node.wake))
+    avail = card_availability(c, probes=Probes(health=node.probe, wake=node.wake))
     assert [type(s).__name__ for s in avail.shapes] == [
         "HumanHours",
         "CostBudget",
@@ -671,7 +673,7 @@ def test_the_repository_cards_build() -> None:
     residents = GpuResidents.from_cards(cards)
     node = FakeNode()
     for c in cards:
-        avail = Availability.from_card(
+        avail = card_availability(
             c, probes=Probes(health=node.probe, wake=node.wake, gpu_free=fixed(8000), residents=residents)
         )
         assert avail.queue == c.queue_name

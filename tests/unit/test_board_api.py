@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from fabric.embedded import api as board_api
-from fabric.embedded.api import BoardApi, Fatal, _php_base64_decode
+from fabric.embedded.php import Fatal, base64_decode
+from fabric.embedded.procedures import base as registry
+from fabric.embedded.rpc import BoardApi
 from fabric.embedded.search import tokenize
 from fabric.embedded.store import Store, StoreError
 from fabric.kanboard.dates import BadDate, parse_input_date
@@ -48,9 +49,11 @@ def test_sql_error_is_a_code_0_error(api: BoardApi, monkeypatch: pytest.MonkeyPa
     def locked(*_: Any) -> Any:
         raise sqlite3.OperationalError("database is locked")
 
-    spec = board_api._REGISTRY["getTimezone"]
+    spec = registry.REGISTRY["getTimezone"]
     monkeypatch.setitem(
-        board_api._REGISTRY, "getTimezone", board_api._Spec(locked, spec.names, spec.defaults, spec.required)
+        registry.REGISTRY,
+        "getTimezone",
+        registry.ProcedureSpec(locked, spec.names, spec.defaults, spec.required),
     )
     err = rpc(api, "getTimezone")
     assert err["code"] == 0 and err["message"].endswith("database is locked")
@@ -149,4 +152,4 @@ def test_bad_dates(text: object) -> None:
     ],
 )
 def test_php_base64_decode(text: str, data: bytes) -> None:
-    assert _php_base64_decode(text) == data
+    assert base64_decode(text) == data

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from fabric.embedded.api import BoardApi
-from fabric.embedded.flavour import FLAVOURS, SqlError, ci_key, fit, get_flavour
+from fabric.embedded.flavour import FLAVOURS, SqlError, ci_key, fit_varchar, get_flavour
 from fabric.embedded.local import LocalPort
+from fabric.embedded.rpc import BoardApi
 from fabric.embedded.server import EmbeddedBoard
 from fabric.embedded.store import Store
 
@@ -95,13 +95,13 @@ def test_mysql_collation(a: str, b: str, equal: bool) -> None:
 
 def test_fit_cuts_only_excess_spaces() -> None:
     strict, sqlite = get_flavour("strict"), get_flavour("sqlite")
-    assert fit(strict, "tags", "name", "t" + " " * 300) == "t" + " " * 190
-    assert fit(sqlite, "tags", "name", "t" * 300) == "t" * 300
+    assert fit_varchar(strict, "tags", "name", "t" + " " * 300) == "t" + " " * 190
+    assert fit_varchar(sqlite, "tags", "name", "t" * 300) == "t" * 300
     with pytest.raises(SqlError, match=r"character varying\(255\)"):
-        fit(strict, "tags", "name", "t" * 256)
+        fit_varchar(strict, "tags", "name", "t" * 256)
     with pytest.raises(SqlError, match="Data too long for column 'name'"):
-        fit(strict, "tags", "name", "t" * 192)  # only MySQL fails: its message
-    assert fit(strict, "tags", "name", 7) == 7
+        fit_varchar(strict, "tags", "name", "t" * 192)  # only MySQL fails: its message
+    assert fit_varchar(strict, "tags", "name", 7) == 7
 
 
 def test_a_refused_metadata_call_rolls_back_in_every_strict_flavour(api: BoardApi) -> None:

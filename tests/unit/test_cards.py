@@ -23,10 +23,10 @@ from fabric.cards import (
     QuotaSpec,
     load_cards,
     load_golden,
-    parse_duration,
     tier_rank,
     trust_rank,
 )
+from fabric.durations import parse_duration
 from fabric.errors import InvalidInput
 
 REPO = Path(__file__).resolve().parents[2]

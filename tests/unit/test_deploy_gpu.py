@@ -66,7 +66,7 @@ def test_a_consistent_policy_loads(tmp_path: Path) -> None:
     cards = load_cards(d, base_dir=tmp_path)
     # The pre-load check agrees: with the pinned pair loaded, gemma fits beside them.
     residents = GpuResidents.from_cards(cards, loaded=["embedder", "reranker"])
-    assert residents.preload_check("gemma", 8000 - 2000).ok
+    assert residents.preload_check("gemma", 8000 - 2000).available
 
 
 def test_the_registry_is_required_once_a_card_declares_residency(tmp_path: Path) -> None:
@@ -144,7 +144,7 @@ def test_a_group_a_never_evict_model_excludes_can_never_load(tmp_path: Path) -> 
         ),
         loaded=["embedder"],
     )
-    assert residents.preload_check("gemma", 7000).ok
+    assert residents.preload_check("gemma", 7000).available
 
 
 def test_a_broken_registry_is_reported(tmp_path: Path) -> None:

@@ -10,10 +10,10 @@ from fabric.events.schema import Event, EventType
 from fabric.events.signing import seal
 from fabric.events.subscriber import TaskStream
 from fabric.events.transport import Topic, queue_topic, task_topic, token
-from fabric.events.wiring import WorkerEvents
 from fabric.ledger import Lease
 from fabric.settings.events import EventsConfig
 from fabric.task import TaskSpec
+from workers.events import WorkerEvents
 
 SECRET = b"unit-test-secret-0123456789"
 

@@ -16,7 +16,7 @@ from fabric.kanboard.layout import State, epoch_lock, receipt_lock
 from fabric.settings.keeper import KeeperConfig
 from keeper.daemon import Keeper
 from keeper.duties import META_ESCALATED
-from keeper.notify import Notifier, NotifyError, WebhookChannel, check_target
+from keeper.notify import Notifier, NotifyError, WebhookNotifier, check_target
 from tests.conftest import FakeClock
 
 DAY = 86400.0
@@ -78,7 +78,7 @@ def keeper(fab: Fabric, notifier: Notifier | None = None, **cfg: Any) -> Keeper:
 
 
 def comments(fab: Fabric, tid: int, needle: str) -> int:
-    return sum(needle in c["comment"] for c in fab.board.comments(tid))
+    return sum(needle in c.text for c in fab.board.comments(tid))
 
 
 # -- deadlines ---------------------------------------------------------------------------
@@ -163,7 +163,7 @@ def test_a_new_gate_is_notified_at_once_to_a_loopback_webhook(
 
 def test_private_webhook_targets_need_the_allow_list(receiver: Receiver) -> None:
     with pytest.raises(NotifyError, match="private"):
-        WebhookChannel(receiver.url, "t").send("s", "b", urgent=False, ref=None)
+        WebhookNotifier(receiver.url, "t").send("s", "b", urgent=False, ref=None)
     assert receiver.requests == []
     with pytest.raises(NotifyError, match="private"):
         check_target("http://10.1.2.3/x", ["127.0.0.1/32"])
@@ -174,7 +174,7 @@ def test_private_webhook_targets_need_the_allow_list(receiver: Receiver) -> None
 def test_webhook_retries_a_failing_receiver_then_gives_up() -> None:
     r = Receiver(status=503)
     try:
-        ch = WebhookChannel(r.url, "t", allow=("127.0.0.1/32",), attempts=3, sleep=lambda s: None)
+        ch = WebhookNotifier(r.url, "t", allow=("127.0.0.1/32",), attempts=3, sleep=lambda s: None)
         with pytest.raises(NotifyError, match="503"):
             ch.send("s", "b", urgent=True, ref=None)
         assert len(r.requests) == 3
@@ -271,7 +271,7 @@ def test_gc_removes_orphaned_tags_only_after_the_retention(local_fabric: Fabric,
         "getTaskByReference", {"project_id": local_fabric.board.layout.project_id, "reference": f"uid:{gone}"}
     )
     assert row is None or row  # reference is the action id when given; here it is the uid
-    tid = next(int(r["id"]) for r in local_fabric.board.search("status:closed"))
+    tid = next(r.id for r in local_fabric.board.search("status:closed"))
     local_fabric.port.call("removeTask", {"task_id": tid})
     k = keeper(local_fabric, retention=30 * DAY)
     assert k.run_job("gc") and k.last["gc"].removed == [] and k.last["gc"].orphans_seen == 4

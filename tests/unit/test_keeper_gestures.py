@@ -150,7 +150,7 @@ def test_a_meaningless_move_is_put_back_with_one_comment(local_fabric: Fabric, c
     assert rep.acted == {} and rep.explained == [tid]
     assert col(local_fabric, tid) == Column.WORKING
     assert rec(local_fabric, tid)[0] == State.WORKING, "the record is untouched"
-    notes = [c for c in local_fabric.board.comments(tid) if "put this card back" in c["comment"]]
+    notes = [c for c in local_fabric.board.comments(tid) if "put this card back" in c.text]
     assert len(notes) == 1
     assert gestures(k).explained == [], "repaired: nothing to say twice"
 
@@ -193,7 +193,7 @@ def test_a_lost_re_sent_move_is_repaired_not_read_as_a_reopen(local_fabric: Fabr
     move(fab, tid, Column.QUEUED)  # where another mover's position rewrite put it back
     assert keeper.run_job("gestures")
     report = keeper.last["gestures"]
-    assert report.acted == {} and report.repaired == [tid]  # type: ignore[attr-defined]
+    assert report.acted == {} and report.repaired == [tid]
     view = fab.board.read(tid)
     assert view.epoch == done.epoch and view.current.state == State.DONE  # type: ignore[union-attr]
     assert view.row["column_id"] == fab.board.layout.columns[Column.DONE]
@@ -208,7 +208,7 @@ def test_without_the_stamp_the_same_late_move_is_a_persons_reopen(
     clock.advance(20)
     move(fab, tid, Column.QUEUED)
     assert keeper.run_job("gestures")
-    assert keeper.last["gestures"].acted == {tid: "reopen"}  # type: ignore[attr-defined]
+    assert keeper.last["gestures"].acted == {tid: "reopen"}
 
 
 def test_a_worker_re_sends_its_own_lost_move_on_its_next_poll(local_fabric: Fabric, clock: FakeClock) -> None:

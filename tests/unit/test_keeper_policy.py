@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fabric.core import Fabric
 from fabric.kanboard.layout import State
+from fabric.kanboard.views import TaskView
 from fabric.settings.keeper import KeeperConfig
 from keeper.daemon import Keeper
 from tests.conftest import FakeClock
@@ -92,9 +93,12 @@ def test_a_task_refused_at_claim_is_dead_lettered_with_the_reason(local_fabric: 
         "compare with alvis's notes", target="torgash", refs=["file:///srv/notes/n.md#domain=private:alvis"]
     ).task_id
     card = fab.cards.get("torgash")
-    reader = QueueReader(
-        fab.board, fab.ledger, "torgash", claim_check=lambda v: check_claim_on_board(fab, card, v.spec)
-    )  # type: ignore[arg-type]
+
+    def claim_check(v: TaskView) -> None:
+        assert v.spec is not None  # submitted above: the task has its spec
+        check_claim_on_board(fab.policy_context(), card, v.spec)
+
+    reader = QueueReader(fab.board, fab.ledger, "torgash", claim_check=claim_check)
     assert reader.claim_next("torgash@w", lease_seconds=60) is None
     cur = fab.board.read(tid).current
     assert cur is not None and cur.state == State.DEAD
@@ -137,7 +141,7 @@ def test_reminders_wait_for_waking_hours_and_vacation_parks_the_inbox(
     clock.now = datetime(2027, 1, 15, 1, 0, tzinfo=UTC).timestamp()
     gate = fab.submit("approve the purchase", target="alvis").task_id
     rec = _Recorder()
-    keeper = Keeper.for_fabric(fab, cfg, notifier=rec)  # type: ignore[arg-type]
+    keeper = Keeper.for_fabric(fab, cfg, notifier=rec)
     clock.advance(cfg.reminder_interval + 60)  # 06:01 Berlin: still asleep
     assert keeper.run_job("inbox") and keeper.run_job("reminders")
     assert rec.messages == [] and keeper.last["reminders"].reminded == []

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
 from fabric.core import Fabric
 from fabric.kanboard.layout import State, epoch_lock, record_key
+from fabric.kanboard.rows import BoardTask
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import LEGAL, Fenced, IllegalTransition, Lease, LostRace
 from fabric.task import Record
@@ -72,32 +74,43 @@ def attempt(fab: Fabric, clock: FakeClock, op: str, tid: int) -> Record:
             ),
         )
     if op in ("complete", "fail", "ask", "release"):
-        lease = Lease(tid, view.uid, cur.epoch, cur.owner or "w1", clock() + LEASE, cur.attempt, view.spec)
-        if cur.state != State.WORKING:
-            # An owner op needs a working lease: try it as the last owner would.
-            return ledger._transition(view, op, "w1", lambda n, p: ledger._record(n, p, State.DONE, op, "w1"))
-        return {
-            "complete": lambda: ledger.complete(lease, "file:///x"),
-            "fail": lambda: ledger.fail(lease, "boom"),
-            "ask": lambda: ledger.ask(lease, "q?", "alvis"),
-            "release": lambda: ledger.release(lease),
-        }[op]()
+        return _owner_op(fab, clock, op, tid, view)
     if op == "requeue":
         clock.advance(LEASE + 1)
         return ledger.requeue_expired(fab.board.read(tid))
-    if op == "resume":
-        return ledger.resume(tid, "alvis", "yes")
-    if op == "cancel":
-        return ledger.cancel(tid, "alvis", "no longer needed")
-    if op == "dead_letter":
-        return ledger.dead_letter(tid, "keeper", "poison")
-    if op == "verify":
-        return ledger.verify(tid, "alvis")
-    if op == "reopen":
-        return ledger.reopen(tid, "alvis", "wrong answer")
-    if op == "revive":
-        return ledger.revive(tid, "alvis")
-    raise AssertionError(op)
+    return _person_op(fab, op, tid)
+
+
+def _owner_op(fab: Fabric, clock: FakeClock, op: str, tid: int, view: TaskView) -> Record:
+    """An op only the lease owner may run: with a lease if working, else as the last owner."""
+    cur, ledger = view.current, fab.ledger
+    assert cur is not None and view.uid is not None and view.spec is not None
+    lease = Lease(tid, view.uid, cur.epoch, cur.owner or "w1", clock() + LEASE, cur.attempt, view.spec)
+    if cur.state != State.WORKING:
+        # An owner op needs a working lease: try it as the last owner would.
+        return ledger._transition(view, op, "w1", lambda n, p: ledger._record(n, p, State.DONE, op, "w1"))
+    return {
+        "complete": lambda: ledger.complete(lease, "file:///x"),
+        "fail": lambda: ledger.fail(lease, "boom"),
+        "ask": lambda: ledger.ask(lease, "q?", "alvis"),
+        "release": lambda: ledger.release(lease),
+    }[op]()
+
+
+def _person_op(fab: Fabric, op: str, tid: int) -> Record:
+    """An op a person or the keeper runs on the task by id."""
+    ledger = fab.ledger
+    ops: dict[str, Callable[[], Record]] = {
+        "resume": lambda: ledger.resume(tid, "alvis", "yes"),
+        "cancel": lambda: ledger.cancel(tid, "alvis", "no longer needed"),
+        "dead_letter": lambda: ledger.dead_letter(tid, "keeper", "poison"),
+        "verify": lambda: ledger.verify(tid, "alvis"),
+        "reopen": lambda: ledger.reopen(tid, "alvis", "wrong answer"),
+        "revive": lambda: ledger.revive(tid, "alvis"),
+    }
+    if op not in ops:
+        raise AssertionError(op)
+    return ops[op]()
 
 
 EXPECTED = {
@@ -276,7 +289,7 @@ def test_ask_puts_the_task_in_the_humans_inbox(local_fabric: Fabric) -> None:
     view = fab.board.read(tid)
     assert view.row["column_id"] == fab.board.layout.columns["Waiting on me"]  # type: ignore[index]
     assert view.row["owner_id"] == fab.board.layout.users["alvis"]
-    assert any("Which account?" in c["comment"] for c in fab.board.comments(tid))
+    assert any("Which account?" in c.text for c in fab.board.comments(tid))
     fab.ledger.resume(tid, "alvis", "the joint one")
     view = fab.board.read(tid)
     assert view.row["owner_id"] == 0
@@ -408,7 +421,7 @@ def test_corrupted_records_are_reported_not_raised(local_fabric: Fabric) -> None
 
 
 def test_view_of_missing_records_refuses_transitions(local_fabric: Fabric) -> None:
-    view = TaskView(id=999, row={}, uid=None, spec=None, records={}, meta={}, read_at=0)
+    view = TaskView(id=999, task=BoardTask(id=999), uid=None, spec=None, records={}, meta={}, read_at=0)
     with pytest.raises(Exception, match="no fabric records"):
         local_fabric.ledger.cancel(999, "alvis", view=view)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from fabric.cards import CardSet
+from fabric.core import Fabric
 from fabric.embedded.local import LocalPort
 from fabric.kanboard.layout import META_LAYOUT, legacy_receipt_reference
 from fabric.kanboard.migrate import layout_version, migrate
@@ -12,7 +13,7 @@ from fabric.submit import SPEC_FENCE, parse_description
 from tests.conftest import FakeClock, make_fabric
 
 
-def legacy_board(cards: CardSet) -> tuple[LocalPort, object, int, int]:
+def legacy_board(cards: CardSet) -> tuple[LocalPort, Fabric, int, int]:
     """A SQLite board as layout 1 left it: one keyed task, one plain, one bare card."""
     raw = LocalPort(clock=FakeClock(), flavour="sqlite")  # SQLite held any value
     fab = make_fabric(raw, cards)
@@ -57,31 +58,31 @@ def legacy_board(cards: CardSet) -> tuple[LocalPort, object, int, int]:
 
 def test_migration_fits_every_value_hashes_references_and_seals_blocks(cards: CardSet) -> None:
     raw, fab, keyed, bare = legacy_board(cards)
-    layout = fab.board.layout  # type: ignore[attr-defined]
-    before = {t: fab.board.read(t).meta for t in (keyed, keyed + 1)}  # type: ignore[attr-defined]
+    layout = fab.board.layout
+    before = {t: fab.board.read(t).meta for t in (keyed, keyed + 1)}
     assert layout_version(raw, layout) == "1"
     assert max(len(v) for v in raw.call("getTaskMetadata", {"task_id": keyed}).values()) > 255
 
-    report = migrate(raw, layout, seal_key=fab.board.seal_key)  # type: ignore[attr-defined]
+    report = migrate(raw, layout, seal_key=fab.board.seal_key)
     assert (report.from_version, report.references, report.blocks_sealed) == ("1", 1, 2)
     assert report.values_chunked >= 3 and report.unrecorded == [bare]
     for tid in (keyed, keyed + 1):
         stored = raw.call("getTaskMetadata", {"task_id": tid})
         assert max(len(k) for k in stored) <= 50 and max(len(v) for v in stored.values()) <= 255
-        view = fab.board.read(tid)  # type: ignore[attr-defined]
+        view = fab.board.read(tid)
         assert view.meta == before[tid] and not view.problems
-        assert parse_description(str(view.row["description"]), fab.board.seal_key)  # type: ignore[attr-defined]
+        assert parse_description(str(view.row["description"]), fab.board.seal_key)
     # The same key after the migration finds the same task.
     again = fab.submit(
         "x" * 1500,
         target="kimi",
         key="Weekly-Report",
-        actor="cron",  # type: ignore[attr-defined]
+        actor="cron",
         refs=[f"https://example.org/{i}" for i in range(10)],
     )
     assert again.task_id == keyed and not again.created
     assert layout_version(raw, layout) == "2"
-    assert not migrate(raw, layout, seal_key=fab.board.seal_key).changed  # type: ignore[attr-defined]
-    forced = migrate(raw, layout, seal_key=fab.board.seal_key, force=True)  # type: ignore[attr-defined]
+    assert not migrate(raw, layout, seal_key=fab.board.seal_key).changed
+    forced = migrate(raw, layout, seal_key=fab.board.seal_key, force=True)
     assert not forced.changed and forced.tasks_seen == 3
     assert raw.call("getTaskMetadata", {"task_id": bare}) == {}  # never adopted

@@ -18,6 +18,7 @@ import pytest
 from fabric.cards import Card, CardSet
 from fabric.errors import ConfigError
 from tests.fakes.openai_stub import OpenAIStub
+from workers.answer import client_for
 from workers.llm import (
     BadModelResponse,
     DemoClient,
@@ -26,12 +27,11 @@ from workers.llm import (
     ModelRejected,
     ModelUnavailable,
     RateLimited,
-    SdkClient,
-    client_for,
-    parse_rate_limit,
     trace_metadata,
 )
+from workers.llm_sdk import SdkClient
 from workers.prompt import build_messages
+from workers.ratelimit import parse_rate_limit
 
 ROOT = Path(__file__).resolve().parents[2]
 META = {"agent": "kimi", "task_id": 42, "queue": "kimi"}
@@ -171,9 +171,9 @@ def test_gateway_400_is_rejected(stub: OpenAIStub) -> None:
     client = GatewayClient(stub.url, stub.api_key)
     with pytest.raises(ModelRejected):
         client.complete(
-            "not a list",
+            "not a list",  # type: ignore[arg-type]
             model="m",
-            metadata={},  # type: ignore[arg-type]
+            metadata={},
             idempotency_key="k",
             timeout=5,
         )
@@ -289,8 +289,10 @@ def test_gateway_mode_never_imports_litellm() -> None:
     code = """
 import sys
 from tests.fakes.openai_stub import OpenAIStub
-from workers import llm as models, prompt, refs
-from workers.llm import GatewayClient, SdkClient, client_for
+from workers import answer, llm as models, prompt, refs
+from workers.answer import client_for
+from workers.llm import GatewayClient
+from workers.llm_sdk import SdkClient
 with OpenAIStub() as stub:
     done = GatewayClient(stub.url, stub.api_key).complete(
         prompt.build_messages("hi", {}, None), model="m", metadata={"agent": "a"},

@@ -12,11 +12,9 @@ from fabric.embedded.local import LocalPort
 from fabric.errors import ConfigError
 from fabric.kanboard.layout import Column, State
 from fabric.policy import (
-    GATE_ACTOR,
     ClaimRefused,
     CycleDetected,
     DepthExceeded,
-    PolicyConfig,
     PrivacyViolation,
     QuotaExceeded,
     TaintGated,
@@ -24,13 +22,13 @@ from fabric.policy import (
     TrustViolation,
     check_claim,
     check_claim_on_board,
-    escalate_dead_letter,
-    load_policy_config,
     recall_scope,
     ref_domain,
-    task_of_ref,
 )
+from fabric.policy_file import PolicyConfig, load_policy_config
 from fabric.settings.resolve import Settings
+from fabric.taint import GATE_ACTOR, task_of_ref
+from keeper.policy import escalate_dead_letter
 from tests.conftest import ROOT, FakeClock, make_fabric
 
 ALVIS_NOTE = "file:///srv/agap/private/alvis/diary.md"
@@ -295,11 +293,11 @@ def test_claim_refuses_tainted_refs_that_bypassed_the_submit_policy(
     sneaky = fab.show(fab.submit("store it", target="kimi", refs=[research.ref]).task_id).spec
     assert sneaky is not None
     with pytest.raises(TaintRefused) as err:
-        check_claim_on_board(fab, cards.get("kimi"), sneaky)
+        check_claim_on_board(fab.policy_context(), cards.get("kimi"), sneaky)
     assert (err.value.code, err.value.rule) == ("TAINTED", "taint.claim")
     own = fab.show(fab.submit("dig", target="researcher", refs=[research.ref]).task_id).spec
     assert own is not None
-    check_claim_on_board(fab, cards.get("researcher"), own)  # its own output: accepted
+    check_claim_on_board(fab.policy_context(), cards.get("researcher"), own)  # its own output: accepted
 
 
 # -- escalation: always ask ----------------------------------------------------------------

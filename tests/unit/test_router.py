@@ -7,21 +7,15 @@ from pathlib import Path
 import pytest
 
 from fabric.cards import CardSet
+from fabric.constraints import Constraints, constraints_from_dict, parse_constraints
 from fabric.core import Fabric
 from fabric.embedded.local import LocalPort
 from fabric.errors import ConfigError, InvalidInput
 from fabric.kanboard.layout import State
-from fabric.router import (
-    RULE,
-    Constraints,
-    choose,
-    constraints_from_dict,
-    load_router_policy,
-    parse_constraints,
-    reroute_parked,
-    route,
-)
+from fabric.router import RULE, choose
+from fabric.router_rules import load_router_policy
 from fabric.settings.resolve import Settings
+from keeper.policy import reroute_parked
 from tests.conftest import FakeClock, make_fabric
 
 
@@ -75,11 +69,11 @@ def test_the_governors_reserve_is_open_to_interactive_tasks_only(local_fabric: F
     park(
         fab, "kimi", "reserved for interactive work: 12 of 60 left in the 5h window", until=fab.clock() + 3600
     )
-    background = route(fab, intent="x", constraints="tier>=large", priority="low")
+    background = fab.route(intent="x", constraints="tier>=large", priority="low")
     assert background.waiting and background.reasons["kimi"].startswith(
         "chosen: every qualifying agent is parked"
     )
-    interactive = route(fab, intent="x", constraints="tier>=large", priority="high")
+    interactive = fab.route(intent="x", constraints="tier>=large", priority="high")
     assert not interactive.waiting and interactive.reasons["kimi"].startswith("chosen: available")
     # A background task on the reserved queue moves if another agent is free; an
     # interactive one stays.
@@ -123,7 +117,7 @@ def test_constraints_round_trip_through_the_spec() -> None:
 
 def test_a_direct_target_reads_nothing_and_records_nothing(local_fabric: Fabric) -> None:
     local_fabric.port.stats.reset()
-    choice = route(local_fabric, intent="x", target="kimi")
+    choice = local_fabric.route(intent="x", target="kimi")
     assert choice.mode == "direct" and choice.card.id == "kimi" and choice.recorded() == {}
     assert local_fabric.port.stats.trips == 0
     assert "never re-routed" in choice.render()
@@ -136,7 +130,7 @@ def test_a_routed_submit_records_the_set_and_why(local_fabric: Fabric) -> None:
     view = fab.show(r.task_id)
     assert view.spec is not None and view.spec.target == "kimi"
     assert view.spec.constraints == {"capabilities": ["code"], "trust": "trusted"}
-    notes = [c["comment"] for c in fab.board.comments(r.task_id)]
+    notes = [c.text for c in fab.board.comments(r.task_id)]
     assert any(n.startswith("Routed — cap=code,trust>=trusted: kimi (" + RULE) for n in notes), notes
 
 
@@ -157,10 +151,10 @@ def test_auto_routes_by_the_rules_in_cards_router_yaml(local_fabric: Fabric) -> 
         ("y" * 3000, None, "default", "kimi"),
     ]
     for intent, extra, rule, pick in cases:
-        choice = route(fab, intent=intent, target="auto", constraints=extra)
+        choice = fab.route(intent=intent, target="auto", constraints=extra)
         assert (choice.auto_rule, choice.card.id) == (rule, pick), choice.render()
     # The router card's id means auto too; the caller's constraints are merged in.
-    choice = route(fab, intent="what is the weather", target="router", constraints="cap=tools")
+    choice = fab.route(intent="what is the weather", target="router", constraints="cap=tools")
     assert choice.mode == "auto" and choice.card.id == "qwen-remote"
     assert (
         choice.constraints is not None
@@ -195,7 +189,7 @@ def test_router_rules_apply_without_a_file(cards: CardSet, clock: FakeClock, tmp
     settings = Settings(cards_dir=tmp_path, board_url="local://", board_token="x")
     fab = make_fabric(LocalPort(clock=clock), cards, clock, settings)
     # The built-in catch-all: any agent that takes work, by the rule.
-    assert route(fab, intent="anything", target="auto").auto_rule == "default"
+    assert fab.route(intent="anything", target="auto").auto_rule == "default"
 
 
 # -- re-routing --------------------------------------------------------------------------

@@ -51,7 +51,7 @@ ENVIRON_ALLOWED: tuple[tuple[str, str, str], ...] = (
         "the environment git runs in (a child process), not a setting",
     ),
     (
-        "workers/llm.py",
+        "workers/llm_sdk.py",
         "os.environ.setdefault(",
         "sets a variable litellm reads at import; the value is the registry's default",
     ),

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from starlette.authentication import AuthCredentials, SimpleUser
+
 from fabric.errors import ConfigError
 from fabric.settings import registry
 
@@ -159,8 +161,6 @@ class BearerGate:
     """
 
     def __init__(self, app: ASGIApp, *, tokens: TokenTable, public_paths: Iterable[str] = ()) -> None:
-        from starlette.authentication import AuthCredentials, SimpleUser
-
         self.app = app
         self.tokens = tokens
         self.public = frozenset(public_paths)

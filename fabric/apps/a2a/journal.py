@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from fabric.core import Fabric
 from fabric.errors import FabricError
 from fabric.kanboard.layout import META_COST, Column, State, epoch_lock, receipt_lock, receipt_reference
+from fabric.kanboard.rows import BoardTask
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import Lease
 from fabric.submit import (
@@ -123,7 +124,7 @@ class Journal:
             raise JournalError(
                 "the receipt is taken but no task carries it", where=f"message {row.message_id}"
             )
-        view = self.fab.board.read(int(found["id"]))
+        view = self.fab.board.read(found.id)
         if view.current is None:
             view = repair_unrecorded(self.fab.board, view) or view
         cur, uid = view.current, view.uid
@@ -181,7 +182,7 @@ class Journal:
             spec,
             {**view.records, 1: rec1},
             Column.WORKING,
-            lane=int(view.row.get("swimlane_id") or 0),
+            lane=view.task.swimlane_id,
         )
         return self._finish(lease, working, row, cost_usd)
 
@@ -220,14 +221,11 @@ class Journal:
         lane: int = 0,
     ) -> TaskView:
         layout = self.fab.board.layout
-        row = {
-            "id": task_id,
-            "column_id": layout.columns[column],
-            "swimlane_id": lane or layout.swimlane(spec.queue),
-            "owner_id": 0,
-        }
+        row = BoardTask(
+            id=task_id, column_id=layout.columns[column], swimlane_id=lane or layout.swimlane(spec.queue)
+        )
         return TaskView(
-            id=task_id, row=row, uid=uid, spec=spec, records=records, meta={}, read_at=self.fab.clock()
+            id=task_id, task=row, uid=uid, spec=spec, records=records, meta={}, read_at=self.fab.clock()
         )
 
 

@@ -1,10 +1,10 @@
 """Running a sync call directly on a model agent: the workers' model path, minus the board.
 
-Same prompt (:func:`workers.prompt.build_messages` with the agent's persona and the
-ask rule), same client (:func:`workers.llm.client_for`: the LiteLLM gateway, LiteLLM
-in process, or the demo model), same question convention (``QUESTION FOR HUMAN:``).
-Nothing here reads or writes the board, except resolving a ``task:`` context ref the
-caller passed explicitly.
+The call is :mod:`workers.answer`, as the worker makes it: the same prompt (the agent's
+persona and the ask rule), the same client (the LiteLLM gateway, LiteLLM in process, or
+the demo model, by the same ``AGAP_MODEL_MODE`` rule), the same question convention
+(``QUESTION FOR HUMAN:``). Nothing here reads or writes the board, except resolving a
+``task:`` context ref the caller passed explicitly.
 """
 
 from __future__ import annotations
@@ -18,21 +18,18 @@ from pathlib import Path
 from fabric.cards import Card, CardSet
 from fabric.errors import FabricError
 from fabric.settings import registry
-from workers.executor import ASK_RULE, QUESTION_PREFIX
+from workers.answer import MODEL_MODES, Reply, ask, client_for, model_mode, task_messages
 from workers.llm import (
     BadModelResponse,
     ModelClient,
     ModelRejected,
     ModelUnavailable,
     RateLimited,
-    client_for,
 )
-from workers.prompt import build_messages, persona_text
+from workers.prompt import persona_for
 from workers.refs import RefResolver, RefUnavailable, UnresolvableRef
 
 log = logging.getLogger("agap.a2a.runner")
-
-SYNC_MODES = frozenset({"gateway", "sdk", "demo"})
 
 
 @dataclass(frozen=True)
@@ -44,16 +41,8 @@ class Answer:
     cost_usd: float = 0.0
 
 
-def conversation_intent(intent: str, conversation: Sequence[tuple[str, str]]) -> str:
-    """The intent with earlier questions and answers appended (as the worker does it)."""
-    lines = [intent]
-    for kind, text in conversation:
-        lines.append(f"\n{'You asked' if kind == 'question' else 'A person answered'}: {text}")
-    return "\n".join(lines)
-
-
 class Runner:
-    """Model clients and personas per agent, built once; :meth:`run` is thread-safe."""
+    """Model clients per agent, built once; :meth:`run` is thread-safe."""
 
     def __init__(
         self,
@@ -70,11 +59,11 @@ class Runner:
         self.refs = RefResolver(roots=roots, resolve_task=resolve_task)
 
     def mode(self, card: Card) -> str:
-        return registry.get_str("AGAP_MODEL_MODE", self.env).strip().lower() or card.runtime.mode
+        return model_mode(card, self.env)
 
     def can_sync(self, card: Card) -> bool:
         """True for agents the server can run directly (model and persona cards)."""
-        return card.kind != "human" and self.mode(card) in SYNC_MODES
+        return card.kind != "human" and self.mode(card) in MODEL_MODES
 
     def client(self, card: Card) -> ModelClient:
         with self._lock:
@@ -102,21 +91,21 @@ class Runner:
         """One model call for ``agent``; errors become a failed :class:`Answer`."""
         card = self.cards.get(agent)
         try:
-            context = self.refs.resolve_all(refs)
+            messages = task_messages(self.refs, intent, refs, persona_for(card, self.cards), conversation)
         except (UnresolvableRef, RefUnavailable) as exc:
             return Answer("failed", exc.line())
-        persona = persona_text(card.persona, self.cards.base_dir or Path.cwd()) if card.persona else None
-        messages = build_messages(conversation_intent(intent, conversation), context, persona)
-        messages[0]["content"] += ASK_RULE
         md = {"agent": card.id, "queue": card.queue_name, "tags": ["a2a:sync"], **dict(metadata)}
+        reply = self._ask(card, messages, md, key)
+        if isinstance(reply, Answer):
+            return reply
+        return Answer(reply.kind, reply.text, reply.cost_usd)
+
+    def _ask(
+        self, card: Card, messages: list[dict[str, str]], metadata: dict[str, object], key: str
+    ) -> Reply | Answer:
+        """The model call; every failure is a failed :class:`Answer` with a line for the caller."""
         try:
-            answer = self.client(card).complete(
-                messages,
-                model=card.runtime.model or card.id,
-                metadata=md,
-                idempotency_key=key,
-                timeout=card.runtime.timeout_seconds,
-            )
+            return ask(card, self.client(card), messages, metadata=metadata, key=key)
         except RateLimited as exc:
             return Answer("failed", f"rate limited by the model provider ({exc.hint})")
         except ModelUnavailable as exc:
@@ -128,10 +117,5 @@ class Runner:
         except FabricError as exc:
             return Answer("failed", exc.line())
         except Exception:  # never hand a raw exception text to the caller
-            log.exception("sync call to %s failed", agent)
+            log.exception("sync call to %s failed", card.id)
             return Answer("failed", "internal error while calling the model (see the server log)")
-        text = answer.text.strip()
-        if text.startswith(QUESTION_PREFIX):
-            question = text[len(QUESTION_PREFIX) :].strip() or "(the model asked for help)"
-            return Answer("ask", question, answer.cost_usd)
-        return Answer("done", answer.text, answer.cost_usd)

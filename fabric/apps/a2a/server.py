@@ -14,15 +14,18 @@ The listener binds 127.0.0.1 unless told otherwise, and never starts without tok
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import socket
 import ssl
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
@@ -36,19 +39,18 @@ from fabric.settings.resolve import Settings
 
 from . import convert as cv
 from .auth import BearerGate, TokenTable
+from .handler import FabricRequestHandler
 from .runner import Runner
-from .service import A2AService, FabricRequestHandler, ServiceConfig
+from .service import A2AService, ServiceConfig
 from .store import CallStore
 
 log = logging.getLogger("agap.a2a")
 
 
 def fabric_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
-        return version("agap-fabric")
-    except PackageNotFoundError:
+        return metadata.version("agap-fabric")
+    except metadata.PackageNotFoundError:
         return "0.0.0"
 
 
@@ -137,9 +139,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 def uvicorn_config(
     app: Starlette, sock: socket.socket, *, tls: TlsConfig | None, log_level: str = "warning"
-) -> Any:
-    import uvicorn
-
+) -> uvicorn.Config:
     kw: dict[str, Any] = {}
     if tls is not None:
         kw.update(ssl_certfile=str(tls.cert), ssl_keyfile=str(tls.key))
@@ -170,8 +170,6 @@ class ServerThread:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        import uvicorn
-
         self.sock = bind(host, port)
         self.host, self.port = self.sock.getsockname()[:2]
         self.url = f"http://{self.host}:{self.port}"
@@ -221,8 +219,6 @@ def serve(
     log_level: str = "info",
 ) -> None:
     """Run the server in the foreground until SIGINT/SIGTERM."""
-    import uvicorn
-
     sock = bind(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
     scheme = "https" if tls else "http"
@@ -242,8 +238,6 @@ def serve(
 
 
 def _loopback(host: str) -> bool:
-    import ipaddress
-
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:

@@ -7,12 +7,23 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from fabric.apps.cli import main
+from fabric.cards import load_cards
 from fabric.errors import ConfigError
 from fabric.settings import registry
+from fabric.settings.resolve import Settings
+
+if TYPE_CHECKING:
+    from a2a.types.a2a_pb2 import Task
+
+    from fabric.apps.a2a.client import FabricA2AClient
+
+# The imports of fabric.apps.a2a and a2a below are made where they are needed: the A2A SDK
+# is the optional `a2a` extra, and `agap` imports every command module, `--help` included.
 
 
 @main.group("a2a")
@@ -56,10 +67,8 @@ def serve_cmd(
     the server refuses to start without one. Push targets on private addresses need
     AGAP_A2A_PUSH_ALLOW.
     """
-    from fabric.apps.a2a.auth import load_tokens
-    from fabric.apps.a2a.server import TlsConfig, make_service, serve
-    from fabric.cards import load_cards
-    from fabric.settings.resolve import Settings
+    from fabric.apps.a2a.auth import load_tokens  # optional a2a extra (see the top)
+    from fabric.apps.a2a.server import TlsConfig, make_service, serve  # optional a2a extra
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
@@ -193,12 +202,11 @@ async def _call(
     verify: object,
     cert: object,
 ) -> int:
-    from a2a.client import A2AClientError
-    from a2a.types.a2a_pb2 import Task, TaskState
-    from a2a.utils.errors import A2AError
+    from a2a.client import A2AClientError  # optional a2a extra (see the top)
+    from a2a.utils.errors import A2AError  # optional a2a extra
 
-    from fabric.apps.a2a.client import FabricA2AClient, task_text, text_message
-    from fabric.apps.a2a.convert import to_dict
+    from fabric.apps.a2a.client import FabricA2AClient  # optional a2a extra
+    from fabric.apps.a2a.convert import to_dict  # optional a2a extra
 
     try:
         async with await FabricA2AClient.open(url, token, timeout=timeout, verify=verify, cert=cert) as c:
@@ -206,26 +214,72 @@ async def _call(
                 page = await c.list()
                 click.echo(json.dumps(to_dict(page), indent=2))
                 return 0
-            task: Task
-            if get_id:
-                task = await c.get(get_id)
-            elif cancel_id:
-                task = await c.cancel(cancel_id)
-            else:
-                msg = text_message(text or "", refs=refs, message_id=message_id, task_id=task_id or "")
-                task = await c.send(msg, return_immediately=is_async)
-                if is_async and wait:
-                    task = await c.wait(task.id, timeout=timeout, every=1.0)
+            task = await _exchange(
+                c,
+                text,
+                refs=refs,
+                is_async=is_async,
+                wait=wait,
+                message_id=message_id,
+                task_id=task_id,
+                get_id=get_id,
+                cancel_id=cancel_id,
+                timeout=timeout,
+            )
     except (A2AError, A2AClientError) as exc:
         click.echo(f"agap: error: {exc}", err=True)
         return 1
+    _show(task, as_json)
+    return _exit_code(task, is_async=is_async, wait=wait, got=bool(get_id), canceled=bool(cancel_id))
+
+
+async def _exchange(
+    c: FabricA2AClient,
+    text: str | None,
+    *,
+    refs: tuple[str, ...],
+    is_async: bool,
+    wait: bool,
+    message_id: str | None,
+    task_id: str | None,
+    get_id: str | None,
+    cancel_id: str | None,
+    timeout: float,
+) -> Task:
+    """The task after the one action asked for: show, cancel, or send (and wait)."""
+    from fabric.apps.a2a.client import text_message  # optional a2a extra (see the top)
+
+    if get_id:
+        return await c.get(get_id)
+    if cancel_id:
+        return await c.cancel(cancel_id)
+    msg = text_message(text or "", refs=refs, message_id=message_id, task_id=task_id or "")
+    task = await c.send(msg, return_immediately=is_async)
+    if is_async and wait:
+        task = await c.wait(task.id, timeout=timeout, every=1.0)
+    return task
+
+
+def _show(task: Task, as_json: bool) -> None:
+    """The task as JSON, or its state on stderr and its text on stdout."""
+    from a2a.types.a2a_pb2 import TaskState  # optional a2a extra (see the top)
+
+    from fabric.apps.a2a.client import task_text  # optional a2a extra
+    from fabric.apps.a2a.convert import to_dict  # optional a2a extra
+
     if as_json:
         click.echo(json.dumps(to_dict(task), indent=2))
-    else:
-        click.echo(f"task {task.id}: {TaskState.Name(task.status.state)}", err=True)
-        out = task_text(task)
-        if out:
-            click.echo(out)
+        return
+    click.echo(f"task {task.id}: {TaskState.Name(task.status.state)}", err=True)
+    out = task_text(task)
+    if out:
+        click.echo(out)
+
+
+def _exit_code(task: Task, *, is_async: bool, wait: bool, got: bool, canceled: bool) -> int:
+    """0 done (or submitted with --async, shown, canceled as asked), 3 waiting for input, else 1."""
+    from a2a.types.a2a_pb2 import TaskState  # optional a2a extra (see the top)
+
     state = task.status.state
     if state == TaskState.TASK_STATE_COMPLETED or (
         is_async and not wait and state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
@@ -233,8 +287,8 @@ async def _call(
         return 0
     if state == TaskState.TASK_STATE_INPUT_REQUIRED:
         return 3
-    if get_id and state not in (TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED):
+    if got and state not in (TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED):
         return 0
-    if cancel_id and state == TaskState.TASK_STATE_CANCELED:
+    if canceled and state == TaskState.TASK_STATE_CANCELED:
         return 0
     return 1

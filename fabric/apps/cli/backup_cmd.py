@@ -8,6 +8,10 @@ from pathlib import Path
 import click
 
 from fabric.apps.cli import main
+from fabric.apps.deploy.backup import export_board, read_backup, restore, write_backup
+from fabric.cards import load_cards
+from fabric.kanboard.client import KanboardClient
+from fabric.settings.resolve import Settings
 
 
 @main.command("backup")
@@ -17,9 +21,6 @@ def backup_cmd(file: Path) -> None:
 
     Complements, never replaces, the database dump: see docs/OPERATIONS.md.
     """
-    from fabric.apps.deploy.backup import export_board, write_backup
-    from fabric.kanboard.client import KanboardClient
-    from fabric.settings.resolve import Settings
 
     settings = Settings.from_env()
     url, token = settings.require_board()
@@ -42,10 +43,6 @@ def restore_cmd(file: Path, as_json: bool) -> None:
     Layout from the cards (`agap init`), tasks in their columns and swimlanes, metadata,
     comments, files and lock tags. Uids are kept; numeric ids change (references follow).
     """
-    from fabric.apps.deploy.backup import read_backup, restore
-    from fabric.cards import load_cards
-    from fabric.kanboard.client import KanboardClient
-    from fabric.settings.resolve import Settings
 
     doc = read_backup(file)
     settings = Settings.from_env()

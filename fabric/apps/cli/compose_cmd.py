@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from fabric.apps.cli import main
+from fabric.apps.deploy.render import render, stale
 from fabric.cards import load_cards
 
 
@@ -39,7 +40,6 @@ def compose() -> None:
 )
 def render_cmd(out: Path, cards_dir: Path, check: bool) -> None:
     """Write the LiteLLM proxy config and one worker service per queue, from the cards."""
-    from fabric.apps.deploy.render import render, stale
 
     cards = load_cards(cards_dir)
     if check:

@@ -9,7 +9,7 @@ import click
 from fabric.apps.cli import main
 from fabric.errors import InvalidInput
 from fabric.settings import registry
-from fabric.settings.resolve import KNOWN, effective, mask, warn_if_plaintext
+from fabric.settings.resolve import KNOWN, Resolved, effective, mask, warn_if_plaintext
 
 
 @main.group("config")
@@ -42,27 +42,7 @@ def show(show_all: bool, as_json: bool, markdown: bool) -> None:
         click.echo(registry.markdown(), nl=False)
         return
     resolved = effective()
-    rows = []
-    for k in registry.REGISTRY if show_all else KNOWN:
-        if k.name in resolved.values:
-            row = {
-                "name": k.name,
-                "value": mask(k.name, resolved.values[k.name]),
-                "source": resolved.sources[k.name],
-                "meaning": k.meaning,
-            }
-        elif show_all or k.default:
-            row = {
-                "name": k.name,
-                "value": k.default,
-                "source": "default" if k.default else "unset",
-                "meaning": k.meaning,
-            }
-        else:
-            continue
-        if show_all:
-            row |= {"component": ", ".join(k.readers), "type": k.kind}
-        rows.append(row)
+    rows = [row for k in (registry.REGISTRY if show_all else KNOWN) if (row := _row(k, resolved, show_all))]
     for name, what in (
         ("KANBOARD_URL", "the board"),
         ("AGAP_EVENTS_URL", "the events broker"),
@@ -72,6 +52,33 @@ def show(show_all: bool, as_json: bool, markdown: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    _print_table(rows, show_all)
+
+
+def _row(k: registry.Var, resolved: Resolved, show_all: bool) -> dict[str, str] | None:
+    """``k``'s line: its effective value (masked) and source; None to leave it out."""
+    if k.name in resolved.values:
+        row = {
+            "name": k.name,
+            "value": mask(k.name, resolved.values[k.name]),
+            "source": resolved.sources[k.name],
+            "meaning": k.meaning,
+        }
+    elif show_all or k.default:
+        row = {
+            "name": k.name,
+            "value": k.default,
+            "source": "default" if k.default else "unset",
+            "meaning": k.meaning,
+        }
+    else:
+        return None
+    if show_all:
+        row |= {"component": ", ".join(k.readers), "type": k.kind}
+    return row
+
+
+def _print_table(rows: list[dict[str, str]], show_all: bool) -> None:
     width = max(len(r["name"]) for r in rows)
     if show_all:
         readers = max(len(r["component"]) for r in rows)

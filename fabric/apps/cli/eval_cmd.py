@@ -8,6 +8,8 @@ from pathlib import Path
 import click
 
 from fabric.apps.cli import main
+from fabric.apps.deploy.evalgate import dumps, evaluate
+from fabric.cards import load_cards
 
 
 @main.command("eval")
@@ -32,9 +34,6 @@ def eval_cmd(agent: str, backbone: str, judge: str | None, cards_dir: Path, as_j
     Exit 1 on a regression: the proposed backbone passes fewer cases, or fails any case the
     current one passes. Use it as a gate before merging a card change (docs/OPERATIONS.md).
     """
-    from fabric.apps.deploy.evalgate import dumps, evaluate
-    from fabric.cards import load_cards
-
     report = evaluate(agent, backbone, load_cards(cards_dir), judge=judge)
     click.echo(dumps(report) if as_json else report.table())
     if report.regression:

@@ -10,6 +10,11 @@ from dataclasses import replace
 import click
 
 from fabric.apps.cli import main
+from fabric.core import Fabric
+from fabric.settings.keeper import KeeperConfig
+from fabric.settings.resolve import Settings
+from keeper.daemon import Keeper
+from keeper.metrics import MetricsServer
 
 
 @main.command("keeper")
@@ -28,11 +33,6 @@ def keeper_cmd(once: bool, metrics_port: int | None, metrics_host: str | None, v
     It never assigns or triggers work: stop it and work still flows. SIGTERM exits cleanly.
     """
     # Imported here: other commands must not pay for APScheduler.
-    from fabric.core import Fabric
-    from fabric.settings.keeper import KeeperConfig
-    from fabric.settings.resolve import Settings
-    from keeper.daemon import Keeper
-    from keeper.metrics import MetricsServer
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,

@@ -8,7 +8,6 @@ import click
 
 from fabric.apps.cli import main
 from fabric.core import Fabric
-from fabric.router import route
 
 
 @main.command("route")
@@ -37,8 +36,7 @@ def route_cmd(
 ) -> None:
     """Resolve a target to an agent the way submit would; nothing is submitted."""
     fab = Fabric.connect()
-    choice = route(
-        fab,
+    choice = fab.route(
         intent=intent or "(no intent given)",
         target=target,
         constraints=constraints,

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from fabric.apps.cli import main
+from fabric.apps.workspace import Workspace, find_repo_ref
 from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.errors import InvalidInput
@@ -30,6 +31,7 @@ from fabric.ledger import Lease
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.submit import seal_key
+from workers.queue import QueueReader
 
 
 def _emit(data: Any, as_json: bool, text: str) -> None:
@@ -178,7 +180,7 @@ def view_json(view: TaskView) -> dict[str, Any]:
     return {
         "id": view.id,
         "uid": view.uid,
-        "title": view.row.get("title"),
+        "title": view.task.title,
         "open": view.is_open,
         "state": cur.state.value if cur else None,
         "epoch": view.epoch,
@@ -201,7 +203,7 @@ def show_cmd(task_id: int, as_json: bool) -> None:
     fab = Fabric.connect()
     view = fab.show(task_id)
     data = view_json(view)
-    lines = [f"#{view.id} {view.row.get('title')}"]
+    lines = [f"#{view.id} {view.task.title}"]
     cur = view.current
     if cur is None:
         lines.append("  no fabric records (not a fabric task, or its submit is in flight)")
@@ -296,7 +298,6 @@ def claim_cmd(
     agent: str, owner: str | None, lease_seconds: float | None, with_workspace: bool, as_json: bool
 ) -> None:
     """Claim the next due task of an agent's queue (exit 4 when there is none)."""
-    from workers.queue import QueueReader
 
     fab = Fabric.connect()
     card = fab.cards.get(agent)
@@ -320,18 +321,15 @@ def claim_cmd(
         f"#{lease.task_id} epoch {lease.epoch} owner {lease.owner} "
         f"until {_ts(lease.lease_until)}: {lease.spec.intent}"
     )
-    if with_workspace:
-        from fabric.apps.workspace import Workspace, find_repo_ref
-
-        if find_repo_ref(lease.spec.refs) is not None:
-            root = registry.get_str("AGAP_WORKSPACE_ROOT") or str(fab.settings.state_dir)
-            ws = Workspace.prepare(root, lease)
-            data["workspace"] = {
-                "path": str(ws.path),
-                "branch": ws.state.branch,
-                "resumed": bool(ws.state.remote_head),
-            }
-            text += f"\nworkspace {ws.path} (branch {ws.state.branch})"
+    if with_workspace and find_repo_ref(lease.spec.refs) is not None:
+        root = registry.get_str("AGAP_WORKSPACE_ROOT") or str(fab.settings.state_dir)
+        ws = Workspace.prepare(root, lease)
+        data["workspace"] = {
+            "path": str(ws.path),
+            "branch": ws.state.branch,
+            "resumed": bool(ws.state.remote_head),
+        }
+        text += f"\nworkspace {ws.path} (branch {ws.state.branch})"
     _emit(data, as_json, text)
 
 

@@ -21,7 +21,6 @@ from fabric.apps.cli import main
 from fabric.core import Fabric
 from fabric.errors import FabricError, InvalidInput
 from fabric.events.subscriber import BoardStatus, WatchOptions, watch
-from fabric.events.transport import open_transport
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.port import BoardUnavailable
 from fabric.settings.events import EventsConfig
@@ -111,7 +110,11 @@ def watch_cmd(
         config = EventsConfig.from_env()
         if config is None:
             log.warning("AGAP_EVENTS_URL is not set: following the board only")
-        transport = open_transport(config) if config is not None else None
+        transport = None
+        if config is not None:
+            from fabric.events.brokers import open_transport  # heavy (nats, aiohttp): off the CLI path
+
+            transport = open_transport(config)
         try:
             result = watch(
                 task_id,

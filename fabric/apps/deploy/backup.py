@@ -13,18 +13,20 @@ Kanboard upgrade. The file is one JSON document::
                 "comments": [{"user", "content", "visibility", "date_creation"}],
                 "files": [{"name", "size", "blob": "<base64>"}], "tags"}]}
 
-:func:`restore` refuses a board that already holds fabric tasks or lock tags. It creates
-the layout with :func:`fabric.kanboard.bootstrap.init_board` (plus any swimlane the backup has and
-the cards no longer name), recreates every task in its column and swimlane, with all its
-metadata, comments (in order; their dates are not settable through the API) and files,
-closes the closed ones, and recreates the lock tags: every tag the backup held, and for
-each task ``<uid>/e1 … <uid>/e<n>`` up to its highest epoch and its submit receipt — so no
-transition can win an epoch that already has a record, and a resubmit with the same action
-id still finds its task. Task uids are kept; numeric ids change, and every reference to a
-restored task (``task:<id>``, ``kanboard://task/<id>/…``) in descriptions, metadata and
-comments is rewritten to the new id. Project metadata (queue park states, the keeper's
-watch list, GC sightings) is saved for the record but not restored: those are projections
-that the workers and the keeper rebuild.
+This module owns the file; every read and write on the board is
+:mod:`fabric.kanboard.backup`'s. :func:`restore` refuses a board that already holds fabric
+tasks or lock tags. It creates the layout with :func:`fabric.kanboard.bootstrap.init_board`
+(plus any swimlane the backup has and the cards no longer name), recreates every task in
+its column and swimlane, with all its metadata, comments (in order; their dates are not
+settable through the API) and files, closes the closed ones, and recreates the lock tags:
+every tag the backup held, and for each task ``<uid>/e1 … <uid>/e<n>`` up to its highest
+epoch and its submit receipt — so no transition can win an epoch that already has a record,
+and a resubmit with the same action id still finds its task. Task uids are kept; numeric
+ids change, and every reference to a restored task (``task:<id>``,
+``kanboard://task/<id>/…``) in descriptions, metadata and comments is rewritten to the new
+id. Project metadata (queue park states, the keeper's watch list, GC sightings) is saved
+for the record but not restored: those are projections that the workers and the keeper
+rebuild.
 """
 
 from __future__ import annotations
@@ -32,37 +34,44 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from fabric.cards import CardSet
 from fabric.errors import FabricError, InvalidInput
-from fabric.kanboard.bootstrap import init_board, load_layout
-from fabric.kanboard.dates import format_input_date
-from fabric.kanboard.fit import fit
+from fabric.kanboard.backup import (
+    BoardExport,
+    JournalLine,
+    NewTask,
+    RestoreTarget,
+    TaskContent,
+    TaskExport,
+    board_holdings,
+    read_board,
+)
 from fabric.kanboard.layout import (
     COLUMN_ORDER,
     META_SPEC,
     META_UID,
+    Column,
     epoch_lock,
     receipt_lock,
     record_epoch,
 )
-from fabric.kanboard.port import BoardRefused, Call, RpcPort
+from fabric.kanboard.port import RpcPort
+from fabric.kanboard.rows import BoardTask
 from fabric.settings.resolve import Settings
 from fabric.task import TaskSpec
 
 FORMAT = "agap-fabric-backup"
 VERSION = 1
-CHUNK = 50  # tasks read per round trip
-TAG_CHUNK = 200  # lock tags created per round trip
-RESTORED_NONCE = "restored"  # the color_id of a recreated lock tag
 
 # A reference to a task by its numeric id: task:12, task:#12, kanboard://task/12/file/x.md
 _TASK_REF = re.compile(r"(?<![A-Za-z0-9_])(kanboard://task/|task:)(#?)(\d+)(?!\d)")
 _EPOCH_TAG = re.compile(r"^([0-9a-f]{16})/e(\d+)$")
+_COLUMNS = {c.value for c in COLUMN_ORDER}
 
 
 class BoardNotEmpty(FabricError):
@@ -96,110 +105,55 @@ class RestoreReport:
 # Backup
 
 
-def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-def _unwrap(out: Any, doing: str) -> Any:
-    value = out.unwrap()
-    if value is False or value is None:
-        raise BoardRefused(out.call.method, value, doing)
-    return value
-
-
 def export_board(
     port: RpcPort, settings: Settings, *, clock: Callable[[], float] = time.time
 ) -> dict[str, Any]:
     """Every fabric task on the board, with the layout it lives in (see the module doc)."""
-    port = fit(port)  # metadata comes back whole, however it is chunked on the board
-    layout = load_layout(port, settings)
-    pid, lpid = layout.project_id, layout.locks_project_id
-    out = port.batch(
-        [
-            Call("getColumns", {"project_id": pid}),
-            Call("getAllSwimlanes", {"project_id": pid}),
-            Call("getProjectMetadata", {"project_id": pid}),
-            Call("getTagsByProject", {"project_id": lpid}),
-            Call("getProjectMetadata", {"project_id": lpid}),
-            Call("getAllUsers"),
-            Call("getAllTasks", {"project_id": pid, "status_id": 1}),
-            Call("getAllTasks", {"project_id": pid, "status_id": 0}),
-        ]
-    )
-    columns = sorted(out[0].unwrap() or [], key=lambda c: (int(c.get("position") or 0), int(c["id"])))
-    column_names = {int(c["id"]): str(c["title"]) for c in columns}
-    lanes = sorted(out[1].unwrap() or [], key=lambda s: (int(s.get("position") or 0), int(s["id"])))
-    lane_names = {int(s["id"]): str(s["name"]) for s in lanes}
-    users = {int(u["id"]): str(u["username"]) for u in out[5].unwrap() or []}
-    rows = sorted([*(out[6].unwrap() or []), *(out[7].unwrap() or [])], key=lambda r: int(r["id"]))
-
-    tasks: list[dict[str, Any]] = []
-    for chunk in _chunks(rows, CHUNK):
-        calls: list[Call] = []
-        for row in chunk:
-            tid = int(row["id"])
-            calls += [
-                Call("getTaskMetadata", {"task_id": tid}),
-                Call("getAllComments", {"task_id": tid}),
-                Call("getAllTaskFiles", {"task_id": tid}),
-                Call("getTaskTags", {"task_id": tid}),
-            ]
-        res = port.batch(calls)
-        downloads: list[tuple[dict[str, Any], Call]] = []
-        for i, row in enumerate(chunk):
-            meta = res[4 * i].unwrap() or {}
-            meta = {str(k): "" if v is None else str(v) for k, v in dict(meta).items()}
-            comments = [
-                {
-                    "user": c.get("username") or users.get(int(c.get("user_id") or 0)),
-                    "content": str(c.get("comment") or ""),
-                    "visibility": c.get("visibility") or "app-user",
-                    "date_creation": int(c.get("date_creation") or 0),
-                }
-                for c in res[4 * i + 1].unwrap() or []
-            ]
-            files: list[dict[str, Any]] = []
-            task: dict[str, Any] = {
-                "id": int(row["id"]),
-                "uid": meta.get(META_UID) or None,
-                "column": column_names.get(int(row.get("column_id") or 0)),
-                "swimlane": lane_names.get(int(row.get("swimlane_id") or 0)),
-                "owner": users.get(int(row.get("owner_id") or 0)),
-                "row": dict(row),
-                "metadata": meta,
-                "comments": comments,
-                "files": files,
-                "tags": sorted(str(v) for v in dict(res[4 * i + 3].unwrap() or {}).values()),
-            }
-            for f in res[4 * i + 2].unwrap() or []:
-                entry: dict[str, Any] = {"name": str(f["name"]), "size": int(f.get("size") or 0), "blob": ""}
-                files.append(entry)
-                downloads.append((entry, Call("downloadTaskFile", {"file_id": int(f["id"])})))
-            tasks.append(task)
-        for part in _chunks(downloads, CHUNK):
-            got = port.batch([c for _, c in part])
-            for (entry, _), o in zip(part, got, strict=True):
-                entry["blob"] = str(o.unwrap() or "")
+    board = read_board(port, settings)
     return {
         "format": FORMAT,
         "version": VERSION,
         "created_at": clock(),
         "projects": {
             "work": {
-                "name": layout.project_name,
-                "columns": [column_names[c] for c in column_names],
-                "swimlanes": [lane_names[s] for s in lane_names],
-                "metadata": dict(out[2].unwrap() or {}),
+                "name": board.project,
+                "columns": board.columns,
+                "swimlanes": board.swimlanes,
+                "metadata": board.project_meta,
             },
             "locks": {
                 "name": settings.locks_project,
-                "tags": sorted(str(t["name"]) for t in out[3].unwrap() or []),
-                "metadata": dict(out[4].unwrap() or {}),
+                "tags": board.lock_tags,
+                "metadata": board.locks_meta,
             },
         },
-        "users": {str(k): v for k, v in sorted(users.items())},
-        "tasks": tasks,
+        "users": {str(k): v for k, v in sorted(board.users.items())},
+        "tasks": [_task_entry(t, board) for t in board.tasks],
+    }
+
+
+def _task_entry(t: TaskExport, board: BoardExport) -> dict[str, Any]:
+    """One task as the file holds it: the board's own row, names rather than ids."""
+    return {
+        "id": t.task.id,
+        "uid": t.metadata.get(META_UID) or None,
+        "column": t.column,
+        "swimlane": t.swimlane,
+        "owner": t.owner,
+        "row": dict(t.task.raw),
+        "metadata": t.metadata,
+        "comments": [
+            {
+                "user": c.username or board.users.get(c.user_id),
+                "content": c.text,
+                "visibility": c.visibility or "app-user",
+                # Kept for the record: a restore cannot set a comment's date.
+                "date_creation": c.created_at,
+            }
+            for c in t.comments
+        ],
+        "files": [{"name": f.name, "size": f.size, "blob": f.blob} for f in t.files],
+        "tags": t.tags,
     }
 
 
@@ -251,28 +205,6 @@ def map_refs(text: str, id_map: dict[int, int]) -> str:
     return _TASK_REF.sub(sub, text)
 
 
-def _ensure_empty(port: RpcPort, settings: Settings) -> None:
-    out = port.batch(
-        [
-            Call("getProjectByName", {"name": settings.project}),
-            Call("getProjectByName", {"name": settings.locks_project}),
-        ]
-    )
-    work, locks = out[0].unwrap(), out[1].unwrap()
-    checks: list[Call] = []
-    if isinstance(work, dict):
-        for status in (1, 0):
-            checks.append(Call("getAllTasks", {"project_id": int(work["id"]), "status_id": status}))
-    if isinstance(locks, dict):
-        checks.append(Call("getTagsByProject", {"project_id": int(locks["id"])}))
-    res = port.batch(checks) if checks else []
-    tasks = sum(len(o.unwrap() or []) for o in res[:2]) if isinstance(work, dict) else 0
-    if tasks:
-        raise BoardNotEmpty(f"project {settings.project!r} holds {tasks} task(s)")
-    if isinstance(locks, dict) and res[-1].unwrap():
-        raise BoardNotEmpty(f"project {settings.locks_project!r} holds lock tags")
-
-
 def _lock_names(doc: dict[str, Any]) -> list[str]:
     """Every lock tag the restored board needs: the backup's, each task's epochs up to its
     highest (record or tag), and each task's submit receipt."""
@@ -301,134 +233,93 @@ def _lock_names(doc: dict[str, Any]) -> list[str]:
 
 def restore(port: RpcPort, settings: Settings, cards: CardSet, doc: dict[str, Any]) -> RestoreReport:
     """Recreate a backup on an EMPTY board (see the module doc); raises :class:`BoardNotEmpty`."""
-    port = fit(port)  # a backup made on SQLite may hold values PostgreSQL cannot
     work = doc["projects"]["work"]
     settings = replace(
         settings, project=str(work["name"]), locks_project=str(doc["projects"]["locks"]["name"])
     )
     _ensure_empty(port, settings)
-    missing_cols = [c for c in work.get("columns", []) if c not in {col.value for col in COLUMN_ORDER}]
-    init = init_board(port, settings, cards)
-    layout = init.layout
-    assert layout is not None
+    missing_cols = [c for c in work.get("columns", []) if c not in _COLUMNS]
+    target = RestoreTarget.prepare(port, settings, cards, work.get("swimlanes", []))
     report = RestoreReport()
     if missing_cols:
         report.warnings.append(
             "columns not in the fabric's layout, tasks in them go to Queued: " + ", ".join(missing_cols)
         )
-    columns = {c.value: i for c, i in layout.columns.items()}
-    lanes = {
-        str(s["name"]): int(s["id"])
-        for s in port.call("getAllSwimlanes", {"project_id": layout.project_id}) or []
-    }
-    for name in work.get("swimlanes", []):
-        if name not in lanes:
-            lanes[name] = int(
-                _unwrap(
-                    port.batch([Call("addSwimlane", {"project_id": layout.project_id, "name": name})])[0],
-                    f"add swimlane {name!r}",
-                )
-            )
-    users = dict(layout.users)
     tasks = sorted(doc["tasks"], key=lambda t: int(t["id"]))
-
     # Pass 1: the tasks themselves (ids are needed before references can be rewritten).
     for task in tasks:
-        row = task.get("row") or {}
-        column = task.get("column") if task.get("column") in columns else "Queued"
-        params: dict[str, Any] = {
-            "title": str(row.get("title") or "Untitled"),
-            "project_id": layout.project_id,
-            "column_id": columns[str(column)],
-            "priority": int(row.get("priority") or 0),
-            "reference": str(row.get("reference") or ""),
-            "color_id": str(row.get("color_id") or "yellow"),
-        }
-        if task.get("swimlane"):
-            params["swimlane_id"] = lanes[str(task["swimlane"])]
-        owner = users.get(str(task.get("owner") or ""), 0)
-        if owner:
-            params["owner_id"] = owner
-        for key in ("date_due", "date_started"):
-            if int(row.get(key) or 0):
-                params[key] = format_input_date(int(row[key]))
-        new_id = _unwrap(port.batch([Call("createTask", params)])[0], f"recreate task #{task['id']}")
-        report.id_map[int(task["id"])] = int(new_id)
+        new_id = target.create_task(_new_task(task), doing=f"recreate task #{task['id']}")
+        report.id_map[int(task["id"])] = new_id
     report.tasks = len(report.id_map)
-
     # Pass 2: description, metadata, comments, files, tags, closing.
     for task in tasks:
-        new_id = report.id_map[int(task["id"])]
-        row = task.get("row") or {}
-        meta = {k: map_refs(str(v), report.id_map) for k, v in (task.get("metadata") or {}).items()}
-        calls = [
-            Call(
-                "updateTask",
-                {"id": new_id, "description": map_refs(str(row.get("description") or ""), report.id_map)},
-            )
-        ]
-        if meta:
-            calls.append(Call("saveTaskMetadata", {"task_id": new_id, "values": meta}))
-        for c in task.get("comments") or []:
-            calls.append(
-                Call(
-                    "createComment",
-                    {
-                        "task_id": new_id,
-                        "user_id": users.get(str(c.get("user") or ""), 0),
-                        "content": map_refs(str(c["content"]), report.id_map),
-                        "visibility": c.get("visibility") or "app-user",
-                    },
-                )
-            )
-        for f in task.get("files") or []:
-            if not f.get("blob"):
-                report.warnings.append(
-                    f"task #{task['id']}: file {f['name']!r} is empty; Kanboard stores no empty file, skipped"
-                )
-                continue
-            calls.append(
-                Call(
-                    "createTaskFile",
-                    {
-                        "project_id": layout.project_id,
-                        "task_id": new_id,
-                        "filename": f["name"],
-                        "blob": f["blob"],
-                    },
-                )
-            )
-        if task.get("tags"):
-            calls.append(
-                Call(
-                    "setTaskTags",
-                    {"project_id": layout.project_id, "task_id": new_id, "tags": list(task["tags"])},
-                )
-            )
-        closed = not int(row.get("is_active", 1))
-        if closed:
-            calls.append(Call("closeTask", {"task_id": new_id}))
-        for o in port.batch(calls):
-            _unwrap(o, f"restore {o.call.method} of task #{task['id']} (now #{new_id})")
-        report.comments += len(task.get("comments") or [])
-        report.files += sum(1 for f in task.get("files") or [] if f.get("blob"))
-        report.closed += closed
-
+        _fill_task(target, task, report)
     # Locks last: with every record in place, no epoch that has one can be won again.
     names = _lock_names(doc)
-    for part in _chunks(names, TAG_CHUNK):
-        got = port.batch(
-            [
-                Call(
-                    "createTag", {"project_id": layout.locks_project_id, "tag": n, "color_id": RESTORED_NONCE}
-                )
-                for n in part
-            ]
-        )
-        for name, o in zip(part, got, strict=True):
-            _unwrap(o, f"recreate lock tag {name!r}")
+    target.create_locks(names)
     report.lock_tags = len(names)
     return report
+
+
+def _ensure_empty(port: RpcPort, settings: Settings) -> None:
+    tasks, has_tags = board_holdings(port, settings)
+    if tasks:
+        raise BoardNotEmpty(f"project {settings.project!r} holds {tasks} task(s)")
+    if has_tags:
+        raise BoardNotEmpty(f"project {settings.locks_project!r} holds lock tags")
+
+
+def _row(task: dict[str, Any]) -> BoardTask:
+    """The board's row a backup entry carries."""
+    return BoardTask.parse(task.get("row") or {})
+
+
+def _new_task(task: dict[str, Any]) -> NewTask:
+    row = _row(task)
+    column = task.get("column")
+    return NewTask(
+        title=row.title or "Untitled",
+        column=Column(column) if column in _COLUMNS else Column.QUEUED,
+        swimlane=str(task["swimlane"]) if task.get("swimlane") else None,
+        owner=str(task.get("owner") or ""),
+        priority=row.priority,
+        reference=row.reference,
+        color=row.color or "yellow",
+        due_at=row.due_at,
+        start_at=row.start_at,
+    )
+
+
+def _fill_task(target: RestoreTarget, task: dict[str, Any], report: RestoreReport) -> None:
+    """Write a created task's content, its references pointing at the new ids."""
+    new_id, id_map, row = report.id_map[int(task["id"])], report.id_map, _row(task)
+    files = []
+    for f in task.get("files") or []:
+        if f.get("blob"):
+            files.append((str(f["name"]), str(f["blob"])))
+        else:
+            report.warnings.append(
+                f"task #{task['id']}: file {f['name']!r} is empty; Kanboard stores no empty file, skipped"
+            )
+    content = TaskContent(
+        description=map_refs(row.description, id_map),
+        metadata={k: map_refs(str(v), id_map) for k, v in (task.get("metadata") or {}).items()},
+        comments=[
+            JournalLine(
+                user=str(c.get("user") or ""),
+                content=map_refs(str(c["content"]), id_map),
+                visibility=c.get("visibility") or "app-user",
+            )
+            for c in task.get("comments") or []
+        ],
+        files=files,
+        tags=list(task.get("tags") or []),
+        closed=not row.is_open,
+    )
+    target.fill_task(new_id, content, label=f"task #{task['id']} (now #{new_id})")
+    report.comments += len(content.comments)
+    report.files += len(files)
+    report.closed += content.closed
 
 
 __all__ = [

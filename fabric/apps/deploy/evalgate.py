@@ -13,6 +13,10 @@ FAIL). The judge is the same model for both runs (``--judge``, default: the curr
 backbone), so it cannot favour the candidate by being the candidate. A case whose model
 call fails counts as failed.
 
+Every call goes through the workers' model path (:mod:`workers.answer`: the same client,
+chosen by the same ``AGAP_MODEL_MODE`` rule); only the messages are the gate's own: the
+persona and the golden input as it is, without the task prompt or the ask rule.
+
 **The rule.** The proposed backbone is a regression, and ``agap eval`` exits 1, when
 
 * it passes fewer cases than the current one, or
@@ -35,6 +39,9 @@ from typing import Any
 
 from fabric.cards import Card, CardSet, GoldenCase, load_golden
 from fabric.errors import FabricError, InvalidInput
+from workers.answer import client_for, complete
+from workers.llm import ModelClient, ModelError
+from workers.prompt import persona_for
 
 JUDGE_SYSTEM = (
     "You grade one answer of an AI assistant against a rubric. Read the rubric, the user's "
@@ -171,7 +178,7 @@ class Evaluator:
         self,
         card: Card,
         cards: CardSet,
-        client: Any,
+        client: ModelClient,
         *,
         persona: str | None = None,
         timeout: float | None = None,
@@ -183,10 +190,12 @@ class Evaluator:
         self.timeout = timeout or card.runtime.timeout_seconds
 
     def _ask(self, messages: list[dict[str, str]], model: str, key: str) -> str:
-        completion = self.client.complete(
+        completion = complete(
+            self.card,
+            self.client,
             messages,
             model=model,
-            idempotency_key=key,
+            key=key,
             timeout=self.timeout,
             metadata={
                 "agent": self.card.id,
@@ -195,7 +204,7 @@ class Evaluator:
                 "tags": [f"agent:{self.card.id}", "eval"],
             },
         )
-        return str(completion.text)
+        return completion.text
 
     def answer(self, case: GoldenCase, model: str, key: str) -> str:
         messages = [{"role": "system", "content": self.persona}] if self.persona else []
@@ -218,8 +227,6 @@ class Evaluator:
         return passed, "" if passed else (reason[0].strip()[:80] if reason else "judge: FAIL")
 
     def run(self, cases: list[GoldenCase], model: str, judge_model: str) -> Run:
-        from workers.llm import ModelError  # the model plane's typed errors
-
         out = Run(model)
         for i, case in enumerate(cases):
             name = _case_name(i, case)
@@ -244,12 +251,9 @@ def evaluate(
     *,
     env: Mapping[str, str] | None = None,
     judge: str | None = None,
-    client: Any = None,
+    client: ModelClient | None = None,
 ) -> EvalReport:
     """Replay ``agent``'s golden set on its current backbone and on ``proposed``."""
-    from workers.llm import client_for
-    from workers.prompt import persona_text
-
     card = cards.get(agent)
     if card.golden is None:
         raise InvalidInput(
@@ -265,8 +269,7 @@ def evaluate(
     judge_model = judge or current
     if client is None:
         client = client_for(card, env)
-    persona = persona_text(card.persona, base) if card.persona else None
-    ev = Evaluator(card, cards, client, persona=persona)
+    ev = Evaluator(card, cards, client, persona=persona_for(card, cards))
     cases = list(golden.cases)
     report = EvalReport(
         agent, ev.run(cases, current, judge_model), ev.run(cases, proposed, judge_model), judge_model

@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from fabric.apps.workspace import load_sandboxes, sandbox_service
 from fabric.cards import Card, CardSet
 from fabric.errors import ConfigError
 
@@ -226,7 +227,6 @@ def sandboxed(cards: CardSet, services: dict[str, Any]) -> tuple[dict[str, Any],
     exactly ``network_allow``; it is capped, read-only, without capabilities, and with
     ``no_vault`` it gets no vault variable.
     """
-    from fabric.apps.workspace import load_sandboxes, sandbox_service
 
     specs = load_sandboxes(_cards_dir(cards), known_agents=[c.id for c in cards])
     top: dict[str, Any] = {"networks": {}, "volumes": {}}

@@ -1,0 +1,118 @@
+"""Reading card files: which files are cards, the cards' YAML dialect, golden sets.
+
+The dialect is YAML 1.2-ish scalars (no sexagesimal ``22:30`` -> 1350, no yes/no/on/off
+booleans), and a duplicate key is refused rather than silently overwritten.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from fabric.cards.problems import CardErrors, CardProblem, validation_problems
+from fabric.cards.schema import GoldenSet
+
+__all__ = ["card_files", "load_golden", "read_yaml", "shown_path"]
+
+
+class _CardLoader(yaml.SafeLoader):
+    pass
+
+
+_CardLoader.yaml_implicit_resolvers = {
+    key: [
+        (tag, rx)
+        for tag, rx in resolvers
+        if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    ]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_CardLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+_CardLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789")
+)
+_CardLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*)?\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+
+
+class _DuplicateKey(yaml.MarkedYAMLError):
+    pass
+
+
+def _construct_mapping(loader: _CardLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise _DuplicateKey(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_CardLoader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+
+
+def read_yaml(path: Path, shown: str) -> tuple[Any, list[CardProblem]]:
+    """The YAML in ``path`` (None if empty), or the problems reading it; ``shown`` names it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [CardProblem(shown, "", f"cannot read: {exc}")]
+    try:
+        return yaml.load(text, Loader=_CardLoader), []  # a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        col = f" (column {mark.column + 1})" if mark is not None else ""
+        what = exc.problem or exc.context or "unreadable"
+        return None, [CardProblem(shown, "", f"YAML error{col}: {what}", line=line)]
+    except yaml.YAMLError as exc:
+        return None, [CardProblem(shown, "", f"YAML error: {exc}")]
+
+
+def shown_path(path: Path, base_dir: Path) -> str:
+    """``path`` as a problem names it: relative to ``base_dir`` or the working directory."""
+    for root in (base_dir, Path.cwd()):
+        try:
+            return path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            continue
+    return path.as_posix()
+
+
+def card_files(directory: Path) -> list[Path]:
+    """The card files in ``directory``: ``*.yaml``/``*.yml``, not ``_*`` or ``.*``, no subfolders."""
+    return sorted(
+        p
+        for p in directory.iterdir()
+        if p.is_file() and p.suffix in (".yaml", ".yml") and not p.name.startswith(("_", "."))
+    )
+
+
+def load_golden(path: str | Path, *, base_dir: Path | None = None) -> GoldenSet:
+    """Load a golden set (``{agent, cases: [{input, expect: {contains|exact|regex}}]}``)."""
+    path = Path(path)
+    shown = shown_path(path, base_dir or Path.cwd())
+    data, problems = read_yaml(path, shown)
+    if problems:
+        raise CardErrors(problems)
+    if not isinstance(data, dict):
+        message = "a golden set must be a mapping with agent and cases"
+        raise CardErrors([CardProblem(shown, "", message)])
+    try:
+        return GoldenSet.model_validate(data)
+    except ValidationError as exc:
+        raise CardErrors(validation_problems(shown, exc)) from None

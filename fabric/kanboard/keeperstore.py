@@ -1,0 +1,96 @@
+"""The keeper's reads and writes that no other caller makes.
+
+The keeper reads wider than a worker: several searches and the work project's metadata
+in one round trip, then the metadata of every task found (and full reads of a few more)
+in a second; once a day, every lock tag and every task, to collect the tags of
+long-closed and deleted tasks. Its writes go through the same re-send after an
+ambiguous failure as :class:`~fabric.kanboard.taskboard.TaskBoard`'s
+(:mod:`fabric.kanboard.resend`); its per-task writes are TaskBoard's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fabric.kanboard.port import Call
+from fabric.kanboard.resend import send
+from fabric.kanboard.rows import BoardTag, BoardTask, meta_map, tag_rows, task_rows
+from fabric.kanboard.taskboard import TaskBoard
+from fabric.kanboard.views import TaskView, parse_view
+
+
+@dataclass(frozen=True)
+class LockInventory:
+    """Every lock tag, every task of the work project, and the locks project's metadata."""
+
+    tags: list[BoardTag]
+    tasks: list[BoardTask]
+    meta: dict[str, str]
+
+
+class KeeperStore:
+    """The keeper's wide reads and lock-tag removal, on one board connection."""
+
+    def __init__(self, board: TaskBoard) -> None:
+        self.board = board
+
+    def search_with_meta(self, queries: Sequence[str]) -> tuple[list[list[BoardTask]], dict[str, str]]:
+        """Each query's rows (in the work project) and the work project's metadata, in one
+        round trip."""
+        pid = self.board.layout.project_id
+        calls = [Call("searchTasks", {"project_id": pid, "query": q}) for q in queries]
+        out = self.board.port.batch([*calls, Call("getProjectMetadata", {"project_id": pid})])
+        return [task_rows(o.unwrap()) for o in out[:-1]], meta_map(out[-1].unwrap())
+
+    def read_views(
+        self, rows: Sequence[BoardTask], task_ids: Sequence[int]
+    ) -> tuple[list[TaskView], list[TaskView]]:
+        """Views of rows already fetched (only their metadata is read) and of tasks by id
+        (row and metadata), in one round trip; a task gone from the board is left out."""
+        if not rows and not task_ids:
+            return [], []
+        out = self.board.port.batch([*self.board.meta_calls(rows), *self.board.read_calls(task_ids)])
+        now = self.board.clock()
+        n = len(rows)
+        views = [parse_view(r.id, r, o.unwrap(), now) for r, o in zip(rows, out[:n], strict=True)]
+        by_id: list[TaskView] = []
+        for i, tid in enumerate(task_ids):
+            row, meta = out[n + 2 * i].unwrap(), out[n + 2 * i + 1].unwrap()
+            if row:
+                by_id.append(parse_view(tid, row, meta, now))
+        return views, by_id
+
+    def lock_inventory(self) -> LockInventory:
+        """Every lock tag and every task, with the locks project's metadata (one round
+        trip: its cost grows with history, so only the daily collection reads it)."""
+        layout = self.board.layout
+        out = self.board.port.batch(
+            [
+                Call("getTagsByProject", {"project_id": layout.locks_project_id}),
+                Call("searchTasks", {"project_id": layout.project_id, "query": ""}),
+                Call("getProjectMetadata", {"project_id": layout.locks_project_id}),
+            ]
+        )
+        return LockInventory(tag_rows(out[0].unwrap()), task_rows(out[1].unwrap()), meta_map(out[2].unwrap()))
+
+    def remove_tags(
+        self, tags: Sequence[BoardTag], *, locks_meta: dict[str, str] | None = None
+    ) -> list[BoardTag]:
+        """Remove lock tags and, if given, upsert locks-project metadata, in one round trip
+        (none when there is nothing to do). Returns the tags the board removed."""
+        calls = [Call("removeTag", {"tag_id": t.id}) for t in tags]
+        if locks_meta is not None:
+            calls.append(
+                Call(
+                    "saveProjectMetadata",
+                    {"project_id": self.board.layout.locks_project_id, "values": locks_meta},
+                )
+            )
+        if not calls:
+            return []
+        out = send(self.board.port, calls)
+        return [t for t, o in zip(tags, out, strict=False) if o.error is None and o.value]
+
+
+__all__ = ["KeeperStore", "LockInventory"]

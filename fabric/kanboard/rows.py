@@ -1,0 +1,208 @@
+"""Kanboard's rows, typed: parsed once, where they come off the board.
+
+Kanboard answers with whatever its database driver hands it: ids, numbers and dates as
+ints or as strings (PDO on older PHP), booleans as ``1``/``0``, ``"1"``/``"0"`` or
+``true``/``false`` (PostgreSQL's BOOLEAN columns), an unset date as ``0`` or ``null``.
+The rest of the fabric reads these attributes, never Kanboard's field names.
+
+Each row keeps what the board sent (``raw``): a backup stores it as it is. A row is not
+indexable, so nothing above this package can read a Kanboard field by name by accident.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def as_int(value: Any) -> int:
+    """A Kanboard number as an int: 0 for unset (``None``, ``""``, ``false``) or unreadable."""
+    if isinstance(value, bool | int):
+        return int(value)
+    if isinstance(value, float):
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            try:
+                return int(float(value))
+            except ValueError:
+                return 0
+    return 0
+
+
+def as_flag(value: Any, default: bool) -> bool:
+    """A Kanboard boolean: ``1``/``0``, ``"1"``/``"0"``, ``true``/``false``, ``"t"``/``"f"``."""
+    if value is None:
+        return default
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "t", "true", "yes", "on")
+    return bool(value)
+
+
+def as_text(value: Any) -> str:
+    """A Kanboard string: ``""`` for ``null``."""
+    return "" if value is None else str(value)
+
+
+def _optional_text(value: Any) -> str | None:
+    return None if value is None or value == "" else str(value)
+
+
+@dataclass(frozen=True)
+class BoardTask:
+    """A Kanboard task row. Dates are unix seconds, 0 when unset."""
+
+    id: int
+    title: str = ""
+    description: str = ""
+    reference: str = ""  # the idempotency key (fabric.kanboard.layout)
+    priority: int = 0
+    color: str = ""
+    column_id: int = 0
+    swimlane_id: int = 0
+    owner_id: int = 0
+    is_open: bool = True
+    created_at: int = 0
+    modified_at: int = 0
+    moved_at: int = 0  # last moved to another column or swimlane
+    completed_at: int = 0  # closed at (0 while open)
+    due_at: int = 0
+    start_at: int = 0  # Kanboard's start date: the fabric's start hint
+    column_name: str | None = None
+    swimlane_name: str | None = None
+    assignee: str | None = None  # the owner's username, where the board joins it in
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, row: Mapping[str, Any]) -> BoardTask:
+        g = row.get
+        return cls(
+            id=as_int(g("id")),
+            title=as_text(g("title")),
+            description=as_text(g("description")),
+            reference=as_text(g("reference")),
+            priority=as_int(g("priority")),
+            color=as_text(g("color_id")),
+            column_id=as_int(g("column_id")),
+            swimlane_id=as_int(g("swimlane_id")),
+            owner_id=as_int(g("owner_id")),
+            is_open=as_flag(g("is_active"), True),
+            created_at=as_int(g("date_creation")),
+            modified_at=as_int(g("date_modification")),
+            moved_at=as_int(g("date_moved")),
+            completed_at=as_int(g("date_completed")),
+            due_at=as_int(g("date_due")),
+            start_at=as_int(g("date_started")),
+            column_name=_optional_text(g("column_name")),
+            swimlane_name=_optional_text(g("swimlane_name")),
+            assignee=_optional_text(g("assignee_username")),
+            raw=dict(row),
+        )
+
+
+@dataclass(frozen=True)
+class BoardComment:
+    """A comment: one line of a task's journal. ``user_id`` 0 is the application token."""
+
+    id: int
+    task_id: int = 0
+    user_id: int = 0
+    username: str | None = None
+    text: str = ""
+    visibility: str | None = None
+    created_at: int = 0
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, row: Mapping[str, Any]) -> BoardComment:
+        g = row.get
+        return cls(
+            id=as_int(g("id")),
+            task_id=as_int(g("task_id")),
+            user_id=as_int(g("user_id")),
+            username=_optional_text(g("username")),
+            text=as_text(g("comment")),
+            visibility=_optional_text(g("visibility")),
+            created_at=as_int(g("date_creation")),
+            raw=dict(row),
+        )
+
+
+@dataclass(frozen=True)
+class BoardFile:
+    """A file attached to a task (its content is downloaded separately, base64)."""
+
+    id: int
+    name: str = ""
+    size: int = 0
+    task_id: int = 0
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, row: Mapping[str, Any]) -> BoardFile:
+        g = row.get
+        return cls(
+            id=as_int(g("id")),
+            name=as_text(g("name")),
+            size=as_int(g("size")),
+            task_id=as_int(g("task_id")),
+            raw=dict(row),
+        )
+
+
+@dataclass(frozen=True)
+class BoardTag:
+    """A project tag. In the locks project a tag is a lock; its colour names its creator."""
+
+    id: int
+    name: str = ""
+    color: str = ""
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, row: Mapping[str, Any]) -> BoardTag:
+        g = row.get
+        return cls(id=as_int(g("id")), name=as_text(g("name")), color=as_text(g("color_id")), raw=dict(row))
+
+
+def task_rows(value: Any) -> list[BoardTask]:
+    """Task rows from a list answer (``searchTasks``, ``getAllTasks``); ``null`` is none."""
+    return [BoardTask.parse(r) for r in value or [] if isinstance(r, Mapping)]
+
+
+def comment_rows(value: Any) -> list[BoardComment]:
+    return [BoardComment.parse(r) for r in value or [] if isinstance(r, Mapping)]
+
+
+def file_rows(value: Any) -> list[BoardFile]:
+    return [BoardFile.parse(r) for r in value or [] if isinstance(r, Mapping)]
+
+
+def tag_rows(value: Any) -> list[BoardTag]:
+    return [BoardTag.parse(r) for r in value or [] if isinstance(r, Mapping)]
+
+
+def meta_map(value: Any) -> dict[str, str]:
+    """Metadata as strings (``null`` values as ``""``); anything but an object is empty."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): as_text(v) for k, v in value.items()}
+
+
+__all__ = [
+    "BoardComment",
+    "BoardFile",
+    "BoardTag",
+    "BoardTask",
+    "as_flag",
+    "as_int",
+    "as_text",
+    "comment_rows",
+    "file_rows",
+    "meta_map",
+    "tag_rows",
+    "task_rows",
+]

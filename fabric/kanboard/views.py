@@ -1,0 +1,214 @@
+"""What the fabric reads off the board: its layout's ids, and tasks as views.
+
+A :class:`TaskView` is one task's typed row, its spec and its per-epoch records, parsed
+from the row and the task's metadata; :func:`parse_view` never raises on corrupted
+metadata, it lists the problem. Reading and writing are :mod:`fabric.kanboard.taskboard`'s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from fabric.errors import ConfigError
+from fabric.kanboard.layout import (
+    META_GAP,
+    META_PARK_PREFIX,
+    META_PROJECTED,
+    META_SPEC,
+    META_UID,
+    Column,
+    record_epoch,
+)
+from fabric.kanboard.rows import BoardTask, meta_map
+from fabric.task import Record, TaskSpec
+
+
+@dataclass(frozen=True)
+class BoardLayout:
+    """Kanboard ids of the fabric's projects, columns, queue swimlanes and human users."""
+
+    project_name: str
+    project_id: int
+    locks_project_id: int
+    columns: dict[Column, int]
+    swimlanes: dict[str, int]  # queue name -> swimlane id
+    users: dict[str, int]  # Kanboard username -> user id (project members)
+
+    def swimlane(self, queue: str) -> int:
+        try:
+            return self.swimlanes[queue]
+        except KeyError:
+            raise ConfigError(
+                f"queue {queue!r} has no swimlane on the board",
+                hint="run `agap init` after adding a card",
+            ) from None
+
+    def queue_of(self, swimlane_id: int) -> str | None:
+        for name, sid in self.swimlanes.items():
+            if sid == swimlane_id:
+                return name
+        return None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "project_name": self.project_name,
+                "project_id": self.project_id,
+                "locks_project_id": self.locks_project_id,
+                "columns": {c.value: i for c, i in self.columns.items()},
+                "swimlanes": self.swimlanes,
+                "users": self.users,
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> BoardLayout:
+        d = json.loads(text)
+        return cls(
+            project_name=str(d["project_name"]),
+            project_id=int(d["project_id"]),
+            locks_project_id=int(d["locks_project_id"]),
+            columns={Column(k): int(v) for k, v in d["columns"].items()},
+            swimlanes={k: int(v) for k, v in d["swimlanes"].items()},
+            users={k: int(v) for k, v in d["users"].items()},
+        )
+
+
+@dataclass
+class GapNote:
+    """A lock for ``epoch`` was seen taken with no record behind it, first at ``seen``."""
+
+    epoch: int
+    seen: float
+
+
+@dataclass
+class TaskView:
+    """One task as read from the board: its typed row (``task``), spec and per-epoch records."""
+
+    id: int
+    task: BoardTask
+    uid: str | None
+    spec: TaskSpec | None
+    records: dict[int, Record]
+    meta: dict[str, str]
+    read_at: float
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def row(self) -> Mapping[str, Any]:
+        """The row as the board sent it (tests read raw fields; the fabric reads ``task``)."""
+        return self.task.raw
+
+    @property
+    def epoch(self) -> int:
+        """The highest epoch with a record (-1 when none: a submit still in flight)."""
+        return max(self.records, default=-1)
+
+    @property
+    def current(self) -> Record | None:
+        """The record of the highest epoch: the task's current state."""
+        return self.records.get(self.epoch)
+
+    @property
+    def gap(self) -> GapNote | None:
+        raw = self.meta.get(META_GAP)
+        if not raw:
+            return None
+        try:
+            d = json.loads(raw)
+            return GapNote(int(d["epoch"]), float(d["seen"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    @property
+    def is_open(self) -> bool:
+        return self.task.is_open
+
+    @property
+    def fabric_moved_at(self) -> float:
+        """The latest time the fabric itself moved the card for the current record.
+
+        The record's own time, or a later re-sent or repaired move (``META_PROJECTED``).
+        A card moved well after this was moved by someone else: a person's gesture.
+        """
+        rec = self.current
+        at = rec.at if rec is not None else 0.0
+        epoch, _, when = self.meta.get(META_PROJECTED, "").partition(":")
+        try:
+            if int(epoch) == self.epoch:
+                at = max(at, float(when))
+        except ValueError:
+            pass
+        return at
+
+
+def parse_view(
+    task_id: int, row: BoardTask | Mapping[str, Any] | None, meta: Any, read_at: float
+) -> TaskView:
+    """Build a :class:`TaskView` from a task row (typed, or ``getTask``'s answer) and
+    ``getTaskMetadata``'s answer.
+
+    Corrupted metadata does not raise: it is listed in ``problems`` so a sweep can report
+    it and carry on.
+    """
+    values = meta_map(meta)
+    problems: list[str] = []
+    spec: TaskSpec | None = None
+    if META_SPEC in values:
+        try:
+            spec = TaskSpec.from_meta(values[META_SPEC])
+        except (ValidationError, ValueError) as exc:
+            problems.append(f"{META_SPEC}: unreadable ({_short(exc)})")
+    records: dict[int, Record] = {}
+    for key, value in values.items():
+        epoch = record_epoch(key)
+        if epoch is None:
+            continue
+        try:
+            rec = Record.from_meta(value)
+        except (ValidationError, ValueError) as exc:
+            problems.append(f"{key}: unreadable record ({_short(exc)})")
+            continue
+        if rec.epoch != epoch:
+            problems.append(f"{key}: record says epoch {rec.epoch}")
+            continue
+        records[epoch] = rec
+    return TaskView(
+        id=task_id,
+        task=row if isinstance(row, BoardTask) else BoardTask.parse(row or {}),
+        uid=values.get(META_UID) or None,
+        spec=spec,
+        records=records,
+        meta=values,
+        read_at=read_at,
+        problems=problems,
+    )
+
+
+def parse_park_states(meta: Any) -> dict[str, dict[str, Any]]:
+    """Queue -> park state from project metadata; unreadable entries are skipped."""
+    states: dict[str, dict[str, Any]] = {}
+    for key, value in (meta or {}).items() if isinstance(meta, dict) else ():
+        if str(key).startswith(META_PARK_PREFIX) and value:
+            try:
+                data = json.loads(value)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                # The value names its queue: a long queue's key is hashed.
+                states[str(data.get("queue") or str(key)[len(META_PARK_PREFIX) :])] = data
+    return states
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:160]
+
+
+__all__ = ["BoardLayout", "GapNote", "TaskView", "parse_park_states", "parse_view"]

@@ -1,0 +1,157 @@
+"""The policy file (``cards/_policy.yaml``): limits, privacy domains of refs, tainted prefixes.
+
+Optional, and every key has a default. :mod:`fabric.policy` applies what it says.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from fabric.durations import parse_duration
+from fabric.errors import ConfigError, FabricError
+
+POLICY_FILE = "_policy.yaml"
+SHARED = "shared"
+_DOMAIN = re.compile(r"^(?:private:[a-z][a-z0-9_.-]{0,38}|[a-z][a-z0-9-]{0,38})$")
+
+
+class _Quota(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    limit: int = Field(ge=0)
+    window: str = "1h"
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, v: str) -> str:
+        try:
+            parse_duration(v)
+        except FabricError as exc:
+            raise ValueError(exc.what) from None
+        return v
+
+
+class _QuotaFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    default: _Quota = _Quota(limit=60, window="1h")
+    agents: dict[str, _Quota] = Field(default_factory=dict)
+
+
+class _PolicyFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    quota: _QuotaFile = _QuotaFile()
+    max_depth: int = Field(default=8, ge=0)
+    gate_to: str | None = None
+    default_domain: str = SHARED
+    domains: dict[str, str] = Field(default_factory=dict)
+    tainted: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("default_domain")
+    @classmethod
+    def _default(cls, v: str) -> str:
+        return check_domain(v)
+
+    @field_validator("domains")
+    @classmethod
+    def _domains(cls, v: dict[str, str]) -> dict[str, str]:
+        for d in v.values():
+            check_domain(d)
+        return v
+
+
+def check_domain(value: str) -> str:
+    """``value`` if it is a privacy domain (``shared``, ``private:<human>``), else ValueError."""
+    if not _DOMAIN.match(value) or value == "private":
+        raise ValueError(f"{value!r} is not a privacy domain (write 'shared' or 'private:<human>')")
+    return value
+
+
+@dataclass(frozen=True)
+class Quota:
+    """How many tasks an agent may create per rolling window."""
+
+    limit: int
+    window: float  # seconds
+    text: str  # as written, e.g. "60 per 1h"
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """The policy's limits and ref annotations (``cards/_policy.yaml``)."""
+
+    quota: Quota = Quota(60, 3600.0, "60 per 1h")
+    quota_agents: Mapping[str, Quota] = field(default_factory=dict)
+    max_depth: int = 8
+    gate_to: str | None = None
+    default_domain: str = SHARED
+    domains: tuple[tuple[str, str], ...] = ()  # (ref prefix, domain), longest prefix first
+    tainted: tuple[tuple[str, str], ...] = ()  # (ref prefix, producing agent)
+    source: str = "built-in"
+
+    def quota_for(self, agent: str) -> Quota:
+        return self.quota_agents.get(agent, self.quota)
+
+
+def _quota(q: _Quota) -> Quota:
+    return Quota(q.limit, parse_duration(q.window), f"{q.limit} per {q.window}")
+
+
+def load_policy_config(path: str | Path) -> PolicyConfig:
+    """Read a policy file; a missing file gives the defaults."""
+    p = Path(path)
+    try:
+        mtime = p.stat().st_mtime_ns
+    except FileNotFoundError:
+        return PolicyConfig()
+    return _load(str(p), mtime)
+
+
+@lru_cache(maxsize=8)
+def _load(path: str, _mtime: int) -> PolicyConfig:
+    try:
+        data = _PolicyFile.model_validate(yaml.safe_load(Path(path).read_text()) or {})
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {str(exc).splitlines()[0]}", where=path) from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise ConfigError(f"{loc}: {first['msg'].removeprefix('Value error, ')}", where=path) from None
+
+    def by_length(m: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted(m.items(), key=lambda kv: (-len(kv[0]), kv[0])))
+
+    return PolicyConfig(
+        _quota(data.quota.default),
+        {k: _quota(v) for k, v in data.quota.agents.items()},
+        data.max_depth,
+        data.gate_to,
+        data.default_domain,
+        by_length(data.domains),
+        by_length(data.tainted),
+        path,
+    )
+
+
+def policy_config(cards_dir: str | Path) -> PolicyConfig:
+    """The policy configuration next to the cards."""
+    return load_policy_config(Path(cards_dir) / POLICY_FILE)
+
+
+__all__ = [
+    "POLICY_FILE",
+    "SHARED",
+    "PolicyConfig",
+    "Quota",
+    "check_domain",
+    "load_policy_config",
+    "policy_config",
+]
