@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from fabric.apps.view import BoardView
+from fabric.apps.web import WebView
 from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
@@ -51,7 +51,7 @@ def viewed_board(embedded_board: EmbeddedBoard, cards: CardSet) -> Viewed:
     settings = Settings(
         board_url=embedded_board.url, board_token=embedded_board.token, cards_dir=ROOT / "cards"
     )
-    embedded_board.set_view(BoardView(embedded_board.api, settings, refresh_seconds=30))
+    embedded_board.set_view(WebView(embedded_board.api, settings, refresh_seconds=30))
     fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards, settings=settings)
     ids = {
         "plain": fab.submit("Summarise the week's notes", target="kimi").task_id,
@@ -125,7 +125,7 @@ def test_page_shows_tasks_states_owners_and_parks(viewed_board: Viewed) -> None:
 
 def test_page_before_init_says_what_to_do(tmp_path: Path) -> None:
     with EmbeddedBoard(tmp_path / "fresh.sqlite3") as board:
-        board.set_view(BoardView(board.api, Settings()))
+        board.set_view(WebView(board.api, Settings()))
         reply = requests.get(_page(board), headers=_auth(board.token), timeout=10)
         assert reply.status_code == 200
         assert "agap init" in reply.text and "Agent Fabric" in reply.text

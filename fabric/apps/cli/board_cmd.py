@@ -11,7 +11,7 @@ from types import FrameType
 import click
 
 from fabric.apps.cli import main
-from fabric.apps.view import BoardView
+from fabric.apps.web import WebView
 from fabric.embedded.flavour import DEFAULT_FLAVOUR, FLAVOURS
 from fabric.embedded.server import EmbeddedBoard
 from fabric.errors import ConfigError
@@ -60,7 +60,7 @@ def serve(db_path: Path, host: str, port: int, flavour: str) -> None:
         raise ConfigError(
             f"cannot listen on {host}:{port}: {exc.strerror}", hint="pick another --port"
         ) from None
-    srv.set_view(BoardView(srv.api, Settings.from_env()))  # read-only page, same token
+    srv.set_view(WebView(srv.api, Settings.from_env()))  # read-only page, same token
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(
             f"warning: listening on {host}, not loopback; the token is the only "

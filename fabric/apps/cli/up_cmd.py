@@ -18,7 +18,7 @@ from types import FrameType
 import click
 
 from fabric.apps.cli import main
-from fabric.apps.view import BoardView
+from fabric.apps.web import WebView
 from fabric.cards import CardSet, load_cards
 from fabric.embedded.server import EmbeddedBoard
 from fabric.errors import ConfigError
@@ -94,7 +94,7 @@ def up_cmd(port: int, no_workers: bool) -> None:
             hint="another `agap up` may be running; or set AGAP_BOARD_PORT",
         ) from None
     settings = Settings(**{**settings.__dict__, "board_url": board.url, "board_token": board.token})
-    board.set_view(BoardView(board.api, settings))  # read-only page, same token
+    board.set_view(WebView(board.api, settings))  # read-only page, same token
     report = init_board(KanboardClient(board.url, board.token), settings, cards)
     assert report.layout is not None
     save_layout_cache(settings, report.layout)

@@ -65,7 +65,7 @@ def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-class BoardView:
+class WebView:
     """``view(path) -> (status, content type, body)``, for :meth:`EmbeddedBoard.set_view`."""
 
     def __init__(
@@ -243,7 +243,7 @@ def _head(title: str, refresh: int) -> str:
 
 
 def render_page(snap: dict[str, Any], refresh: int = REFRESH_SECONDS) -> str:
-    """The whole HTML page for a :meth:`BoardView.snapshot`."""
+    """The whole HTML page for a :meth:`WebView.snapshot`."""
     if not snap.get("initialised"):
         return _not_initialised(snap, refresh)
     now = float(snap["now"])
