@@ -1,16 +1,24 @@
-"""When a provider's rate limit resets, read from a 429's headers.
+"""When a provider's rate limit resets, read from a 429's headers: the one reader.
 
-:meth:`fabric.availability.Availability.on_rate_limited_headers` parks a queue until then.
+The LiteLLM proxy relays the provider's headers with an ``llm_provider-`` prefix
+(``llm_provider-retry-after: 7``); the SDK and a direct provider send them plain. Both are
+read here, the proxy's own unprefixed header winning where both exist.
+:func:`parse_rate_limit_headers` says until when to park a queue
+(:meth:`fabric.availability.Availability.on_rate_limited_headers`); :func:`parse_rate_limit`
+gives the model clients the wait and the latest reset for their error.
 """
 
 from __future__ import annotations
 
 import email.utils
 import re
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-__all__ = ["parse_rate_limit_headers"]
+__all__ = ["parse_rate_limit", "parse_rate_limit_headers", "provider_headers"]
+
+_PROVIDER_PREFIX = "llm_provider-"
 
 _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|us|µs|ns|h|m|s|d)")
 _UNIT_SECONDS = {
@@ -74,6 +82,16 @@ def _epoch_or_delta(text: str, now: float) -> float | None:
     return _rfc3339(value) or _http_date(value)
 
 
+def provider_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """Lower-cased headers, with the provider's relayed (``llm_provider-``) ones unprefixed;
+    a header the proxy sent itself wins over the provider's of the same name."""
+    h = {str(k).lower(): str(v) for k, v in headers.items()}
+    for name, value in list(h.items()):
+        if name.startswith(_PROVIDER_PREFIX):
+            h.setdefault(name.removeprefix(_PROVIDER_PREFIX), value)
+    return h
+
+
 def parse_rate_limit_headers(headers: Mapping[str, str], now: float) -> float | None:
     """When (unix seconds) a 429's limit resets, from its headers; None if not announced.
 
@@ -81,9 +99,10 @@ def parse_rate_limit_headers(headers: Mapping[str, str], now: float) -> float | 
     provider's instruction. Otherwise the reset headers are read — ``x-ratelimit-reset-
     requests`` / ``-tokens`` (OpenAI durations like ``6m0s``), ``x-ratelimit-reset`` (unix
     seconds or seconds), ``anthropic-ratelimit-*-reset`` (RFC 3339) — preferring the limits
-    whose ``remaining`` header says 0, and taking the latest.
+    whose ``remaining`` header says 0, and taking the latest. Prefixed headers count
+    (:func:`provider_headers`).
     """
-    h = {str(k).lower(): str(v) for k, v in headers.items()}
+    h = provider_headers(headers)
     told = _retry_after(h, now)
     if told is not None:
         return told
@@ -123,6 +142,9 @@ def _reset(name: str, value: str, now: float) -> tuple[str, float | None] | None
         return "x:" + name.removeprefix("x-ratelimit-reset-"), at
     if name == "x-ratelimit-reset":
         return "x:", _epoch_or_delta(value, now)
+    if name == "ratelimit-reset":  # the IETF draft's header: seconds from now
+        delta = _duration(value)
+        return "r:", now + delta if delta is not None else None
     if name.startswith("anthropic-ratelimit-") and name.endswith("-reset"):
         return "a:" + name.removeprefix("anthropic-ratelimit-").removesuffix("-reset"), _rfc3339(value)
     return None
@@ -130,9 +152,30 @@ def _reset(name: str, value: str, now: float) -> tuple[str, float | None] | None
 
 def _remaining(h: Mapping[str, str], key: str) -> float | None:
     source, _, limit = key.partition(":")
-    if source == "x":
+    if source == "r":
+        name = "ratelimit-remaining"
+    elif source == "x":
         name = f"x-ratelimit-remaining-{limit}" if limit else "x-ratelimit-remaining"
     else:
         name = f"anthropic-ratelimit-{limit}-remaining"
     value = h.get(name, "").strip()
     return float(value) if _NUMBER.match(value) else None
+
+
+def parse_rate_limit(
+    headers: Mapping[str, str], now: float | None = None
+) -> tuple[float | None, float | None]:
+    """``(retry_after_seconds, reset_at_epoch)`` from a 429's headers, for the error a model
+    client raises: the wait the provider asked for (``Retry-After``, ``retry-after-ms``), and
+    the latest reset any header announced, since a caller must wait for all of them. With no
+    wait asked for, the wait is the time to that reset."""
+    now = time.time() if now is None else now
+    h = provider_headers(headers)
+    told = _retry_after(h, now)
+    resets = [at for name, value in h.items() if (r := _reset(name, value, now)) and (at := r[1]) is not None]
+    if told is not None:
+        resets.append(told)
+    reset_at = max(resets) if resets else None
+    if told is not None:
+        return max(0.0, told - now), reset_at
+    return (max(0.0, reset_at - now) if reset_at is not None else None), reset_at

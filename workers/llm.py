@@ -16,7 +16,7 @@ Three implementations of one :class:`ModelClient` protocol:
 Errors are typed so the worker can react without parsing messages:
 
 * :class:`RateLimited` (HTTP 429): park the queue until ``reset_at`` (from Retry-After and the
-  rate-limit reset headers, all kept in ``headers``; read by :mod:`workers.ratelimit`);
+  rate-limit reset headers, all kept in ``headers``; read by :mod:`fabric.retry_after`);
 * :class:`ModelUnavailable` (connection refused, timeout, 5xx; :class:`ModelAuthFailed` for a
   refused key): the model plane is down or misconfigured → park and resume, do not burn the task;
 * :class:`BadModelResponse` (malformed JSON, no choices; :class:`ModelRejected` for a 4xx the
@@ -41,7 +41,7 @@ from typing import Any, Protocol
 import requests
 
 from fabric.errors import ConfigError, FabricError
-from workers.ratelimit import parse_rate_limit
+from fabric.retry_after import parse_rate_limit
 
 __all__ = [
     "DEFAULT_GATEWAY_URL",

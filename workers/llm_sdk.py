@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fabric.errors import ConfigError
+from fabric.retry_after import parse_rate_limit
 from fabric.settings import registry
 from workers.llm import (
     BadModelResponse,
@@ -28,7 +29,6 @@ from workers.llm import (
     text_or_none,
     trace_metadata,
 )
-from workers.ratelimit import parse_rate_limit
 
 __all__ = ["SdkClient"]
 

@@ -263,6 +263,11 @@ HTTP_DATE_TS = datetime(2027, 1, 15, 8, 5, tzinfo=UTC).timestamp()
         ({"anthropic-ratelimit-tokens-reset": "2027-01-15T09:05:00+01:00"}, HTTP_DATE_TS),
         ({"Retry-After": "10", "x-ratelimit-reset-requests": "6m0s"}, T0 + 10),  # Retry-After wins
         ({"Retry-After": "soon", "x-ratelimit-reset": "45"}, T0 + 45),
+        # relayed by the LiteLLM proxy with a prefix; the proxy's own header wins
+        ({"llm_provider-retry-after": "7", "llm_provider-x-ratelimit-reset-requests": "20s"}, T0 + 7),
+        ({"llm_provider-x-ratelimit-reset-requests": "20s"}, T0 + 20),
+        ({"retry-after": "3", "llm_provider-retry-after": "7"}, T0 + 3),
+        ({"ratelimit-reset": "12"}, T0 + 12),  # the IETF draft's header
         ({}, None),
         ({"content-type": "application/json"}, None),
         ({"x-ratelimit-reset-requests": "whenever"}, None),

@@ -17,6 +17,7 @@ import pytest
 
 from fabric.cards import Card, CardSet
 from fabric.errors import ConfigError
+from fabric.retry_after import parse_rate_limit
 from tests.fakes.openai_stub import OpenAIStub
 from workers.answer import client_for
 from workers.llm import (
@@ -31,7 +32,6 @@ from workers.llm import (
 )
 from workers.llm_sdk import SdkClient
 from workers.prompt import build_messages
-from workers.ratelimit import parse_rate_limit
 
 ROOT = Path(__file__).resolve().parents[2]
 META = {"agent": "kimi", "task_id": 42, "queue": "kimi"}
