@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-__all__ = ["parse_rate_limit", "parse_rate_limit_headers", "provider_headers"]
+__all__ = ["budget_exhausted", "parse_rate_limit", "parse_rate_limit_headers", "provider_headers"]
 
 _PROVIDER_PREFIX = "llm_provider-"
 
@@ -179,3 +179,30 @@ def parse_rate_limit(
     if told is not None:
         return max(0.0, told - now), reset_at
     return (max(0.0, reset_at - now) if reset_at is not None else None), reset_at
+
+
+# A spent budget is answered 400/402/403 with words rather than headers (Anthropic: "You have
+# reached your specified API usage limits. You will regain access on 2027-01-01 at 00:00 UTC.",
+# OpenAI: "You exceeded your current quota"). LiteLLM's own router treats these as plain bad
+# requests (BerriAI/litellm#37592); here they are a cool-down, never the task's fault.
+_BUDGET_STATUSES = (400, 402, 403)
+_BUDGET = re.compile(
+    r"regain access on|usage limits?|spend(?:ing)? limit|budget (?:has been |was )?(?:exceeded|exhausted)"
+    r"|exceeded (?:your )?(?:current )?(?:quota|budget)|insufficient (?:credits?|balance|quota)"
+    r"|credit balance is too low|quota (?:has been |was )?(?:exceeded|exhausted)",
+    re.IGNORECASE,
+)
+_REGAIN = re.compile(
+    r"regain access on (\d{4}-\d{2}-\d{2})(?:\s+at\s+(\d{1,2}:\d{2}(?::\d{2})?))?\s*(UTC|Z)?", re.IGNORECASE
+)
+
+
+def budget_exhausted(status: int | None, message: str) -> tuple[bool, float | None]:
+    """``(True, regain_at)`` when a 400/402/403 says the account's budget or usage limit is
+    spent (``regain_at`` is the unix time it names, or None); ``(False, None)`` otherwise."""
+    if status not in _BUDGET_STATUSES or not _BUDGET.search(message):
+        return False, None
+    m = _REGAIN.search(message)
+    if m is None:
+        return True, None
+    return True, _rfc3339(f"{m.group(1)}T{m.group(2) or '00:00'}+00:00")

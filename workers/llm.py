@@ -34,6 +34,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -41,7 +42,7 @@ from typing import Any, Protocol
 import requests
 
 from fabric.errors import ConfigError, FabricError
-from fabric.retry_after import parse_rate_limit
+from fabric.retry_after import budget_exhausted, parse_rate_limit
 
 __all__ = [
     "DEFAULT_GATEWAY_URL",
@@ -103,9 +104,12 @@ class RateLimited(ModelError):
         self.retry_after = retry_after
         self.reset_at = reset_at
         self.headers: dict[str, str] = {k.lower(): v for k, v in (headers or {}).items()}
-        hint = (
-            f"retry after {retry_after:.0f}s" if retry_after is not None else "no reset announced; back off"
-        )
+        if retry_after is not None:
+            hint = f"retry after {retry_after:.0f}s"
+        elif reset_at is not None:
+            hint = "wait until " + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(reset_at))
+        else:
+            hint = "no reset announced; back off"
         super().__init__(what, where=where, hint=hint)
 
 
@@ -364,6 +368,9 @@ def _raise_for_status(status: int, headers: Mapping[str, str], message: str, whe
             headers=headers,
             where=where,
         )
+    spent, regain_at = budget_exhausted(status, message)
+    if spent:
+        raise RateLimited(f"budget exhausted ({detail})", reset_at=regain_at, where=where)
     if status in (401, 403):
         raise ModelAuthFailed(
             f"the model plane refused the key ({detail})",

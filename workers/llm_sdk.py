@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fabric.errors import ConfigError
-from fabric.retry_after import parse_rate_limit
+from fabric.retry_after import budget_exhausted, parse_rate_limit
 from fabric.settings import registry
 from workers.llm import (
     BadModelResponse,
@@ -152,6 +152,9 @@ def _map_litellm_error(litellm: Any, exc: Exception, where: str) -> ModelError:
             headers=headers,
             where=where,
         )
+    spent, regain_at = budget_exhausted(status, message)
+    if spent:
+        return RateLimited(f"budget exhausted: {message}", reset_at=regain_at, where=where)
     if is_a("AuthenticationError", "PermissionDeniedError") or status in (401, 403):
         return ModelAuthFailed(
             f"the provider refused the key: {message}",

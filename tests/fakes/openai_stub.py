@@ -29,7 +29,12 @@ from typing import Any, ClassVar, Literal
 
 from tests.fakes.loopback import Loopback
 
-Failure = Literal["429", "500", "503", "malformed", "no_choices"]
+Failure = Literal["429", "500", "503", "malformed", "no_choices", "budget"]
+
+# What Anthropic answers when an account's usage limit is spent (a 400, no headers).
+BUDGET_MESSAGE = (
+    "You have reached your specified API usage limits. You will regain access on 2027-01-01 at 00:00 UTC."
+)
 
 
 @dataclass
@@ -280,6 +285,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "rate_limit_exceeded",
                 headers=_rate_limit_headers(plan),
             )
+        elif plan.kind == "budget":
+            self._error(400, BUDGET_MESSAGE, "invalid_request_error", "invalid_request_error")
         elif plan.kind in ("500", "503"):
             self._error(
                 int(plan.kind),

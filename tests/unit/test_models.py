@@ -8,7 +8,9 @@ import socket
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from email.utils import formatdate
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ import pytest
 
 from fabric.cards import Card, CardSet
 from fabric.errors import ConfigError
-from fabric.retry_after import parse_rate_limit
+from fabric.retry_after import budget_exhausted, parse_rate_limit
 from tests.fakes.openai_stub import OpenAIStub
 from workers.answer import client_for
 from workers.llm import (
@@ -30,7 +32,7 @@ from workers.llm import (
     RateLimited,
     trace_metadata,
 )
-from workers.llm_sdk import SdkClient
+from workers.llm_sdk import SdkClient, _map_litellm_error
 from workers.prompt import build_messages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,6 +181,43 @@ def test_gateway_400_is_rejected(stub: OpenAIStub) -> None:
         )
 
 
+def test_gateway_budget_exhausted_is_a_cool_down_until_the_named_date(stub: OpenAIStub) -> None:
+    stub.fail_next("budget")
+    with pytest.raises(RateLimited) as info:
+        ask(GatewayClient(stub.url, stub.api_key))
+    err = info.value
+    assert err.reset_at == datetime(2027, 1, 1, tzinfo=UTC).timestamp()
+    assert "budget exhausted" in err.line() and "wait until 2027-01-01 00:00 UTC" in err.line()
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "spent", "regain"),
+    [
+        (
+            400,
+            "You will regain access on 2027-03-04 at 05:06 UTC.",
+            True,
+            datetime(2027, 3, 4, 5, 6, tzinfo=UTC),
+        ),
+        (402, "Budget has been exceeded! Current cost: 10.2, Max budget: 10.0", True, None),
+        (
+            429,
+            "You exceeded your current quota, please check your plan",
+            False,
+            None,
+        ),  # a 429: headers decide
+        (400, "You exceeded your current quota, please check your plan", True, None),
+        (403, "insufficient credits", True, None),
+        (400, "prompt is too long: 300000 tokens > 200000 maximum", False, None),
+        (401, "invalid x-api-key", False, None),
+    ],
+)
+def test_budget_exhausted_reads_the_words(
+    status: int, message: str, spent: bool, regain: datetime | None
+) -> None:
+    assert budget_exhausted(status, message) == (spent, regain.timestamp() if regain else None)
+
+
 def test_gateway_down_is_unavailable() -> None:
     with pytest.raises(ModelUnavailable) as info:
         ask(GatewayClient(f"http://127.0.0.1:{free_port()}", "sk-x"))
@@ -306,3 +345,12 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_sdk_budget_exhausted_is_a_cool_down() -> None:
+    class BadRequestError(Exception):
+        status_code = 400
+
+    exc = BadRequestError("You will regain access on 2027-01-01 at 00:00 UTC.")
+    err = _map_litellm_error(types.SimpleNamespace(BadRequestError=BadRequestError), exc, "sdk")
+    assert isinstance(err, RateLimited) and err.reset_at == datetime(2027, 1, 1, tzinfo=UTC).timestamp()
