@@ -23,7 +23,7 @@ from fabric.core import Fabric
 from fabric.kanboard.layout import META_COST, META_ESCALATED, META_NOTIFIED, META_REMINDED, Column, State
 from fabric.kanboard.taskboard import TaskView
 from fabric.settings.keeper import KeeperConfig
-from fabric.submit import Receipt
+from fabric.submit import ActionIdCollision, Receipt
 from keeper import snapshot
 from keeper.notify import Notifier, find_human
 from keeper.snapshot import Snapshot
@@ -372,20 +372,31 @@ def gather_digests(fab: Fabric, cfg: KeeperConfig) -> dict[str, Digest]:
 
 
 def write_digests(fab: Fabric, cfg: KeeperConfig) -> list[Receipt]:
-    """One digest task per human per day (a second firing returns the same tasks)."""
+    """One digest task per human per day: a second firing returns the same tasks, even when
+    the day's work has changed what the digest would say (the first one stands)."""
     day = digest_day(fab, cfg)
     out = []
     for card_id, digest in gather_digests(fab, cfg).items():
         user = _username(digest.human)
-        receipt = fab.submit(
-            digest.render(day),
-            target=card_id,
-            key=f"digest:{user}:{day.isoformat()}",
-            actor=KEEPER,
-            priority="low",
-        )
+        try:
+            receipt = fab.submit(
+                digest.render(day),
+                target=card_id,
+                key=f"digest:{user}:{day.isoformat()}",
+                actor=KEEPER,
+                priority="low",
+            )
+        except ActionIdCollision as exc:
+            receipt = _existing(fab, exc.task_id, card_id)
         out.append(receipt)
     return out
+
+
+def _existing(fab: Fabric, task_id: int, target: str) -> Receipt:
+    """The receipt of the day's digest already on the board."""
+    view = fab.board.read(task_id)
+    queue = view.spec.queue if view.spec else target
+    return Receipt(task_id=task_id, uid=view.uid or "", created=False, queue=queue)
 
 
 __all__ = [

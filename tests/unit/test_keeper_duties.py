@@ -224,6 +224,21 @@ def test_the_digest_is_one_task_per_human_per_day_even_when_fired_twice(
     assert k.last["inbox"].notified == [gate], "digests themselves are not notified"
 
 
+def test_a_second_digest_firing_after_more_work_keeps_the_days_task(local_fabric: Fabric) -> None:
+    # `agap keeper --once` twice in a day, with a completion in between: the day's digest
+    # has other content now, and that is not a collision to fail on.
+    k = keeper(local_fabric)
+    assert k.run_job("digest")
+    first = {r.task_id for r in k.last["digest"]}
+    done = local_fabric.submit("tidy the notes", target="kimi", actor="alvis").task_id
+    lease = local_fabric.ledger.claim(local_fabric.board.read(done), "w1", lease_seconds=60)
+    local_fabric.ledger.complete(lease, "file:///notes.md")
+    assert k.run_job("digest"), "the second firing of the day must not fail"
+    again = k.last["digest"]
+    assert {r.task_id for r in again} == first and not any(r.created for r in again)
+    assert all(r.uid and r.queue for r in again)
+
+
 # -- lock-tag GC --------------------------------------------------------------------------------
 
 
