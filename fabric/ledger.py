@@ -112,6 +112,8 @@ class Lease:
     conversation: tuple[tuple[str, str], ...] = ()
     # Where to resume: the latest checkpoint carried to this epoch (None = from scratch).
     checkpoint: str | None = None
+    # The length the lease was claimed for; a renewal that names none keeps it.
+    lease_seconds: float | None = None
 
     def idempotency_key(self, op: str) -> str:
         """A key for side effect ``op`` in this epoch: (task uid, epoch, operation)."""
@@ -284,6 +286,7 @@ class Ledger:
                 owner=worker,
                 lease_until=lease_until,
                 attempt=p.attempt + 1,
+                lease_seconds=lease_seconds,
             ),
             comment=None,
         )
@@ -297,6 +300,7 @@ class Ledger:
             view.spec,
             conversation(view),
             rec.checkpoint,
+            lease_seconds,
         )
 
     def held(self, view: TaskView, epoch: int, owner: str) -> Lease:
@@ -330,6 +334,7 @@ class Ledger:
             view.spec,
             conversation(view),
             rec.checkpoint,
+            rec.lease_seconds,
         )
 
     def check(self, lease: Lease) -> TaskView:
@@ -339,13 +344,21 @@ class Ledger:
             raise Fenced(lease.task_id, lease.epoch, view.epoch)
         return view
 
-    def renew(self, lease: Lease, *, lease_seconds: float) -> Lease:
+    def renew(self, lease: Lease, *, lease_seconds: float | None = None) -> Lease:
         """Extend the lease by rewriting the owner's own record; raise :class:`Fenced`.
 
+        Without ``lease_seconds`` the lease is renewed for the length it was claimed for.
         The rewrite and the check share one round trip: rewriting one's own epoch record
         can never change the current state, so writing it when already fenced is harmless.
         """
-        until = self.clock() + lease_seconds
+        length = lease_seconds if lease_seconds is not None else lease.lease_seconds
+        if length is None:
+            raise InvalidInput(
+                "this lease records no length to keep",
+                where=f"task #{lease.task_id}",
+                hint="pass the lease length (--lease SECONDS)",
+            )
+        until = self.clock() + length
         return self._rewrite_own(lease, until, lease.checkpoint)
 
     def checkpoint(self, lease: Lease, ref: str) -> Lease:
@@ -369,6 +382,7 @@ class Ledger:
             lease_until=until,
             attempt=lease.attempt,
             checkpoint=checkpoint,
+            lease_seconds=lease.lease_seconds,
         )
         view = self.board.save_meta_and_read(lease.task_id, {record_key(lease.epoch): record.to_meta()})
         if view.epoch != lease.epoch:
@@ -383,6 +397,7 @@ class Ledger:
             lease.spec,
             lease.conversation,
             checkpoint,
+            lease.lease_seconds,
         )
 
     def _owner_view(self, lease: Lease) -> TaskView:
@@ -401,6 +416,7 @@ class Ledger:
             lease_until=lease.lease_until,
             attempt=lease.attempt,
             checkpoint=lease.checkpoint,
+            lease_seconds=lease.lease_seconds,
         )
         return TaskView(
             id=lease.task_id,

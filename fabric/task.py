@@ -132,6 +132,9 @@ class Record(BaseModel):
     # The latest checkpoint (a ref) of the work so far. Each transition carries forward
     # the one it read, so a checkpoint written after its epoch ended is never picked up.
     checkpoint: str | None = None
+    # How long each renewal of this working epoch's lease lasts (set by claim): a heartbeat
+    # that names no length keeps it, so a 900 s claim is not cut to a default.
+    lease_seconds: float | None = None
 
     @field_validator("*", mode="before")
     @classmethod

@@ -67,6 +67,26 @@ def test_a_second_submit_uses_the_cached_layout_two_round_trips(env: dict[str, s
     assert out["round_trips"] == 2
 
 
+def test_a_heartbeat_without_a_length_keeps_the_claims_lease(env: dict[str, str]) -> None:
+    # A loop that claimed for 900 s and heartbeats without --lease must not drop to a default
+    # (it would be fenced mid-task).
+    run(env, "init")
+    tid = json.loads(run(env, "submit", "--target", "claude-coder", "--intent", "long job", "--json").output)[
+        "task_id"
+    ]
+    claimed = json.loads(
+        run(env, "claim", "--agent", "claude-coder", "--owner", "loop-1", "--lease", "900", "--json").output
+    )
+    hb = run(env, "heartbeat", str(tid), "--epoch", "1", "--owner", "loop-1", "--json")
+    assert hb.exit_code == 0, hb.output
+    renewed = json.loads(hb.output)["lease_until"]
+    assert renewed >= claimed["lease_until"] - 5, (claimed["lease_until"], renewed)
+    told = run(env, "heartbeat", str(tid), "--epoch", "1", "--owner", "loop-1", "--lease", "30", "--json")
+    assert json.loads(told.output)["lease_until"] < claimed["lease_until"] - 800, "--lease still wins"
+    again = json.loads(run(env, "heartbeat", str(tid), "--epoch", "1", "--owner", "loop-1", "--json").output)
+    assert again["lease_until"] >= claimed["lease_until"] - 5, "the claim's length, not the last one"
+
+
 def test_the_external_consumer_commands_follow_the_ledger(env: dict[str, str]) -> None:
     run(env, "init")
     tid = json.loads(

@@ -274,6 +274,10 @@ def _lease(fab: Fabric, task_id: int, epoch: int, owner: str) -> Lease:
     return fab.ledger.held(fab.show(task_id), epoch, owner)
 
 
+def _card_lease(fab: Fabric, target: str) -> float:
+    return float(fab.cards.get(target).runtime.lease_seconds)
+
+
 def _record_out(rec: Any, as_json: bool, task_id: int) -> None:
     _emit(
         {"task_id": task_id, **json.loads(rec.to_meta())},
@@ -342,11 +346,20 @@ def _lease_options(fn: Any) -> Any:
 
 @main.command("heartbeat")
 @_lease_options
-@click.option("--lease", "lease_seconds", type=float, default=60.0, show_default=True)
-def heartbeat_cmd(task_id: int, epoch: int, owner: str, as_json: bool, lease_seconds: float) -> None:
+@click.option(
+    "--lease",
+    "lease_seconds",
+    type=float,
+    help="Lease length (default: the length the task was claimed for, else the card's).",
+)
+def heartbeat_cmd(task_id: int, epoch: int, owner: str, as_json: bool, lease_seconds: float | None) -> None:
     """Renew a lease (exit 4 when fenced: stop working on the task)."""
     fab = Fabric.connect()
-    lease = fab.ledger.renew(_lease(fab, task_id, epoch, owner), lease_seconds=lease_seconds)
+    held = _lease(fab, task_id, epoch, owner)
+    if lease_seconds is None and held.lease_seconds is None:
+        # A lease claimed before claims recorded their length: the card's is what claim used.
+        lease_seconds = _card_lease(fab, held.spec.target)
+    lease = fab.ledger.renew(held, lease_seconds=lease_seconds)
     _emit(
         {"task_id": task_id, "epoch": epoch, "lease_until": lease.lease_until},
         as_json,
