@@ -592,11 +592,15 @@ class Ledger:
         )
 
     def verify(self, task_id: int, by: str, note: str = "", view: TaskView | None = None) -> Record:
-        """Close a done task as verified. The producer may not verify its own work."""
+        """Close a done task as verified. The producer may not verify its own work.
+
+        The producer is an agent, not one process of it: the agent whose queue ran the task,
+        and the one named by the completing owner (``agent@host:pid``), whatever instance
+        asks.
+        """
         view = view or self.board.read(task_id)
         _, current = self._require(view)
-        producer = current.by if current.state == State.DONE else None
-        if producer is not None and by == producer:
+        if current.state == State.DONE and _agent(by) in _producers(current, view.spec):
             raise IllegalTransition(
                 "the producer may not verify its own result",
                 where=f"task #{task_id}",
@@ -743,3 +747,18 @@ def conversation(view: TaskView) -> tuple[tuple[str, str], ...]:
 def is_terminal(record: Record | None) -> bool:
     """True when no further work will happen (canceled or verified)."""
     return record is not None and record.state in TERMINAL
+
+
+def _agent(identity: str) -> str:
+    """The agent behind a worker identity: ``kimi@host:42`` is ``kimi``."""
+    return identity.partition("@")[0]
+
+
+def _producers(done: Record, spec: TaskSpec | None) -> set[str]:
+    """Who made a done task's result: its completing owner, as an agent, and its target."""
+    found = {done.by, _agent(done.by)}
+    if done.owner:
+        found.add(_agent(done.owner))
+    if spec is not None:
+        found.add(spec.target)
+    return found

@@ -264,6 +264,16 @@ def test_producer_may_not_verify_its_own_task(local_fabric: Fabric) -> None:
     assert not local_fabric.board.read(tid).is_open
 
 
+@pytest.mark.parametrize("verifier", ["kimi", "kimi@laptop:99", "kimi@host:1"])
+def test_no_instance_of_the_producing_agent_may_verify(local_fabric: Fabric, verifier: str) -> None:
+    # The rule is about the agent: another loop of the same agent is still the producer.
+    tid = submit(local_fabric)
+    local_fabric.ledger.complete(claim(local_fabric, tid, "kimi@host:1"), "file:///r.md")
+    with pytest.raises(IllegalTransition, match="producer"):
+        local_fabric.ledger.verify(tid, verifier)
+    assert local_fabric.ledger.verify(tid, "claude-coder@host:2").state == State.CLOSED
+
+
 def test_cancel_fences_the_working_owner(local_fabric: Fabric) -> None:
     tid = submit(local_fabric)
     lease = claim(local_fabric, tid)
