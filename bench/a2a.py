@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.env import latency_ms
 from fabric.apps.a2a import store as st
 from fabric.apps.a2a.auth import TokenTable
 from fabric.apps.a2a.client import FabricA2AClient, text_message
@@ -49,14 +50,6 @@ runtime:
   model: openai/stub
 """
 TOKEN = "bench-token-" + "x" * 24
-
-
-def _ms(xs: list[float]) -> dict[str, float]:
-    xs = sorted(xs)
-    return {
-        "median_ms": round(statistics.median(xs) * 1000, 2),
-        "p95_ms": round(xs[min(len(xs) - 1, int(len(xs) * 0.95))] * 1000, 2),
-    }
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -163,8 +156,8 @@ def _measure(board: EmbeddedBoard, tmp: Path, env: dict[str, str], n: int) -> di
 
         asyncio.run(calls())
     return {
-        "direct": _ms(direct),
-        "a2a": _ms(via),
+        "direct": latency_ms(direct),
+        "a2a": latency_ms(via),
         "before_answer": before_answer,
         "journal_trips": journal_trips,
         "journal_ms": journal_ms,

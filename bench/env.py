@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import secrets
+import statistics
 import sys
 import threading
 from collections import Counter
@@ -294,4 +295,13 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def latency_ms(xs: list[float]) -> dict[str, float]:
+    """Median and 95th percentile of durations in seconds, as milliseconds."""
+    xs = sorted(xs)
+    return {
+        "median_ms": round(statistics.median(xs) * 1000, 2),
+        "p95_ms": round(xs[min(len(xs) - 1, int(len(xs) * 0.95))] * 1000, 2),
     }

@@ -161,7 +161,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--embedded-only", action="store_true", help="skip the real Kanboards even when they are configured"
     )
     ap.add_argument(
-        "--no-sections", action="store_true", help="only the board tables (skip workers, keeper, events, A2A)"
+        "--no-sections",
+        action="store_true",
+        help="only the board tables (skip workers, keeper, events, A2A, MCP)",
     )
     ap.add_argument(
         "--out",
@@ -279,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # Benchmarks of other parts of the fabric: each module has run(quick) -> {"title", "rows"}.
-SECTIONS = ("bench.workers", "bench.keeper_sweep", "bench.events", "bench.a2a")
+SECTIONS = ("bench.workers", "bench.keeper_sweep", "bench.events", "bench.a2a", "bench.mcp")
 
 
 def run_sections(quick: bool) -> dict[str, Any]:

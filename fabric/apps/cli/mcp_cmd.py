@@ -1,0 +1,93 @@
+"""``agap mcp serve``: one agent's queue, submits and questions as MCP tools."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from fabric.apps.cli import main
+from fabric.apps.cli.tasks_cmd import default_owner
+from fabric.apps.mcp.agent import AgentTools
+from fabric.core import Fabric
+from fabric.durations import parse_setting_duration
+from fabric.errors import InvalidInput
+from fabric.events.wiring import attach_submitter
+from fabric.settings import registry
+from fabric.settings.resolve import Settings
+from workers.results import store_for
+
+# fabric.apps.mcp.server is imported where it is needed: it needs the optional `mcp`
+# extra (the SDK), and `agap` imports every command module, `--help` included.
+
+
+@main.group("mcp")
+def mcp_group() -> None:
+    """The fabric as MCP tools for agent runtimes (Claude Code, OpenClaw)."""
+
+
+@mcp_group.command("serve")
+@click.option("--agent", required=True, help="The agent card the server acts as (its queue, trust, domains).")
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "http"]),
+    default="stdio",
+    show_default=True,
+    help="stdio (launched by the runtime), or streamable HTTP on loopback (bearer token required).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: a loopback address to bind.")
+@click.option("--port", default=8710, show_default=True, type=int, help="HTTP: the port (0 picks one).")
+@click.option(
+    "--renew-for",
+    help="Renew held leases on their own for this long after a claim or heartbeat "
+    "(a duration; default the card's runtime.timeout_seconds; 0: never).",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Log at debug level (to stderr).")
+def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str | None, verbose: bool) -> None:
+    """Serve AGENT's tools over MCP: submit_task, get_task, claim_task, heartbeat_task,
+    complete_task, fail_task, ask_human; resources agap://queue and agap://task/{id}.
+
+    Over HTTP the endpoint is http://HOST:PORT/mcp and every request needs
+    `Authorization: Bearer $AGAP_MCP_TOKEN`; the server refuses to start without it.
+    """
+    from fabric.apps.mcp.server import check_loopback, check_token, serve_http, serve_stdio  # mcp extra
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )  # stderr: in stdio mode stdout carries the protocol
+    renew_seconds = _duration(renew_for)
+    token = ""
+    if transport == "http":  # checked first: no loopback address or no token, no server
+        check_loopback(host)
+        token = check_token(registry.get_str("AGAP_MCP_TOKEN"), "AGAP_MCP_TOKEN")
+    settings = Settings.from_env()
+    fab = Fabric.connect(settings)
+    attach_submitter(fab)  # publishes "submitted" (and wakes the queue) when events are on
+    tools = AgentTools(
+        fab,
+        agent,
+        owner=default_owner(agent),
+        results=store_for(
+            registry.get_str("AGAP_RESULT_STORE"), fab.board, registry.get_str("AGAP_RESULT_DIR") or None
+        ),
+        result_dir=registry.get_str("AGAP_RESULT_DIR") or None,
+        renew_for=renew_seconds,
+    )
+    if transport == "stdio":
+        serve_stdio(tools)
+        return
+
+    def ready(url: str) -> None:
+        click.echo(f"agap mcp: serving {agent} on {url} (owner {tools.owner})", err=True)
+
+    serve_http(tools, host=host, port=port, token=token, ready=ready)
+
+
+def _duration(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return parse_setting_duration(text)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.what, where="--renew-for") from None

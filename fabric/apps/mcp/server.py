@@ -1,0 +1,462 @@
+"""The MCP server of one agent: the official SDK's ``MCPServer`` over :class:`AgentTools`.
+
+Tools (each a thin call into :class:`~fabric.apps.mcp.agent.AgentTools`; a
+:class:`~fabric.errors.FabricError` becomes a tool error with the CLI's line):
+
+* ``submit_task``, ``get_task``;
+* ``claim_task``, ``heartbeat_task``, ``complete_task``, ``fail_task``, ``ask_human``.
+
+Resources (read-only JSON): ``agap://queue`` (this agent's queue and the claims it holds)
+and ``agap://task/{task_id}`` (what ``get_task`` returns).
+
+Transports: stdio (what Claude Code and OpenClaw launch), or streamable HTTP on loopback
+at ``/mcp`` behind a bearer token (``AGAP_MCP_TOKEN``), checked by the SDK's own bearer
+middleware with a constant-time comparison; without the token the server does not start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import ipaddress
+import logging
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib import metadata
+from types import FrameType
+from typing import Annotated, Any, TypeVar
+
+import anyio
+import uvicorn
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+from fabric.errors import ConfigError, FabricError, InvalidInput
+
+from .agent import AgentTools, as_json, tool_error
+
+log = logging.getLogger("agap.mcp")
+
+T = TypeVar("T")
+# Bearer tokens shorter than this are refused at start (as the A2A server's are).
+MIN_TOKEN_CHARS = 16
+MCP_PATH = "/mcp"
+
+TaskId = Annotated[int, Field(gt=0, description="The task's id (the number in task:N or #N).")]
+Epoch = Annotated[
+    int | None,
+    Field(ge=0, description="The epoch claim_task returned; optional (a mismatch is refused)."),
+]
+
+
+def fabric_version() -> str:
+    try:
+        return metadata.version("agap-fabric")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def _call(fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+    """Run one operation; a refusal is a tool error with the CLI's one line."""
+    try:
+        return fn(*args, **kw)
+    except FabricError as exc:
+        raise ToolError(tool_error(exc)) from None
+
+
+def _instructions(tools: AgentTools) -> str:
+    card = tools.card
+    return (
+        f"You act as the agent {card.id!r} ({card.trust}) on a household task fabric backed by "
+        f"Kanboard. Your queue is {card.queue_name!r}. To work: claim_task, do the work, then "
+        "finish the task with exactly one of complete_task, fail_task or ask_human. To hand work "
+        "to another agent or a person: submit_task, then get_task to follow it. Context travels "
+        "by reference (URIs in refs), never pasted. An error starting with FENCED means another "
+        "owner has the task now: stop working on it."
+    )
+
+
+def _renew_words(tools: AgentTools) -> str:
+    minutes = tools.renew_for / 60
+    return f"{minutes:g} minutes" if minutes >= 1 else f"{tools.renew_for:g} seconds"
+
+
+def _add_submit_and_read(mcp: MCPServer[Any], tools: AgentTools) -> None:
+    card = tools.card
+
+    def submit_task(
+        intent: Annotated[
+            str, Field(description="What to do, in words; the first line becomes the title (max 4000).")
+        ],
+        target: Annotated[
+            str | None,
+            Field(description="An agent or person id (direct), or 'auto' for the fabric's routing rules."),
+        ] = None,
+        constraints: Annotated[
+            str | None,
+            Field(
+                description="Instead of a target: e.g. 'tier>=large,cap=code,trust>=trusted,cost<=standard'."
+            ),
+        ] = None,
+        refs: Annotated[
+            list[str] | None,
+            Field(description="Context by reference: URIs such as file:///notes.md, task:12, https://…"),
+        ] = None,
+        priority: Annotated[str, Field(description="low, normal, high or urgent.")] = "normal",
+        deadline: Annotated[
+            str | None, Field(description="'YYYY-MM-DD HH:MM' (UTC), ISO-8601 with offset, or +2h.")
+        ] = None,
+        not_before: Annotated[str | None, Field(description="Do not start before (same formats).")] = None,
+        key: Annotated[
+            str | None,
+            Field(
+                description="Idempotency key: a retry with the same key and content returns the same task."
+            ),
+        ] = None,
+        parent: Annotated[
+            int | None,
+            Field(gt=0, description="The task this one is part of (default: the one task you hold)."),
+        ] = None,
+    ) -> dict[str, Any]:
+        return _call(
+            tools.submit,
+            intent,
+            target=target,
+            constraints=constraints,
+            refs=refs or [],
+            priority=priority,
+            deadline=deadline,
+            not_before=not_before,
+            key=key,
+            parent=parent,
+        )
+
+    mcp.add_tool(
+        submit_task,
+        name="submit_task",
+        title="Submit a task",
+        description=(
+            "Submit a new task to the fabric; it returns at once with the task id, and the task runs "
+            "later on another agent or a person. Give exactly one of target (an agent or person id, or "
+            "'auto') or constraints. Pass context as URIs in refs, never pasted into the intent. A key "
+            f"makes retries safe. You submit as {card.id!r}: its creation quota, the depth and cycle "
+            "rules and its privacy domains apply. Follow the task with get_task."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+    )
+
+    def get_task(task_id: TaskId) -> dict[str, Any]:
+        return _call(tools.get_task, task_id)
+
+    mcp.add_tool(
+        get_task,
+        name="get_task",
+        title="Read a task",
+        description=(
+            "Read one task: its state (queued, working, input_required, done, closed, dead, canceled), "
+            "epoch, owner and lease, the conversation (questions asked and answers given), and once done "
+            f"its result text (or the result's ref). You may read tasks in your queue "
+            f"({card.queue_name!r}) and tasks you submitted."
+        ),
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+
+
+def _add_lease_tools(mcp: MCPServer[Any], tools: AgentTools) -> None:
+    card = tools.card
+
+    def claim_task(
+        lease_seconds: Annotated[
+            float | None,
+            Field(description="Lease length in seconds (default: the card's lease; 5 to 86400)."),
+        ] = None,
+    ) -> dict[str, Any]:
+        return _call(tools.claim, lease_seconds)
+
+    mcp.add_tool(
+        claim_task,
+        name="claim_task",
+        title="Claim the next task",
+        description=(
+            f"Claim the next due task of your queue ({card.queue_name!r}): the most urgent first. Returns "
+            "claimed=false when there is nothing to do. On success you hold a lease on it, and the "
+            "result has the intent, refs, priority, deadline and the conversation so far (earlier "
+            "questions and people's answers). The server renews the lease on its own every third of "
+            f"its length for up to {_renew_words(tools)} after the claim or your last heartbeat_task. "
+            "Finish every claimed task with exactly one of complete_task, fail_task or ask_human."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+    )
+
+    def heartbeat_task(task_id: TaskId, epoch: Epoch = None) -> dict[str, Any]:
+        return _call(tools.heartbeat, task_id, epoch)
+
+    mcp.add_tool(
+        heartbeat_task,
+        name="heartbeat_task",
+        title="Keep a claimed task",
+        description=(
+            "Renew the lease on a task you claimed, and restart the server's auto-renew window. Call it "
+            "now and then during long work. An error starting with FENCED means the task has another "
+            "owner now: stop working on it."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True),
+    )
+
+    def complete_task(
+        task_id: TaskId,
+        result: Annotated[str | None, Field(description="The result as text (stored with the task).")] = None,
+        result_file: Annotated[
+            str | None, Field(description="Or: an absolute path to a UTF-8 file holding the result.")
+        ] = None,
+        result_ref: Annotated[
+            str | None, Field(description="Or: a URI where the result is, e.g. a pull request.")
+        ] = None,
+        note: Annotated[str | None, Field(description="A short note for the task's journal.")] = None,
+        epoch: Epoch = None,
+    ) -> dict[str, Any]:
+        return _call(
+            tools.complete,
+            task_id,
+            result=result,
+            result_file=result_file,
+            result_ref=result_ref,
+            note=note,
+            epoch=epoch,
+        )
+
+    mcp.add_tool(
+        complete_task,
+        name="complete_task",
+        title="Complete a claimed task",
+        description=(
+            "Report a task you claimed as done, with exactly one of result (text), result_file (an "
+            "absolute path) or result_ref (a URI). The submitter or a person verifies it later. An error "
+            "starting with FENCED means your lease is gone: your output is kept only as evidence; stop."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+    )
+
+    _add_fail_and_ask(mcp, tools)
+
+
+def _add_fail_and_ask(mcp: MCPServer[Any], tools: AgentTools) -> None:
+    def fail_task(
+        task_id: TaskId,
+        reason: Annotated[str, Field(description="What went wrong, for the journal and the next attempt.")],
+        poison: Annotated[
+            bool, Field(description="True when retrying cannot help: straight to the dead letter column.")
+        ] = False,
+        epoch: Epoch = None,
+    ) -> dict[str, Any]:
+        return _call(tools.fail, task_id, reason, poison=poison, epoch=epoch)
+
+    mcp.add_tool(
+        fail_task,
+        name="fail_task",
+        title="Fail a claimed task",
+        description=(
+            "Report that this attempt at a task you claimed failed. The fabric retries it after a backoff "
+            "until its attempts are spent, then a person decides; poison=true skips the retries."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+    )
+
+    def ask_human(
+        task_id: TaskId,
+        question: Annotated[str, Field(description="The question, answerable without more context.")],
+        human: Annotated[
+            str | None,
+            Field(
+                description="Who to ask (a person's card id or username); default the submitter if a "
+                "person, else the household's first person."
+            ),
+        ] = None,
+        epoch: Epoch = None,
+    ) -> dict[str, Any]:
+        return _call(tools.ask, task_id, question, human=human, epoch=epoch)
+
+    mcp.add_tool(
+        ask_human,
+        name="ask_human",
+        title="Ask a person about a claimed task",
+        description=(
+            "Ask a person a question about a task you claimed. You give the task up: it waits in their "
+            "Kanboard inbox, and once they answer it is queued again; claim_task then returns it with "
+            "the question and the answer in its conversation."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True),
+    )
+
+
+def _add_resources(mcp: MCPServer[Any], tools: AgentTools) -> None:
+    @mcp.resource(
+        "agap://queue",
+        name="queue",
+        title=f"Queue {tools.card.queue_name}",
+        description="Your queue's open tasks (id, column, priority, age, title), whether it is parked, "
+        "and the claims this server holds.",
+        mime_type="application/json",
+    )
+    def queue_resource() -> str:
+        try:
+            return as_json(tools.queue())
+        except FabricError as exc:
+            raise ResourceError(tool_error(exc)) from None
+
+    @mcp.resource(
+        "agap://task/{task_id}",
+        name="task",
+        title="A task",
+        description="One task you may read (in your queue, or submitted by you): what get_task returns.",
+        mime_type="application/json",
+    )
+    def task_resource(task_id: str) -> str:
+        try:
+            if not task_id.isdigit() or int(task_id) <= 0:
+                raise InvalidInput(f"{task_id!r} is not a task id", where="agap://task/{task_id}")
+            return as_json(tools.get_task(int(task_id)))
+        except FabricError as exc:
+            raise ResourceError(tool_error(exc)) from None
+
+
+class StaticBearer:
+    """The SDK's token verifier for one configured token (compared in constant time)."""
+
+    def __init__(self, token: str, client: str) -> None:
+        self._digest = hashlib.sha256(token.encode()).digest()
+        self._client = client
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        probe = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        if hmac.compare_digest(probe, self._digest):
+            return AccessToken(token="", client_id=self._client, scopes=[])
+        return None
+
+
+def build_server(tools: AgentTools, *, token: str | None = None, base_url: str = "") -> MCPServer[Any]:
+    """The MCP server for ``tools``' agent; with ``token`` every HTTP request must carry it."""
+    auth: dict[str, Any] = {}
+    if token is not None:
+        auth = {
+            "token_verifier": StaticBearer(token, tools.card.id),
+            # The SDK's bearer middleware needs AuthSettings; no OAuth server or resource
+            # metadata is served (resource_server_url=None), only the token check.
+            "auth": AuthSettings(issuer_url=base_url or "http://127.0.0.1", resource_server_url=None),
+        }
+    mcp: MCPServer[Any] = MCPServer(
+        name=f"agap-{tools.card.id}",
+        title=f"agap fabric: {tools.card.name}",
+        instructions=_instructions(tools),
+        version=fabric_version(),
+        log_level="WARNING",
+        **auth,
+    )
+    _add_submit_and_read(mcp, tools)
+    _add_lease_tools(mcp, tools)
+    _add_resources(mcp, tools)
+    return mcp
+
+
+def check_token(token: str, name: str) -> str:
+    """The HTTP transport's bearer token: set, and long enough."""
+    token = token.strip()
+    if not token:
+        raise ConfigError(
+            "no bearer token: the MCP HTTP transport does not run without authentication",
+            where=name,
+            hint=f"set {name} to a secret of {MIN_TOKEN_CHARS}+ characters "
+            "(python -c 'import secrets; print(secrets.token_urlsafe(32))'), or use --transport stdio",
+        )
+    if len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError(f"the token is shorter than {MIN_TOKEN_CHARS} characters", where=name)
+    return token
+
+
+def check_loopback(host: str) -> None:
+    """The HTTP transport listens on loopback only: it has no TLS of its own."""
+    try:
+        ok = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigError(
+            f"{host} is not a loopback address",
+            where="--host",
+            hint="the MCP HTTP transport has no TLS: bind 127.0.0.1 and put a TLS proxy in front",
+        )
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket (port 0 picks a free one), TCP_NODELAY-ready for asyncio."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}", where="--port") from None
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # SIGTERM ends the server as Ctrl-C does: leases are released
+
+
+@contextmanager
+def _serving(tools: AgentTools) -> Iterator[None]:
+    """Run with the renewer until the transport ends or SIGINT/SIGTERM; then release the
+    leases still held. (uvicorn re-raises a signal it caught once it has shut down: the
+    handler installed here turns that into the same orderly exit.)"""
+    signal.signal(signal.SIGTERM, _terminate)
+    tools.start()
+    try:
+        yield
+    except KeyboardInterrupt:
+        pass
+    finally:
+        released = tools.close()
+        if released:
+            log.warning("released %s on shutdown", ", ".join(f"#{t}" for t in released))
+
+
+def serve_stdio(tools: AgentTools) -> None:
+    """Serve over stdin/stdout until the client closes them (or SIGTERM/SIGINT)."""
+    mcp = build_server(tools)
+    with _serving(tools):
+        anyio.run(mcp.run_stdio_async)
+
+
+def serve_http(
+    tools: AgentTools, *, host: str, port: int, token: str, ready: Callable[[str], None] | None = None
+) -> None:
+    """Serve streamable HTTP at ``http://host:port/mcp`` until SIGINT/SIGTERM."""
+    check_loopback(host)
+    sock = bind(host, port)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    base = f"http://{shown}:{bound_port}"
+    mcp = build_server(tools, token=token, base_url=base)
+    app = mcp.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+    server = uvicorn.Server(config)
+    try:
+        with _serving(tools):
+            if ready is not None:
+                ready(base + MCP_PATH)
+            asyncio.run(server.serve(sockets=[sock]))
+    finally:
+        sock.close()
+
+
+__all__ = ["StaticBearer", "build_server", "check_loopback", "check_token", "serve_http", "serve_stdio"]
