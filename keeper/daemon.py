@@ -7,6 +7,10 @@ on what it missed while stopped (a missed run is Zabbix's business, not the keep
 A job that cannot reach the board logs, counts ``keeper_board_errors_total``, marks the
 board down and backs off (exponentially, capped) before trying again; it never crashes the
 daemon. The first successful run marks the board up again.
+
+Started while the board is away, the keeper waits for it before its first job (capped,
+jittered backoff, said once: :mod:`fabric.degraded`), its metrics saying ``board_up`` 0;
+SIGTERM during that wait exits cleanly. A rejected token or a missing project raises.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from apscheduler.triggers.interval import IntervalTrigger  # type: ignore[import
 
 from fabric.constraints import is_routed
 from fabric.core import Fabric
+from fabric.degraded import Backoff, BoardWait, transient
 from fabric.errors import ConfigError
 from fabric.kanboard.port import BoardError
 from fabric.settings.keeper import JOBS, KeeperConfig
@@ -52,6 +57,8 @@ class Keeper:
     metrics: Metrics = field(default_factory=Metrics)
     notifier: Notifier | None = None
     monotonic: Callable[[], float] = time.monotonic
+    board_url: str = ""  # named in the line the keeper says when the board is away at start
+    start_backoff: Backoff = field(default_factory=Backoff)  # waiting for that board
     _fab: Fabric | None = None
     _backoff: dict[str, _Backoff] = field(default_factory=dict)
     last: dict[str, Any] = field(default_factory=dict)  # job -> its last report
@@ -260,12 +267,38 @@ class Keeper:
             sched.add_job(self.run_job, trigger, args=[name], id=name, name=name)
         return sched
 
+    def wait_for_board(self, sleep: Callable[[float], bool]) -> bool:
+        """Degraded start: True once the board answers, False when stopped while waiting.
+
+        ``sleep(seconds)`` returns True when told to stop (``threading.Event.wait``).
+        """
+
+        def probe() -> Fabric:
+            try:
+                fab = self.fab()
+                fab.board.park_states()  # one read: a cached layout alone proves nothing
+            except BoardError as exc:
+                if transient(exc):
+                    with self.metrics.lock:
+                        self.metrics.board_up = 0
+                        self.metrics.board_errors_total += 1
+                raise
+            return fab
+
+        return BoardWait(self.board_url, "keeper", sleep, self.start_backoff).until(probe) is not None
+
     def serve(self, stop: threading.Event | None = None) -> None:
-        """Run until SIGTERM/SIGINT (or ``stop`` is set); shuts the scheduler down cleanly."""
+        """Run until SIGTERM/SIGINT (or ``stop`` is set); shuts the scheduler down cleanly.
+
+        The jobs start once the board answers (:meth:`wait_for_board`).
+        """
         stop = stop or threading.Event()
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: stop.set())
+        if not self.wait_for_board(stop.wait):
+            log.info("keeper stopping (the board never answered)")
+            return
         sched = self.scheduler()
         sched.start()
         for name in ("gaps", "leases"):  # first look at once, not one interval later

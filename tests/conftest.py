@@ -36,6 +36,18 @@ class FakeClock:
         self.now += seconds
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # The NATS streams earlier runs left are deleted once, by the process that starts the
+    # run: under pytest-xdist that is the controller, before any worker runs a test (a
+    # worker sweeping would delete the live streams of another worker's tests).
+    if hasattr(session.config, "workerinput"):
+        return
+    # Imported here: only a run that starts sessions needs the broker helpers (nats).
+    from tests.integration.test_events_helpers import sweep_before_the_session
+
+    sweep_before_the_session()
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     # The layout cache lives under XDG_CACHE_HOME: never share it between tests.

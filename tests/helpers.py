@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 from workers.loop import Worker
 
@@ -30,6 +30,51 @@ def wait_until(
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what or check}")
+
+
+class Lines:
+    """A subprocess's output read line by line in a thread: wait on what it says, never on time.
+
+    Readiness signals ("subscribed", "waiting for the board") are lines; :meth:`wait_for`
+    waits (bounded) until one appears. Read stdout and stderr each with their own.
+    """
+
+    def __init__(self, stream: IO[str] | None) -> None:
+        assert stream is not None, "start the process with this stream piped"
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            with self._lock:
+                self.lines.append(line)
+
+    def matching(self, text: str) -> list[str]:
+        with self._lock:
+            return [line for line in self.lines if text in line]
+
+    def wait_for(self, text: str, timeout: float = 30.0, count: int = 1) -> list[str]:
+        """The lines containing ``text`` once there are ``count`` of them (fails after ``timeout``)."""
+        try:
+            found: list[str] = wait_until(
+                lambda: (m := self.matching(text)) and len(m) >= count and m,
+                timeout,
+                f"{count} line(s) with {text!r}",
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the process said:\n{self.text()[-3000:]}") from None
+        return found
+
+    def text(self) -> str:
+        with self._lock:
+            return "".join(self.lines)
+
+    def close(self, timeout: float = 10.0) -> str:
+        """Everything read, once the stream ended (call after the process exited)."""
+        self._thread.join(timeout)
+        return self.text()
 
 
 class Running:

@@ -3,6 +3,9 @@
 ``agap worker --agent ID`` calls :func:`build_worker` then :func:`run_until_signalled`.
 The availability counters (quota window, spend, parks) are saved on exit and restored
 on start: they are a local, rebuildable cache, and losing them costs at most a 429.
+
+Building never touches the board: a worker started while its board is away waits for it
+in :meth:`~workers.loop.Worker.run`, and SIGTERM during that wait exits 0.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 
@@ -23,6 +27,7 @@ from fabric.core import Fabric
 from fabric.errors import ConfigError
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.taskboard import TaskView
+from fabric.ledger import Lease
 from fabric.policy import check_claim_on_board
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
@@ -34,7 +39,7 @@ from workers.job import Executor, Job
 from workers.loop import Worker, WorkerConfig
 from workers.prompt import persona_for
 from workers.refs import RefResolver
-from workers.results import store_for
+from workers.results import ResultStore, store_for
 
 log = logging.getLogger("agap.worker")
 
@@ -82,6 +87,40 @@ def save_counters(av: Availability, path: Path) -> None:
         log.warning("could not save availability counters: %s", exc)
 
 
+class _Connection:
+    """The executor's own board connection, made on first use (after the worker reached the board)."""
+
+    def __init__(self, connect: Callable[[], Fabric]) -> None:
+        self._connect = connect
+        self._fab: Fabric | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> Fabric:
+        with self._lock:
+            if self._fab is None:
+                self._fab = self._connect()
+            return self._fab
+
+
+class _LazyResults:
+    """A result store built on the first result: building it needs the board."""
+
+    def __init__(self, make: Callable[[], ResultStore]) -> None:
+        self._make = make
+        self._store: ResultStore | None = None
+
+    def _get(self) -> ResultStore:
+        if self._store is None:
+            self._store = self._make()
+        return self._store
+
+    def put(self, lease: Lease, text: str) -> str:
+        return self._get().put(lease, text)
+
+    def get(self, ref: str) -> str:
+        return self._get().get(ref)
+
+
 def owner_id(card: Card) -> str:
     """This process's worker identity."""
     return registry.get_str("AGAP_WORKER_ID") or f"{card.id}@{socket.gethostname()}:{os.getpid()}"
@@ -115,7 +154,7 @@ def build_worker(
     if executor is None:
         outage = Outage()
         availability.shapes.append(outage)
-        fab = connect()
+        fab = _Connection(connect)
         humans = [c.human.username for c in cards.humans() if c.human is not None]
 
         def human_for(job: Job) -> str | None:
@@ -123,7 +162,7 @@ def build_worker(
             return actor if actor in humans else (humans[0] if humans else None)
 
         def resolve_task(task_id: int) -> str:
-            view = fab.board.read(task_id)
+            view = fab().board.read(task_id)
             cur = view.current
             result = f"\nResult: {cur.result_ref}" if cur and cur.result_ref else ""
             return f"{view.task.title}\n\n{view.task.description}{result}"
@@ -131,10 +170,12 @@ def build_worker(
         executor = ModelExecutor(
             card=card,
             client=client_for(card, env),
-            results=store_for(
-                registry.get_str("AGAP_RESULT_STORE", env),
-                fab.board,
-                registry.get_str("AGAP_RESULT_DIR", env) or None,
+            results=_LazyResults(
+                lambda: store_for(
+                    registry.get_str("AGAP_RESULT_STORE", env),
+                    fab().board,
+                    registry.get_str("AGAP_RESULT_DIR", env) or None,
+                )
             ),
             refs=RefResolver(
                 roots=[Path(p) for p in registry.get_list("AGAP_REF_ROOTS", env)], resolve_task=resolve_task
@@ -156,6 +197,8 @@ def build_worker(
         exit_when_idle=drain,
         interactive=card.runtime.interactive,
         outage_grace=registry.get_duration("AGAP_OUTAGE_GRACE", env, fallback=None),
+        board_url=url,
+        board_wait_cap=registry.get_duration("AGAP_BOARD_WAIT_CAP", env),
     )
     worker = Worker(connect, executor, config)
     worker.availability = availability

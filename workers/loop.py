@@ -11,6 +11,9 @@ Read it top to bottom::
 Every slot has its own board connection (a ``requests.Session`` is not for sharing
 between threads). SIGTERM sets ``stop``: the current task finishes, or the executor
 returns ``released`` and the task goes back to its queue; then the worker exits 0.
+
+A board that does not answer when the worker starts is waited for (capped, jittered
+backoff, said once: :mod:`fabric.degraded`); a stop during that wait ends the run at once.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 
 from fabric.availability import Availability, ParkTracker, Verdict, reason_key
 from fabric.core import Fabric
+from fabric.degraded import DEFAULT_CAP, Backoff, BoardWait
 from fabric.kanboard.layout import META_COST
 from fabric.kanboard.port import BoardError, BoardUnavailable
 from fabric.kanboard.taskboard import TaskView
@@ -57,6 +61,8 @@ class WorkerConfig:
     interactive: bool = False  # the card's work is interactive (outranks background work)
     # How long running work may go on while the board is unreachable (None = one lease).
     outage_grace: float | None = None
+    board_url: str = ""  # named in the line a worker says when its board is away at start
+    board_wait_cap: float = DEFAULT_CAP  # the longest wait between tries for that board
 
 
 @dataclass
@@ -92,13 +98,25 @@ class Worker:
         # Set by a wake-up hint (a submit event, a webhook): an idle slot polls at once.
         # The poll interval stays as the safety net.
         self.wake = threading.Event()
+        # Waiting for a board that is away at start: the sleep returns True once stopped.
+        self.sleep: Callable[[float], bool] = self.stop.wait
+        self.backoff = Backoff(cap=config.board_wait_cap)
 
     # -- run → slots ----------------------------------------------------------------
 
     def run(self) -> None:
-        """Run until :attr:`stop` is set (or, in drain mode, until the queue is empty)."""
+        """Run until :attr:`stop` is set (or, in drain mode, until the queue is empty).
+
+        First the board must answer (one read): until it does the worker waits, and a
+        stop meanwhile returns at once. A rejected token or a missing project raises.
+        """
+        first = self.reach_board(self._probe)
+        if first is None:
+            return
         slots = [
-            threading.Thread(target=self._slot, args=(i,), name=f"slot-{i}", daemon=True)
+            threading.Thread(
+                target=self._slot, args=(i, first if i == 0 else None), name=f"slot-{i}", daemon=True
+            )
             for i in range(self.config.concurrency)
         ]
         for t in slots:
@@ -106,8 +124,21 @@ class Worker:
         for t in slots:
             t.join()
 
-    def _slot(self, index: int) -> None:
+    def reach_board(self, attempt: Callable[[], Fabric]) -> Fabric | None:
+        """``attempt()`` once the board answers (None when stopped first); see :mod:`fabric.degraded`."""
+        wait = BoardWait(self.config.board_url, f"worker {self.config.queue}", self.sleep, self.backoff)
+        return wait.until(attempt)
+
+    def _probe(self) -> Fabric:
         fab = self.connect()
+        fab.board.park_states()  # one read: a cached layout alone does not prove the board is there
+        return fab
+
+    def _slot(self, index: int, fab: Fabric | None = None) -> None:
+        if fab is None:
+            fab = self.reach_board(self.connect)
+            if fab is None:
+                return
         try:
             self._drain(index, fab)
         finally:
@@ -117,7 +148,9 @@ class Worker:
                 fab.board.settle_moves()
 
     def _drain(self, index: int, fab: Fabric) -> None:
-        beat_fab = self.connect()  # the heartbeat thread's own connection
+        beat_fab = self.reach_board(self.connect)  # the heartbeat thread's own connection
+        if beat_fab is None:
+            return
         check = self.claim_check
         reader = QueueReader(
             fab.board,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import threading
-import time
 import uuid
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
@@ -528,8 +528,9 @@ def test_sync_calls_cut_short_by_a_crash_are_failed_and_journaled_at_start(
 
 
 def test_with_the_board_down_sync_calls_still_answer_and_are_journaled_later(
-    a2a: Env, embedded_board: EmbeddedBoard
+    a2a: Env, embedded_board: EmbeddedBoard, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO)
     db, port, token = embedded_board.store.path, embedded_board.port, embedded_board.token
     embedded_board.stop()  # Kanboard is down (connections dropped, port closed)
     mid = uuid.uuid4().hex
@@ -541,7 +542,9 @@ def test_with_the_board_down_sync_calls_still_answer_and_are_journaled_later(
     task = run(go())
     assert task.status.state == S.TASK_STATE_COMPLETED, "the sync path never waits on the board"
     assert task_text(task).startswith("stub reply to: Answer while the board is away")
-    time.sleep(1.0)
+    # The journaler tried, and deferred (the board is away): nothing is journaled yet.
+    deferred = f"sync task {task.id}: journal deferred"
+    wait_until(lambda: any(deferred in r.getMessage() for r in list(caplog.records)), 30, deferred)
     row = a2a.server.service.store.get(task.id)
     assert row is not None and row.journal == st.J_PENDING, "nothing can be journaled yet"
     revived = EmbeddedBoard(db, port=port, token=token).start()

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 import fabric.apps.cli.cron_cmd  # noqa: F401 - registers `agap cron` until the CLI lists it
 from fabric.apps.cli import main
+from fabric.apps.cron import CronState
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.fit import fit
@@ -115,13 +116,21 @@ def test_two_cron_daemons_make_one_task_per_planned_time(
                 [*AGAP, "cron"], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
         )
+
+    def fired_by(i: int) -> bool:
+        """Daemon ``i`` has fired (or found already made) a planned time of the fast schedule."""
+        entry = CronState(tmp_path / f"state{i}").read().get("fast", {})
+        return bool(entry.get("last_planned") and entry.get("last_actual"))
+
     try:
-        # Two planned times of the 2 s schedule (bounded: a loaded machine starts slowly).
+        # Conditions, never a fixed time (a loaded machine starts the daemons slowly): two
+        # planned times of the 2 s schedule on the board, and each daemon took part.
         wait_until(
             lambda: len([k for k in keyed_tasks(embedded_board) if k.startswith("cron:fast/")]) >= 2,
             timeout=90,
             what="two firings of the fast schedule",
         )
+        wait_until(lambda: fired_by(0) and fired_by(1), timeout=90, what="both daemons to fire the schedule")
     finally:
         for p in procs:
             p.terminate()

@@ -177,6 +177,10 @@ class Stack:
     def log(self, name: str) -> str:
         return (self.root / f"{name}.log").read_text(errors="replace")[-3000:]
 
+    def met_the_outage(self, name: str) -> bool:
+        text = (self.root / f"{name}.log").read_text(errors="replace")
+        return any(s in text for s in ("board unavailable", "board away", "heartbeat for task"))
+
     def alive(self) -> dict[str, int | None]:
         return {name: p.poll() for name, p in self.procs.items()}
 
@@ -253,7 +257,12 @@ def test_the_board_going_down_mid_run_parks_everyone_and_loses_nothing(
         wait_until(
             lambda: stack.metrics()["board_up"] == 0, timeout=20, what="the keeper to report the board down"
         )
-        time.sleep(2.0)  # everyone polls a dead board for a while
+        # Every worker has met the dead board (a poll, a heartbeat or a write that failed).
+        wait_until(
+            lambda: all(stack.met_the_outage(n) for n in stack.procs if n != "keeper"),
+            timeout=30,
+            what="every worker to notice the board is gone",
+        )
         assert all(code is None for code in stack.alive().values()), {
             n: stack.log(n) for n, c in stack.alive().items() if c is not None
         }

@@ -121,8 +121,8 @@ def sweep_test_streams(host: str, port: int) -> None:
         asyncio.run(asyncio.wait_for(run(), 10))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _no_streams_left_over() -> None:
+def sweep_before_the_session() -> None:
+    """Called once per run by tests/conftest.py, before any test (and any xdist worker) starts."""
     host, port = SHARED["nats"]
     if port_open(host, port):
         sweep_test_streams(host, port)
@@ -290,6 +290,22 @@ class Gate:
         return self.outcome or JobOutcome.done(f"kanboard://task/{job.lease.task_id}/file/r.md")
 
 
+class Idling(threading.Event):
+    """A worker's wake-up event that counts the waits on it.
+
+    A slot waits on it only when its poll found nothing to claim, so ``waits >= 1`` says
+    the worker is idle: a task submitted now is picked up by a wake-up or the next poll.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        return super().wait(timeout)
+
+
 def make_worker(
     fab: Fabric, executor: Any, *, poll: float = 0.05, lease: float = 30.0, owner: str = "w1"
 ) -> Worker:
@@ -313,13 +329,18 @@ class Watching:
         self.result: WatchResult | None = None
         self.live = threading.Event()
         self.lives = 0
+        self.board_checks = 0  # how often the watch asked the board (it polls while the broker is away)
         self.transport = open_transport(cfg) if cfg is not None else None
         opts = WatchOptions(**{"timeout": 30.0, "idle_timeout": 30.0, **options})
+
+        def counted() -> BoardStatus:
+            self.board_checks += 1
+            return board()
 
         def run() -> None:
             self.result = watch(
                 task_id,
-                board=board,
+                board=counted,
                 emit=self.lines.append,
                 transport=self.transport,
                 secret=cfg.secret if cfg is not None else None,
@@ -336,6 +357,11 @@ class Watching:
 
     def wait_live(self, timeout: float = 10.0, times: int = 1) -> None:
         wait_until(lambda: self.lives >= times, timeout, f"the watch live ({times})")
+
+    def wait_polling(self, polls: int = 2, timeout: float = 20.0) -> None:
+        """Wait until the watch has asked the board ``polls`` more times (its fallback is working)."""
+        start = self.board_checks
+        wait_until(lambda: self.board_checks >= start + polls, timeout, f"{polls} board polls by the watch")
 
     def join(self, timeout: float = 30.0) -> WatchResult:
         self.thread.join(timeout)

@@ -54,17 +54,17 @@ def test_a_dead_broker_costs_a_bounded_skip_and_never_a_transition(
     t0 = time.monotonic()
     assert not pub.send(Event.make(1, 1, 1, EventType.PROGRESS))
     degraded = time.monotonic() - t0
-    assert first < 3.0 and degraded < 0.5, (first, degraded)
+    # The exact check is the attempt count (the second send did not try the broker again);
+    # the times only say "no connect timeout was waited out", generously for a busy machine.
     assert pub.stats.skipped == 2 and pub.stats.attempts == 3 + 1
+    assert first < 10.0 and degraded < 2.0, (first, degraded)
     # a worker whose broker is dead still does its work, at full speed
     tids = [fab.submit(f"task {i}", target=QUEUE).task_id for i in range(3)]
     worker = make_worker(fab, Gate(hold=False))
     att = attach_worker(worker, env=broker.env())
     assert att is not None
-    t0 = time.monotonic()
     with Running(worker):
         wait_until(lambda: all(state_of(fab, t) == State.DONE for t in tids), timeout=20, what="all done")
-    assert time.monotonic() - t0 < 10
     att.close(timeout=5)
     assert att.publisher.stats.published == 0 and att.publisher.stats.skipped > 0
 
@@ -84,7 +84,7 @@ def test_watch_falls_back_to_the_board_when_the_broker_dies_mid_task(
         assert gate.entered.wait(10)
         wait_until(lambda: "progress" in w.types(), what="live events before the kill")
         own_broker.kill()
-        time.sleep(0.5)
+        w.wait_polling()  # it noticed, and follows the board instead
         assert w.thread.is_alive(), "a dead broker alone must not end the watch"
         gate.release.set()
         result = w.join(20)
@@ -107,7 +107,7 @@ def test_watch_rejoins_the_broker_when_it_comes_back(own_broker: OwnBroker, fab:
     with Running(worker):
         assert gate.entered.wait(10)
         own_broker.kill()
-        time.sleep(0.3)
+        w.wait_polling(1)  # the watch saw the broker go (it polls the board only then)
         own_broker.start()  # the same port
         w.wait_live(times=2, timeout=15)
         gate.release.set()
@@ -150,12 +150,11 @@ def test_exit_3_only_when_the_broker_and_the_board_are_both_away(
         w = Watching(tid, board_check(fab, tid), broker.config, board_poll=0.3)
         w.wait_live()
         own_broker.kill()
-        time.sleep(1.0)
+        w.wait_polling()  # the broker is gone, the board answers: it keeps polling
         assert w.thread.is_alive(), "the board still answers: keep watching"
     finally:
         proc.kill()
         proc.wait(5)
-    t0 = time.monotonic()
-    result = w.join(10)
-    assert result.code == EXIT_UNAVAILABLE and time.monotonic() - t0 < 5
+    result = w.join(20)  # it ends by itself: nobody answers
+    assert result.code == EXIT_UNAVAILABLE
     assert w.lines == []

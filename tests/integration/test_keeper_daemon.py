@@ -58,10 +58,12 @@ def test_agap_keeper_once_runs_every_job(
     env: dict[str, str], embedded_board: EmbeddedBoard, cards: CardSet
 ) -> None:
     assert run(env, "init").exit_code == 0
-    fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards)
+    # Claimed ten minutes ago with a one-minute lease: expired now, without waiting for it.
+    fab = make_fabric(
+        KanboardClient(embedded_board.url, embedded_board.token), cards, clock=lambda: time.time() - 600
+    )
     tid = fab.submit("expire me", target="gemma-local").task_id
-    fab.ledger.claim(fab.board.read(tid), "w1", lease_seconds=1)
-    time.sleep(1.2)
+    fab.ledger.claim(fab.board.read(tid), "w1", lease_seconds=60)
     res = run({**env, "AGAP_KEEPER_LEASE_GRACE": "0"}, "keeper", "--once")
     out = json.loads(res.output)
     assert res.exit_code == 0 and set(out["jobs"]) == set(JOBS) and all(out["jobs"].values())

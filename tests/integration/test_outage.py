@@ -7,8 +7,8 @@ reconciles (is it still the owner?) when the board returns.
 
 from __future__ import annotations
 
+import logging
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -73,6 +73,11 @@ def doc() -> Iterator[SlowDoc]:
     d.close()
 
 
+def logged(caplog: pytest.LogCaptureFixture, text: str) -> bool:
+    """True once a worker thread has logged ``text`` (the worker's own account of a step)."""
+    return any(text in r.getMessage() for r in list(caplog.records))
+
+
 def _cut(board: EmbeddedBoard) -> tuple[str, int, str]:
     db, port, token = board.store.path, board.port, board.token
     board.stop()
@@ -86,13 +91,17 @@ def test_no_model_call_starts_while_the_board_is_cut(
     wcards: Any,  # noqa: F811
     stub: OpenAIStub,  # noqa: F811
     doc: SlowDoc,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO)
     tid = fab.submit("read and answer", target="tester", refs=[doc.url]).task_id
     with Running(build_worker("tester", settings, wcards, env=gateway_env(stub))):
         assert doc.asked.wait(20), "the worker never resolved the ref"
         db, port, token = _cut(embedded_board)  # the board goes away mid-task
         doc.gate.set()  # the executor moves on to its ownership check: unreachable
-        time.sleep(1.0)
+        # The executor gave the task back (no lease check, no call); the worker now waits
+        # to record that release.
+        wait_until(lambda: logged(caplog, f"task #{tid}: board away ("), timeout=30, what="the release held")
         assert stub.chat_requests() == [], "no externally visible call without a lease check"
         revived = EmbeddedBoard(db, port=port, token=token).start()
         wait_until(lambda: state_of(fab, tid) == State.DONE, timeout=30, what="done after reconnect")
@@ -108,12 +117,14 @@ def test_an_outage_past_the_grace_redoes_the_call_with_the_same_key(
     settings: Settings,  # noqa: F811
     wcards: Any,  # noqa: F811
     stub: OpenAIStub,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    started = threading.Event()
+    caplog.set_level(logging.INFO)
+    started, answer = threading.Event(), threading.Event()
 
     def slow(body: dict[str, Any]) -> str:
         started.set()
-        time.sleep(2.5)
+        answer.wait(30)  # the model answers when the test says so
         return "answer"
 
     stub.reply = slow
@@ -122,7 +133,9 @@ def test_an_outage_past_the_grace_redoes_the_call_with_the_same_key(
     with Running(build_worker("tester", settings, wcards, env=env)):
         assert started.wait(20)
         db, port, token = _cut(embedded_board)
-        time.sleep(3.0)  # past the grace, and the call has returned: result cannot be stored
+        wait_until(lambda: logged(caplog, "past the outage grace"), timeout=30, what="the grace to pass")
+        answer.set()  # the call returns after the grace: its result cannot be stored
+        wait_until(lambda: logged(caplog, f"task #{tid}: board away ("), timeout=30, what="the release held")
         stub.reply = None
         revived = EmbeddedBoard(db, port=port, token=token).start()
         wait_until(lambda: state_of(fab, tid) == State.DONE, timeout=40, what="done after reconnect")

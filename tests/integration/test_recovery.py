@@ -13,7 +13,7 @@ from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.layout import State, epoch_lock, record_key
 from fabric.task import Record
 from keeper.sweeps import sweep_leases_and_gaps
-from tests.conftest import ROOT, make_fabric
+from tests.conftest import ROOT, FakeClock, make_fabric
 from tests.integration.procs import drill_worker, win_lock_and_die
 from workers.queue import QueueReader
 
@@ -69,7 +69,8 @@ def test_a_worker_dying_after_delivery_does_not_apply_the_effect_twice(
 def test_a_winner_dying_between_tag_and_record_leaves_a_gap_that_is_resolved(
     embedded_board: EmbeddedBoard, cards: CardSet, tmp_path: Path
 ) -> None:
-    fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards)
+    clock = FakeClock(time.time())  # the gap's grace and timeout pass when the test says so
+    fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards, clock)
     fab.ledger.gap_timeout = 0.5
     tid = fab.submit("gap drill", target="gemma-local").task_id
     view = fab.board.read(tid)
@@ -87,12 +88,14 @@ def test_a_winner_dying_between_tag_and_record_leaves_a_gap_that_is_resolved(
     p.join(30)
     assert p.exitcode == 9
     fab.ledger.gap_grace = 0.2
-    reader = QueueReader(fab.board, fab.ledger, "gemma-local", max_age=0)
+    reader = QueueReader(fab.board, fab.ledger, "gemma-local", max_age=0, clock=clock)
     assert reader.claim_next("w1", lease_seconds=30) is None, "epoch 1 is held by the dead"
-    time.sleep(0.25)
+    clock.advance(0.25)
     assert reader.claim_next("w1", lease_seconds=30) is None
     assert fab.board.read(tid).gap is not None, "a loser must note the persisting gap"
-    time.sleep(0.6)
+    report = sweep_leases_and_gaps(fab)
+    assert report.gaps_resolved == [], "a gap younger than the timeout is left alone"
+    clock.advance(0.6)
     report = sweep_leases_and_gaps(fab)
     assert report.gaps_resolved == [tid]
     lease = reader.claim_next("w1", lease_seconds=30)

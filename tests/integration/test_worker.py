@@ -21,12 +21,15 @@ from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.layout import State
+from fabric.kanboard.port import BoardError
+from fabric.ledger import Lease
 from fabric.settings.resolve import Settings
 from tests.conftest import make_fabric
 from tests.fakes.openai_stub import OpenAIStub
-from tests.helpers import Running, wait_until
+from tests.helpers import Lines, Running, wait_until
 from workers.daemon import build_worker
 from workers.executor import ModelExecutor
+from workers.results import ResultStore
 
 CARDS = Path(__file__).parent / "cards_worker"
 
@@ -104,14 +107,14 @@ def test_a_spent_quota_parks_the_queue_visibly_and_low_priority_waits(
     low = [fab.submit(f"background {i}", target="tester", priority="low").task_id for i in range(3)]
     with start(settings, wcards, gateway_env(stub)):
         wait_until(lambda: sum(state_of(fab, t) == State.DONE for t in low) == 2, what="2 done")
-        time.sleep(0.5)
-        assert sum(state_of(fab, t) == State.DONE for t in low) == 2, "the reserve must hold"
+        # The worker publishes the park when it decides to keep the rest for interactive work.
         parks = wait_until(
             lambda: fab.board.park_states().get("tester", {}).get("parked"), what="park published"
         )
         assert parks
         state = fab.board.park_states()["tester"]
         assert state["reason"].startswith("reserved for interactive work")
+        assert sum(state_of(fab, t) == State.DONE for t in low) == 2, "the reserve must hold"
         urgent = [fab.submit(f"urgent {i}", target="tester", priority="urgent").task_id for i in range(3)]
         wait_until(
             lambda: sum(state_of(fab, t) == State.DONE for t in urgent) == 2,
@@ -123,8 +126,9 @@ def test_a_spent_quota_parks_the_queue_visibly_and_low_priority_waits(
         )
         state = fab.board.park_states()["tester"]
         assert state["parked"] and state["until"] > time.time() + 3000
-        time.sleep(0.3)
+    # 2 background + 2 interactive: the quota of 4, the third background task never ran.
     assert len(stub.chat_requests()) == 4
+    assert [state_of(fab, t) for t in low].count(State.QUEUED) == 1, "one background task waits"
     fab.listing()
     assert fab.parks["tester"]["parked"]
 
@@ -205,20 +209,25 @@ def test_the_board_going_down_mid_task_loses_nothing(
     stub: OpenAIStub,
     tmp_path: Path,
 ) -> None:
-    started = threading.Event()
+    started, answer = threading.Event(), threading.Event()
 
     def slow_reply(body: dict[str, Any]) -> str:
         started.set()
-        time.sleep(1.0)
+        answer.wait(30)  # the model answers when the test says so
         return "slow but sure"
 
     stub.reply = slow_reply
     tid = fab.submit("survive the outage", target="tester").task_id
     db, port, token = embedded_board.store.path, embedded_board.port, embedded_board.token
-    with start(settings, wcards, gateway_env(stub)):
+    # The outage stays within the grace however slowly this machine runs.
+    worker = build_worker("tester", settings, wcards, env=gateway_env(stub, AGAP_OUTAGE_GRACE="5m"))
+    assert isinstance(worker.executor, ModelExecutor)
+    store = worker.executor.results = FailuresCounted(worker.executor.results)
+    with Running(worker):
         assert started.wait(20), "the model call never started"
         embedded_board.stop()  # the board dies while the model is thinking
-        time.sleep(1.5)
+        answer.set()
+        wait_until(lambda: store.failures >= 2, timeout=30, what="the result held while the board is away")
         revived = EmbeddedBoard(db, port=port, token=token).start()
         wait_until(
             lambda: state_of(fab, tid) == State.DONE, timeout=30, what="done after the board came back"
@@ -230,6 +239,24 @@ def test_the_board_going_down_mid_task_loses_nothing(
     assert len(stub.chat_requests()) == 1
 
 
+class FailuresCounted:
+    """A result store that counts the puts the board refused (it was away)."""
+
+    def __init__(self, inner: ResultStore) -> None:
+        self.inner = inner
+        self.failures = 0
+
+    def put(self, lease: Lease, text: str) -> str:
+        try:
+            return self.inner.put(lease, text)
+        except BoardError:
+            self.failures += 1
+            raise
+
+    def get(self, ref: str) -> str:
+        return self.inner.get(ref)
+
+
 def test_sigterm_finishes_the_current_task_and_exits_zero(
     fab: Fabric, settings: Settings, stub: OpenAIStub, tmp_path: Path
 ) -> None:
@@ -238,11 +265,11 @@ def test_sigterm_finishes_the_current_task_and_exits_zero(
     import subprocess
     import sys
 
-    started = threading.Event()
+    started, answer = threading.Event(), threading.Event()
 
     def slow_reply(body: dict[str, Any]) -> str:
         started.set()
-        time.sleep(1.5)
+        answer.wait(30)  # answers once the worker has taken the SIGTERM in
         return "finished after SIGTERM"
 
     stub.reply = slow_reply
@@ -263,12 +290,16 @@ def test_sigterm_finishes_the_current_task_and_exits_zero(
         stderr=subprocess.PIPE,
         text=True,
     )
+    lines = Lines(proc.stderr)
     try:
         assert started.wait(30), "the worker never called the model"
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        lines.wait_for("finishing the current task", timeout=30)
+        answer.set()
+        proc.wait(30)
     finally:
         proc.kill()
+    err = lines.close()
     assert proc.returncode == 0, err
     # Equal priorities are spread at random: whichever task it took, it finished it,
     # and started nothing new after SIGTERM.

@@ -11,6 +11,9 @@ import click
 
 from fabric.apps.cli import main
 from fabric.core import Fabric
+from fabric.degraded import Backoff
+from fabric.errors import EXIT_UNREACHABLE
+from fabric.settings import registry
 from fabric.settings.keeper import KeeperConfig
 from fabric.settings.resolve import Settings
 from keeper.daemon import Keeper
@@ -31,6 +34,7 @@ def keeper_cmd(once: bool, metrics_port: int | None, metrics_host: str | None, v
     """Sweep leases, gaps, deadlines, gates and lock tags; write digests; export metrics.
 
     It never assigns or triggers work: stop it and work still flows. SIGTERM exits cleanly.
+    Started while the board is away, it waits for it (AGAP_BOARD_WAIT_CAP between tries).
     """
     # Imported here: other commands must not pay for APScheduler.
 
@@ -44,8 +48,13 @@ def keeper_cmd(once: bool, metrics_port: int | None, metrics_host: str | None, v
     if metrics_host is not None:
         config = replace(config, metrics_host=metrics_host)
     settings = Settings.from_env()
-    settings.require_board()  # fail fast on a missing URL or token
-    keeper = Keeper(config, lambda: Fabric.connect(settings))
+    url, _ = settings.require_board()  # fail fast on a missing URL or token
+    keeper = Keeper(
+        config,
+        lambda: Fabric.connect(settings),
+        board_url=url,
+        start_backoff=Backoff(cap=registry.get_duration("AGAP_BOARD_WAIT_CAP")),
+    )
     server = None
     if config.metrics_port:
         server = MetricsServer(
@@ -65,7 +74,7 @@ def keeper_cmd(once: bool, metrics_port: int | None, metrics_host: str | None, v
                 )
             )
             if not all(results.values()):
-                sys.exit(3)
+                sys.exit(EXIT_UNREACHABLE)  # a job could not reach the board
             return
         keeper.serve()
     finally:

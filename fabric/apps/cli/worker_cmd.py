@@ -17,7 +17,10 @@ from fabric.settings.resolve import Settings
 @click.option("--drain", is_flag=True, help="Exit when the queue is empty (batch runs).")
 @click.option("-v", "--verbose", is_flag=True)
 def worker_cmd(agent: str, concurrency: int | None, drain: bool, verbose: bool) -> None:
-    """Drain one agent's queue: check a(t), claim, execute, report. SIGTERM exits cleanly."""
+    """Drain one agent's queue: check a(t), claim, execute, report. SIGTERM exits cleanly.
+
+    Started while the board is away, it waits for it (AGAP_BOARD_WAIT_CAP between tries).
+    """
     # Imported here: `agap ls` and friends must not pay for the worker's imports.
     from workers.daemon import build_worker, run_until_signalled
 
