@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -124,9 +125,12 @@ class Metrics:
     def observe_schedules(self, project_meta: dict[str, str], now: float) -> None:
         """Cron schedules as the cron submitter published them (``fabric.cron.<name>``).
 
-        ``missed`` is 1 for a schedule that must not be missed and either recorded a miss
-        since it last fired, or whose next planned time is past by more than its grace (the
-        cron process itself is down). The fabric never re-fires it: Zabbix raises it.
+        ``missed`` counts the missed runs of a schedule that must not be missed: every one
+        the submitter recorded on the board (it compares the schedule with the tasks made,
+        after a restart too), plus one while its next planned time is past by more than its
+        grace (the cron process itself is down; it records that run when it is back). It
+        does not go back down when the schedule fires again: the fabric never re-fires a
+        missed run, Zabbix raises each new one, and a person decides.
         """
         out = []
         for key, raw in sorted(project_meta.items()):
@@ -136,21 +140,8 @@ class Metrics:
                 e = json.loads(raw)
             except ValueError:
                 continue
-            nxt, grace = _num(e.get("next_planned")), _num(e.get("grace")) or 60.0
-            overdue = bool(nxt) and now > nxt + grace
-            recorded = _num(e.get("last_missed")) > _num(e.get("last_actual"))
-            must = bool(e.get("must_not_miss"))
-            out.append(
-                {
-                    "schedule": str(e.get("schedule") or key[len(META_CRON_PREFIX) :]),
-                    "must_not_miss": int(must),
-                    "last_planned": _num(e.get("last_planned")),
-                    "last_fired": _num(e.get("last_actual")),
-                    "next_planned": nxt,
-                    "missed_total": int(_num(e.get("missed"))),
-                    "missed": int(must and (overdue or recorded)),
-                }
-            )
+            if isinstance(e, dict):
+                out.append(_schedule(e, key[len(META_CRON_PREFIX) :], now))
         with self.lock:
             self.schedules = out
 
@@ -177,7 +168,7 @@ class Metrics:
             "job_list": [{"job": k, **v} for k, v in jobs.items()],
             "queues": queues,
             "schedules": schedules,
-            "missed_schedules": sum(x["missed"] for x in schedules),
+            "missed_schedules": sum(1 for x in schedules if x["missed"]),
         }
 
     def to_prometheus(self) -> str:
@@ -239,8 +230,10 @@ class Metrics:
             (
                 "missed",
                 "keeper_cron_missed",
-                "1 when a schedule that must not be missed did not fire (never re-fired by the fabric).",
+                "Missed runs of a schedule that must not be missed (recorded, plus one overdue now); "
+                "never re-fired by the fabric.",
             ),
+            ("last_missed", "keeper_cron_last_missed_timestamp", "The schedule's latest missed planned run."),
             ("last_planned", "keeper_cron_last_planned_timestamp", "The schedule's last planned firing."),
             ("last_fired", "keeper_cron_last_fired_timestamp", "The schedule's last actual firing."),
             ("next_planned", "keeper_cron_next_planned_timestamp", "The schedule's next planned firing."),
@@ -308,6 +301,39 @@ _PROM_SCALARS = (
     ("sweep_seconds", "gauge", "Seconds the last lease sweep took."),
     ("active_tasks", "gauge", "Active tasks (queued, working, waiting) in the last sweep."),
 )
+
+
+def _schedule(e: dict[str, Any], name: str, now: float) -> dict[str, Any]:
+    """One schedule's figures from its published record (see :meth:`Metrics.observe_schedules`)."""
+    nxt, grace = _num(e.get("next_planned")), _num(e.get("grace")) or 60.0
+    overdue = bool(nxt) and now > nxt + grace
+    recorded = int(_num(e.get("missed")))
+    must = bool(e.get("must_not_miss"))
+    runs = [r for r in e.get("missed_runs") or [] if isinstance(r, list) and len(r) >= 3]
+    return {
+        "schedule": str(e.get("schedule") or name),
+        "must_not_miss": int(must),
+        "last_planned": _num(e.get("last_planned")),
+        "last_fired": _num(e.get("last_actual")),
+        "next_planned": nxt,
+        "missed_total": recorded,
+        "missed": recorded + int(overdue) if must else 0,
+        "missed_capped": int(bool(e.get("missed_capped"))),
+        "last_missed": _num(e.get("last_missed")),
+        "missed_runs": [
+            {
+                "first": _iso(r[0]),
+                "last": _iso(r[1]),
+                "count": int(_num(r[2])),
+                "capped": bool(r[3:4] == [True]),
+            }
+            for r in runs
+        ],
+    }
+
+
+def _iso(ts: Any) -> str:
+    return datetime.fromtimestamp(_num(ts), UTC).isoformat()
 
 
 def _num(v: Any) -> float:

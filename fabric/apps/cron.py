@@ -23,14 +23,25 @@ the first one's receipt.
 Templates (``intent``, ``key``) may use ``{name}``, ``{planned}`` (UTC), ``{planned_local}``
 (the schedule's zone) and ``{ts}`` (unix seconds). The key must use the planned time.
 
-Missed times are never fired by the fabric: a time missed by more than the grace period
-(60 s) is recorded as missed, not caught up. For a ``must_not_miss`` schedule that is an
-incident: the keeper's metrics (and the Zabbix template) raise it, and a person decides.
-Times planned before a schedule was first seen are never owed.
+Missed times are never fired by the fabric: a planned time not fired within the grace
+period (60 s) is missed, not caught up. For a ``must_not_miss`` schedule that is an
+incident for Zabbix (through the keeper's metrics), and a person decides. Times planned
+before a schedule was first seen are never owed.
 
-The last planned and actual firing of each schedule go to ``<state dir>/cron-state.json``
-and, with the next planned time, to the board (project metadata ``fabric.cron.<name>``),
-where the keeper sees them even when this process is the one that is down.
+What was made and what was missed is kept on the board, per schedule (project metadata
+``fabric.cron.<name>``): when it was first seen, the last planned time a task was made
+for and when, the next planned time, the latest planned time accounted for, and the
+missed runs (a count and the most recent gaps, each its first and last planned time and
+count). A cron process that starts after a gap (its host was down, the process was
+stopped) compares the schedule's planned times since then with the tasks on the board and
+records every one without a task as missed, whatever its own state file says. The count
+stops at ``MISSED_SCAN_CAP`` planned times per gap (a host down for a month does not
+enumerate 43,200 minutes); the gap then still names its last planned time, and its count
+is marked as a lower bound. The keeper sees these records even when this process is the
+one that is down.
+
+``<state dir>/cron-state.json`` keeps this process's own counters (fired, deduplicated,
+errors, the last task) for ``agap cron --list``.
 """
 
 from __future__ import annotations
@@ -57,7 +68,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from fabric.durations import parse_duration
 from fabric.errors import ConfigError, FabricError, InvalidInput
-from fabric.kanboard.layout import META_CRON_PREFIX, cron_key
+from fabric.kanboard.port import BoardError
 from fabric.submit import ActionIdCollision
 from fabric.task import parse_priority
 
@@ -147,6 +158,20 @@ class Schedule:
         """The first planned time strictly after ``t``."""
         nxt: datetime | None = self.trigger.get_next_fire_time(None, t + timedelta(microseconds=1))
         return nxt
+
+    def planned_between(
+        self, after: datetime, upto: datetime, cap: int
+    ) -> tuple[list[datetime], datetime | None]:
+        """Planned times ``t`` with ``after < t <= upto``, oldest first, at most ``cap`` of
+        them; and the next one when there are more (None when the list is complete)."""
+        out: list[datetime] = []
+        t = self.next_after(after)
+        while t is not None and t <= upto:
+            if len(out) >= cap:
+                return out, t
+            out.append(t)
+            t = self.next_after(t)
+        return out, None
 
     def latest_at(self, now: datetime) -> datetime | None:
         """The last planned time at or before ``now`` (None if there is none yet)."""
@@ -330,18 +355,16 @@ class CronState:
             )
             e.pop("last_error", None)
 
-    def skipped(self, name: str, planned: datetime) -> None:
-        """A time missed beyond the grace period: counted, never fired."""
+    def skipped(self, name: str, planned: datetime, *, count: int = 1) -> None:
+        """``count`` times missed beyond the grace period, the last at ``planned``: counted,
+        never fired."""
         with self._locked() as data:
             e = data.setdefault(name, {})
             ts = planned.timestamp()
             if ts > float(e.get("last_planned") or 0):
-                e.update(
-                    last_planned=ts,
-                    last_planned_iso=planned.astimezone(UTC).isoformat(),
-                    missed=int(e.get("missed", 0)) + 1,
-                    last_missed=ts,
-                )
+                e.update(last_planned=ts, last_planned_iso=planned.astimezone(UTC).isoformat())
+            if ts > float(e.get("last_missed") or 0):
+                e.update(missed=int(e.get("missed", 0)) + count, last_missed=ts)
 
 
 # ---------------------------------------------------------------------------------------
@@ -367,8 +390,16 @@ class Firing:
         return f"{self.schedule} @ {when}: task:{self.task_id} ({what}, key {self.key})"
 
 
-def fire(fabric: Fabric, schedule: Schedule, planned: datetime, state: CronState | None = None) -> Firing:
-    """Submit the task for ``schedule`` at ``planned`` (idempotent by the derived key)."""
+def fire(
+    fabric: Fabric,
+    schedule: Schedule,
+    planned: datetime,
+    state: CronState | None = None,
+    *,
+    actual: float | None = None,
+) -> Firing:
+    """Submit the task for ``schedule`` at ``planned`` (idempotent by the derived key);
+    ``actual`` is when it fires (default: the fabric's clock)."""
 
     key = schedule.key(planned)
     deadline = planned.timestamp() + schedule.deadline if schedule.deadline else None
@@ -394,7 +425,7 @@ def fire(fabric: Fabric, schedule: Schedule, planned: datetime, state: CronState
         state.record(
             schedule.name,
             planned,
-            fabric.clock(),
+            fabric.clock() if actual is None else actual,
             task_id=result.task_id,
             created=result.created,
             error=result.error,
@@ -412,93 +443,206 @@ def fire_once(fabric: Fabric, schedule: Schedule, state: CronState | None = None
     return fire(fabric, schedule, planned, state)
 
 
-CRON_META_PREFIX = META_CRON_PREFIX
+MISSED_SCAN_CAP = 1000  # planned times counted per gap (a month on a 1-minute schedule: 43,200)
+MISSED_RUNS_KEPT = 5  # the most recent gaps listed in a schedule's board record
+
+
+@dataclass(frozen=True)
+class MissedRuns:
+    """Consecutive planned runs of a schedule that no task was made for, and never will be."""
+
+    first: datetime
+    last: datetime
+    count: int
+    capped: bool = False  # more planned times than the scan cap: ``count`` is a lower bound
+
+    def to_json(self) -> list[Any]:
+        return [self.first.timestamp(), self.last.timestamp(), self.count, self.capped]
+
+    def line(self, schedule: Schedule) -> str:
+        span = _utc(self.first) if self.count == 1 else f"{_utc(self.first)} .. {_utc(self.last)}"
+        n = f"at least {self.count}" if self.capped else str(self.count)
+        cap = f" (counting stops at {MISSED_SCAN_CAP} planned times per gap)" if self.capped else ""
+        must = "; must_not_miss: reported for Zabbix" if schedule.must_not_miss else ""
+        return f"{schedule.name}: {n} planned run(s) missed, {span}{cap}; never fired{must}"
+
+
+def _utc(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _missed_runs(
+    times: list[datetime], made: list[int | None], more: datetime | None, last: datetime
+) -> list[MissedRuns]:
+    """The runs of consecutive planned times in ``times`` that have no task.
+
+    ``more``: the first planned time beyond the scan cap (None when ``times`` is the whole
+    span). Those beyond it, up to ``last``, are neither looked up nor counted one by one:
+    the last gap then reaches ``last``, and its count (at least one more) is a lower bound.
+    """
+    gaps: list[MissedRuns] = []
+    run: list[datetime] = []
+    for t, task in zip(times, made, strict=True):
+        if task is None:
+            run.append(t)
+            continue
+        if run:
+            gaps.append(MissedRuns(run[0], run[-1], len(run)))
+        run = []
+    if more is not None:
+        gaps.append(MissedRuns(run[0] if run else more, last, len(run) + 1, capped=True))
+    elif run:
+        gaps.append(MissedRuns(run[0], run[-1], len(run)))
+    return gaps
 
 
 class CronRunner:
-    """Fires due schedules: call :meth:`tick` (tests) or :meth:`run` (the daemon)."""
+    """Fires due schedules: call :meth:`tick` (tests, ``--tick``) or :meth:`run` (the daemon).
+
+    Each tick reads the schedules' records from the board (``fabric.cron.<name>``), so what
+    was made and what was missed is known across restarts and processes, not only from this
+    process's memory or its state file. Planned times since the last one accounted for
+    that are past their grace are looked up on the board (a task may exist: another
+    process fired it, or this one died before it published) and the ones without a task
+    are recorded as missed, never fired.
+    """
 
     def __init__(
-        self, fabric: Fabric, schedules: list[Schedule], state: CronState, *, grace: float = GRACE_SECONDS
+        self,
+        fabric: Fabric,
+        schedules: list[Schedule],
+        state: CronState,
+        *,
+        grace: float = GRACE_SECONDS,
+        clock: Callable[[], float] | None = None,
+        scan_cap: int = MISSED_SCAN_CAP,
     ) -> None:
         self.fabric = fabric
         self.schedules = schedules
         self.state = state
         self.grace = grace
-        self._published: dict[str, str] = {}
+        self.clock = clock or fabric.clock
+        self.scan_cap = scan_cap
+        self.records: dict[str, dict[str, Any]] = {}  # name -> its record, as last worked out
+        self._published: dict[str, str] = {}  # name -> the record's text last written
 
-    def due(self, now: float) -> list[tuple[Schedule, datetime]]:
-        """(schedule, planned time) pairs to fire at ``now``; skips what is missed for good."""
-        at = datetime.fromtimestamp(now, UTC)
-        known = self.state.read()
-        out = []
-        for s in self.schedules:
-            entry = known.get(s.name, {})
-            since = float(entry["since"]) if "since" in entry else self.state.since(s.name, now)
-            planned = s.latest_at(at)
-            if planned is None or planned.timestamp() < since - 1e-6:
-                continue
-            if planned.timestamp() <= float(entry.get("last_planned") or 0):
-                continue  # already fired (by us or another process) or skipped
-            if now - planned.timestamp() <= self.grace:
-                out.append((s, planned))
-            else:
-                # Never re-fired by the fabric: a missed run is an incident, reported in
-                # the keeper's metrics (and Zabbix) for a schedule that must not be missed.
-                log.warning(
-                    "%s: planned %s missed by %.0fs; not fired%s",
-                    s.name,
-                    planned.isoformat(),
-                    now - planned.timestamp(),
-                    " (must_not_miss: reported as missed)" if s.must_not_miss else "",
-                )
-                self.state.skipped(s.name, planned)
-        return out
+    # -- the record ---------------------------------------------------------------------
+
+    def _merge(self, s: Schedule, board: dict[str, Any], local: dict[str, Any], now: float) -> dict[str, Any]:
+        """The schedule's record: the board's, unless this process knows more (its last
+        write did not reach the board), with the first-seen time of any process."""
+        mine = self.records.get(s.name, {})
+        rec = dict(mine if _num(mine.get("accounted")) > _num(board.get("accounted")) else board)
+        seen = [_num(x) for x in (board.get("since"), mine.get("since"), local.get("since")) if _num(x)]
+        rec["since"] = min(seen) if seen else self.state.since(s.name, now)
+        # A record written before "accounted" existed: what it fired is accounted for.
+        rec["accounted"] = max(_num(rec.get("accounted")), _num(rec.get("last_planned")))
+        return rec
+
+    def _account(self, s: Schedule, rec: dict[str, Any], now: float) -> datetime | None:
+        """Record the missed runs since ``rec`` was last accounted for; return the planned
+        time to fire now (None when there is none within the grace)."""
+        latest = s.latest_at(datetime.fromtimestamp(now, UTC))
+        since = _num(rec["since"])
+        if latest is None or latest.timestamp() < since - 1e-6 or latest.timestamp() <= rec["accounted"]:
+            return None
+        due = latest if now - latest.timestamp() <= self.grace else None
+        after = datetime.fromtimestamp(max(rec["accounted"], since - 1e-3), UTC)
+        upto = latest - timedelta(microseconds=1) if due else latest
+        times, more = s.planned_between(after, upto, self.scan_cap)
+        if not times:
+            return due
+        last = (s.latest_at(upto) or times[-1]) if more else times[-1]
+        made = self.fabric.board.tasks_by_keys([(s.actor, s.key(t)) for t in times])
+        found = [t.timestamp() for t, task in zip(times, made, strict=True) if task is not None]
+        if found:
+            rec["last_planned"] = max(_num(rec.get("last_planned")), found[-1])
+        gaps = _missed_runs(times, made, more, last)
+        for gap in gaps:
+            log.warning("%s", gap.line(s))
+            self.state.skipped(s.name, gap.last, count=gap.count)
+        if gaps:
+            rec["missed"] = int(_num(rec.get("missed"))) + sum(g.count for g in gaps)
+            rec["missed_capped"] = bool(rec.get("missed_capped")) or any(g.capped for g in gaps)
+            rec["last_missed"] = gaps[-1].last.timestamp()
+            rec["missed_runs"] = [*(rec.get("missed_runs") or []), *(g.to_json() for g in gaps)][
+                -MISSED_RUNS_KEPT:
+            ]
+        rec["accounted"] = last.timestamp()
+        return due
+
+    def _entry(self, s: Schedule, rec: dict[str, Any], at: datetime) -> dict[str, Any]:
+        nxt = s.next_after(at)
+        return {
+            "schedule": s.name,
+            "must_not_miss": s.must_not_miss,
+            "grace": self.grace,
+            "since": rec.get("since"),
+            "last_planned": rec.get("last_planned"),
+            "last_actual": rec.get("last_actual"),
+            "next_planned": nxt.timestamp() if nxt else None,
+            "accounted": rec.get("accounted") or None,
+            "missed": int(_num(rec.get("missed"))),
+            "missed_capped": bool(rec.get("missed_capped")),
+            "last_missed": rec.get("last_missed"),
+            "missed_runs": rec.get("missed_runs") or [],
+        }
 
     def publish(self, now: float) -> bool:
-        """Publish each schedule's planned, actual and next firing to the board, when changed.
+        """Publish each schedule's record to the board, when it changed.
 
-        The keeper reads these (project metadata ``fabric.cron.<name>``) to tell Zabbix
-        that a schedule which must not be missed did not fire, even when this process is
-        the one that is down (``next_planned`` then lies in the past).
+        The keeper reads these to tell Zabbix about missed must-not-miss runs: the ones
+        recorded here, and the one a cron process that is itself down is missing now
+        (``next_planned`` then lies in the past).
         """
         at = datetime.fromtimestamp(now, UTC)
-        known = self.state.read()
-        values: dict[str, str] = {}
+        changed: dict[str, dict[str, Any]] = {}
         for s in self.schedules:
-            e = known.get(s.name, {})
-            nxt = s.next_after(at)
-            entry = {
-                "schedule": s.name,
-                "must_not_miss": s.must_not_miss,
-                "grace": self.grace,
-                "last_planned": e.get("last_planned"),
-                "last_actual": e.get("last_actual"),
-                "next_planned": nxt.timestamp() if nxt else None,
-                "missed": int(e.get("missed", 0)),
-                "last_missed": e.get("last_missed"),
-            }
-            text = json.dumps(entry, sort_keys=True)
-            if self._published.get(s.name) != text:
-                values[cron_key(s.name)] = text
-        if not values:
+            entry = self._entry(s, self.records.get(s.name, {}), at)
+            if self._published.get(s.name) != json.dumps(entry, sort_keys=True):
+                changed[s.name] = entry
+        if not changed:
             return False
         try:
-            self.fabric.board.save_project_meta(values)
+            self.fabric.board.publish_schedules(changed)
         except FabricError as exc:
             log.warning("could not publish the schedules' state: %s", exc.line())
             return False
-        for key, text in values.items():
-            self._published[key[len(CRON_META_PREFIX) :]] = text
+        for name, entry in changed.items():
+            self._published[name] = json.dumps(entry, sort_keys=True)
         return True
 
+    # -- ticking ------------------------------------------------------------------------
+
     def tick(self, now: float | None = None) -> list[Firing]:
-        now = self.fabric.clock() if now is None else now
+        """Fire what is due at ``now`` (default: the clock), record what was missed, publish.
+
+        Costs one read of the board, plus the firings, plus one lookup batch for a schedule
+        with planned times past their grace that were never accounted for, plus one write
+        when a record changed.
+        """
+        now = self.clock() if now is None else now
+        board = self.fabric.board.schedule_states()
+        local = self.state.read()
         firings = []
-        for s, planned in self.due(now):
-            f = fire(self.fabric, s, planned, self.state)
+        for s in self.schedules:
+            rec = self._merge(s, board.get(s.name, {}), local.get(s.name, {}), now)
+            self.records[s.name] = rec
+            due = self._account(s, rec, now)
+            if due is None:
+                continue
+            f = fire(self.fabric, s, due, self.state, actual=now)
             (log.error if f.error else log.info)("%s", f.line())
             firings.append(f)
+            if not f.error:  # a failed firing is retried until its grace runs out
+                rec.update(last_planned=due.timestamp(), accounted=due.timestamp(), last_actual=now)
         self.publish(now)
         return firings
 
@@ -512,15 +656,33 @@ class CronRunner:
     def run(
         self, stop: threading.Event | None = None, sleep: Callable[[float], object] | None = None
     ) -> None:
+        """Tick until ``stop``. A board that goes away is said once, and ticking goes on."""
         stop = stop or threading.Event()
+        away = False
         while not stop.is_set():
             try:
                 self.tick()
-            except Exception:  # a board outage must not end the daemon
+                if away:
+                    log.info("the board answers again")
+                away = False
+            except BoardError as exc:  # a board outage must not end the daemon
+                if not away:
+                    log.warning("the board is unreachable (%s); retrying every tick", exc.line())
+                away = True
+            except Exception:  # nor a bug in one tick
                 log.exception("cron tick failed; retrying")
-            now = self.fabric.clock()
+            now = self.clock()
             delay = max(0.05, self.next_wake(now) - now)
             (sleep or stop.wait)(delay)
 
 
-__all__ = ["CronRunner", "CronState", "Firing", "Schedule", "fire", "fire_once", "load_schedules"]
+__all__ = [
+    "CronRunner",
+    "CronState",
+    "Firing",
+    "MissedRuns",
+    "Schedule",
+    "fire",
+    "fire_once",
+    "load_schedules",
+]

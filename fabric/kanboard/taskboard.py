@@ -27,8 +27,10 @@ from fabric.kanboard.layout import (
     META_UID,
     Column,
     State,
+    cron_key,
     epoch_lock,
     park_key,
+    receipt_reference,
     record_key,
 )
 from fabric.kanboard.port import (
@@ -50,7 +52,7 @@ from fabric.kanboard.rows import (
     tag_rows,
     task_rows,
 )
-from fabric.kanboard.views import BoardLayout, TaskView, parse_park_states, parse_view
+from fabric.kanboard.views import BoardLayout, TaskView, parse_cron_states, parse_park_states, parse_view
 from fabric.task import Record, TaskSpec
 
 # The views live in fabric.kanboard.views; most of the fabric imports them from here.
@@ -633,6 +635,41 @@ class TaskBoard:
         """Every queue's last published park state (one round trip)."""
         meta = self.port.call("getProjectMetadata", {"project_id": self.layout.project_id})
         return parse_park_states(meta)
+
+    # -- cron schedules (project metadata) ---------------------------------------------
+
+    def schedule_states(self) -> dict[str, dict[str, Any]]:
+        """Every schedule's state as its cron submitter published it, by name (one round trip)."""
+        meta = self.port.call("getProjectMetadata", {"project_id": self.layout.project_id})
+        return parse_cron_states(meta)
+
+    def publish_schedules(self, states: dict[str, dict[str, Any]]) -> None:
+        """Publish schedules' states (``fabric.cron.<name>``; each value names its schedule)."""
+        self.save_project_meta(
+            {
+                cron_key(name): json.dumps({**st, "schedule": name}, sort_keys=True)
+                for name, st in states.items()
+            }
+        )
+
+    def tasks_by_keys(self, keys: Sequence[tuple[str, str]], *, per_batch: int = 100) -> list[int | None]:
+        """For each (actor, action id): the id of the task submitted under it, or None.
+
+        One round trip per ``per_batch`` keys (the lookup is by the receipt's reference).
+        """
+        out: list[int | None] = []
+        for i in range(0, len(keys), per_batch):
+            calls = [
+                Call(
+                    "getTaskByReference",
+                    {"project_id": self.layout.project_id, "reference": receipt_reference(actor, key)},
+                )
+                for actor, key in keys[i : i + per_batch]
+            ]
+            for o in self.port.batch(calls):
+                row = o.unwrap()
+                out.append(BoardTask.parse(row).id if isinstance(row, dict) else None)
+        return out
 
     def search_with_parks(self, query: str) -> tuple[list[BoardTask], dict[str, dict[str, Any]]]:
         """A search and the park states together, in one round trip."""

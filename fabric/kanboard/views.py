@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from fabric.errors import ConfigError
 from fabric.kanboard.layout import (
+    META_CRON_PREFIX,
     META_GAP,
     META_PARK_PREFIX,
     META_PROJECTED,
@@ -192,23 +193,33 @@ def parse_view(
     )
 
 
-def parse_park_states(meta: Any) -> dict[str, dict[str, Any]]:
-    """Queue -> park state from project metadata; unreadable entries are skipped."""
+def _named_states(meta: Any, prefix: str, name_field: str) -> dict[str, dict[str, Any]]:
+    """Name -> JSON object of the project metadata keys under ``prefix``; unreadable
+    entries are skipped. The value names its owner: a long name's key is hashed."""
     states: dict[str, dict[str, Any]] = {}
     for key, value in (meta or {}).items() if isinstance(meta, dict) else ():
-        if str(key).startswith(META_PARK_PREFIX) and value:
+        if str(key).startswith(prefix) and value:
             try:
                 data = json.loads(value)
             except ValueError:
                 continue
             if isinstance(data, dict):
-                # The value names its queue: a long queue's key is hashed.
-                states[str(data.get("queue") or str(key)[len(META_PARK_PREFIX) :])] = data
+                states[str(data.get(name_field) or str(key)[len(prefix) :])] = data
     return states
+
+
+def parse_park_states(meta: Any) -> dict[str, dict[str, Any]]:
+    """Queue -> park state from project metadata; unreadable entries are skipped."""
+    return _named_states(meta, META_PARK_PREFIX, "queue")
+
+
+def parse_cron_states(meta: Any) -> dict[str, dict[str, Any]]:
+    """Schedule -> the state its cron submitter published (``fabric.cron.<schedule>``)."""
+    return _named_states(meta, META_CRON_PREFIX, "schedule")
 
 
 def _short(exc: Exception) -> str:
     return str(exc).splitlines()[0][:160]
 
 
-__all__ = ["BoardLayout", "GapNote", "TaskView", "parse_park_states", "parse_view"]
+__all__ = ["BoardLayout", "GapNote", "TaskView", "parse_cron_states", "parse_park_states", "parse_view"]

@@ -8,6 +8,7 @@ the offline demo model, so nothing needs an API key. Ctrl-C stops everything.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -33,6 +34,23 @@ RESTART_DELAY = 5.0
 def worker_agents(cards: CardSet) -> list[str]:
     """Agents whose queue a worker daemon drains (not humans, not external runtimes)."""
     return [c.id for c in cards if c.kind != "human" and c.runtime.mode not in ("human", "external")]
+
+
+def shell_setup(board: EmbeddedBoard, model_mode: str) -> str:
+    """The lines a second shell needs to use this fabric (the README's tour starts with them).
+
+    ``agap`` is put on PATH from this interpreter's directory (the venv ``make run`` made):
+    nothing in the tour assumes an activated venv.
+    """
+    lines = [f"cd {shlex.quote(str(Path.cwd()))}"]
+    bin_dir = Path(sys.executable).parent  # not resolved: a venv's python is a symlink
+    if (bin_dir / "agap").exists():
+        lines.append(f"export PATH={shlex.quote(str(bin_dir))}:$PATH")
+    lines.append(f"export KANBOARD_URL={board.url}")
+    lines.append(f"export KANBOARD_API_TOKEN={board.token}")
+    if model_mode:
+        lines.append(f"export AGAP_MODEL_MODE={shlex.quote(model_mode)}")
+    return "\n".join(f"  {line}" for line in lines)
 
 
 class Supervisor:
@@ -124,12 +142,10 @@ agap fabric is up on the embedded board ({state / "board.sqlite3"}).
   workers   {", ".join(agents) or "none"} (model mode: {env["AGAP_MODEL_MODE"]})
   keeper    {"running" if "keeper" in sup.children else "not started"}
 
-In another shell:
-  export KANBOARD_URL={board.url}
-  export KANBOARD_API_TOKEN={board.token}
-  .venv/bin/agap submit --target kimi --intent "Summarise my week" --ref file://$PWD/README.md
-  .venv/bin/agap ls
-  .venv/bin/agap show 1
+In another shell, paste these lines, then follow the tour in README.md:
+{shell_setup(board, env["AGAP_MODEL_MODE"])}
+  agap submit --target kimi --intent "Summarise the README" --ref "file://$PWD/README.md"
+  agap ls
 
 Ctrl-C stops everything.""",
         err=False,
