@@ -4,12 +4,12 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed-stamp
 
-.PHONY: install run test lint typecheck unit integration contract bench clean
+.PHONY: install run test test-stress lint typecheck unit integration contract bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,litellm,a2a]'
+	$(PY) -m pip install --quiet -e '.[dev,litellm,a2a,mcp]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -18,9 +18,19 @@ install: $(STAMP)
 run: install
 	$(VENV)/bin/agap up
 
-## install and run the whole test suite (lint, types, unit, integration, contract)
+## install and run the whole test suite (lint, types, unit, integration, contract), one
+## pytest-xdist worker per CPU
 test: install lint typecheck
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto
+
+## `make test` with two CPU-burning processes beside it (a busy laptop); they end with it,
+## whatever the outcome (Ctrl-C included). The suite waits on conditions, never on time.
+test-stress: install
+	@$(PY) -c 'while True: pass' & b1=$$!; \
+	$(PY) -c 'while True: pass' & b2=$$!; \
+	trap 'kill $$b1 $$b2 2>/dev/null || true' EXIT; trap 'exit 130' INT TERM; \
+	echo "test-stress: two CPU burners running (pids $$b1 $$b2)"; \
+	$(MAKE) --no-print-directory test
 
 ## ruff (style, imports, complexity) and ruff format, over the code and the tests
 lint: install

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from fabric.errors import FabricError, InvalidInput
+from fabric.errors import EXIT_LOST, FabricError, InvalidInput
 from fabric.kanboard.layout import (
     META_GAP,
     TERMINAL,
@@ -44,7 +44,7 @@ class LedgerError(FabricError):
 class LostRace(LedgerError):
     """Someone else won epoch n+1 first (or its lock is held with no record yet: a gap)."""
 
-    exit_code = 4
+    exit_code = EXIT_LOST
 
     def __init__(self, task_id: int, epoch: int, *, gap: bool = False) -> None:
         self.task_id = task_id
@@ -61,7 +61,7 @@ class LostRace(LedgerError):
 class Fenced(LedgerError):
     """The caller's lease is gone: a higher epoch exists. Stop; nothing more is accepted."""
 
-    exit_code = 4
+    exit_code = EXIT_LOST
 
     def __init__(self, task_id: int, held: int, current: int) -> None:
         self.task_id = task_id
@@ -74,8 +74,14 @@ class Fenced(LedgerError):
         )
 
 
-class IllegalTransition(InvalidInput):
+class IllegalTransition(LedgerError):
     """The move is not allowed from the task's state, or not by this actor."""
+
+
+class NotHolder(LedgerError):
+    """The caller names a lease it does not hold (wrong owner or epoch): a fencing outcome."""
+
+    exit_code = EXIT_LOST
 
 
 # The state machine: which operation may leave which state.
@@ -319,7 +325,7 @@ class Ledger:
             or view.uid is None
             or view.spec is None
         ):
-            raise InvalidInput(
+            raise NotHolder(
                 f"{owner!r} holds no working lease on epoch {epoch}",
                 where=f"task #{view.id}",
                 hint="use the epoch and owner that `agap claim` printed",

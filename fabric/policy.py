@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from fabric.cards import Card, CardSet, trust_rank
-from fabric.errors import ConfigError, FabricError, InvalidInput
+from fabric.errors import EXIT_POLICY, ConfigError, FabricError, InvalidInput
 from fabric.kanboard.layout import State, receipt_reference
 from fabric.kanboard.reader import ReadOnlyBoard
 from fabric.kanboard.views import TaskView
@@ -48,7 +48,7 @@ from fabric.task import TaskSpec
 class PolicyRefused(FabricError):
     """A submit or claim a rule refuses; ``code``, ``rule`` and ``limit`` name it."""
 
-    exit_code = 6
+    exit_code = EXIT_POLICY
     code = "POLICY"
 
     def __init__(self, rule: str, what: str, *, limit: str, where: str = "", hint: str = "") -> None:

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from fabric.errors import FabricError, InvalidInput
+from fabric.errors import EXIT_COLLISION, FabricError, InvalidInput
 from fabric.kanboard.layout import PRIORITY_NAMES, State, receipt_lock, receipt_reference, uid_reference
 from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.task import Record, TaskSpec
@@ -38,7 +38,7 @@ _SPEC_BLOCK = re.compile(r"```json fabric-spec\n(.*?)\n```", re.S)
 class ActionIdCollision(FabricError):
     """The same (actor, action id) was used before with different content."""
 
-    exit_code = 5
+    exit_code = EXIT_COLLISION
     code = "ACTION_ID_COLLISION"
 
     def __init__(self, actor: str, action_id: str, task_id: int) -> None:
@@ -54,7 +54,7 @@ class ActionIdCollision(FabricError):
 class StuckReceipt(FabricError):
     """The receipt for an action id is taken but no task carries it."""
 
-    exit_code = 5
+    exit_code = EXIT_COLLISION
 
     def __init__(self, action_id: str) -> None:
         super().__init__(

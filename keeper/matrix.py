@@ -26,14 +26,14 @@ from urllib.parse import quote
 import requests
 
 from fabric.cards import MatrixChannel as MatrixSpec
-from fabric.errors import ConfigError, FabricError
+from fabric.errors import EXIT_UNREACHABLE, ConfigError, FabricError
 from fabric.settings import registry
 
 
 class MatrixSendError(FabricError):
     """A Matrix message could not be delivered (after the retries it deserved)."""
 
-    exit_code = 7
+    exit_code = EXIT_UNREACHABLE
 
 
 def new_txn_id() -> str:

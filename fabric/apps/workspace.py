@@ -53,7 +53,7 @@ import requests
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from fabric.errors import ConfigError, FabricError, InvalidInput
+from fabric.errors import EXIT_FAILED, EXIT_INVALID, ConfigError, FabricError, InvalidInput
 from fabric.ledger import Lease
 from fabric.settings import registry
 
@@ -72,13 +72,13 @@ _TRANSPORTS = ("file", "https", "http", "ssh")
 class WorkspaceError(FabricError):
     """A git or forge step of a workspace failed."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILED
 
 
 class PushRefused(WorkspaceError):
     """A push to anything but the task's own branch (above all ``main``): never allowed."""
 
-    exit_code = 2
+    exit_code = EXIT_INVALID
 
 
 class ForgeError(WorkspaceError):
@@ -311,7 +311,9 @@ def workspace_path(root: str | Path, agent: str, uid: str) -> Path:
     for part, name in ((agent, "agent"), (uid, "task uid")):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", part):
             raise InvalidInput(f"{part!r} cannot name a workspace directory", where=name)
-    return Path(root) / "workspaces" / agent / uid
+    # Absolute: git runs in other directories (a relative root, such as make run's default
+    # state dir `var`, would clone into the wrong place).
+    return Path(root).absolute() / "workspaces" / agent / uid
 
 
 class Workspace:

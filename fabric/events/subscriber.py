@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fabric.errors import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE
 from fabric.events.schema import Event, EventType
 from fabric.events.signing import Dropped, open_sealed
 from fabric.events.transport import Signal, Subscription, Transport, queue_topic, task_topic
@@ -29,10 +30,10 @@ from fabric.kanboard.port import BoardError
 
 log = logging.getLogger("agap.events.watch")
 
-EXIT_COMPLETED = 0
-EXIT_FAILED = 1  # failed or canceled
-EXIT_TIMEOUT = 2
-EXIT_UNAVAILABLE = 3  # broker away and the board did not answer either
+# agap watch's outcomes, from the one exit-code table.
+EXIT_COMPLETED = EXIT_OK
+# EXIT_FAILED: failed or canceled; EXIT_TIMEOUT: the wait ran out
+EXIT_UNAVAILABLE = EXIT_UNREACHABLE  # broker away and the board did not answer either
 
 EXIT_OF_EVENT = {
     EventType.COMPLETED: EXIT_COMPLETED,

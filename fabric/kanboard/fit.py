@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fabric.errors import FabricError
+from fabric.errors import EXIT_STORAGE, FabricError
 from fabric.kanboard.port import Call, Outcome, Params, RoundTrips, RpcPort
 
 NAME_MAX = 50  # task/project/user metadata name: VARCHAR(50) on PostgreSQL and MySQL
@@ -56,7 +56,7 @@ class StorageLimit(FabricError):
     value the fabric builds is longer than any backend can hold: a bug to report.
     """
 
-    exit_code = 7
+    exit_code = EXIT_STORAGE
 
     def __init__(self, what: str, *, where: str = "board storage") -> None:
         super().__init__(what, where=where, hint="nothing was written; shorten the input or report this line")

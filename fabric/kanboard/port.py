@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from fabric.errors import FabricError
+from fabric.errors import EXIT_STORAGE, EXIT_UNREACHABLE, FabricError
 
 Params = Mapping[str, Any] | Sequence[Any] | None
 
@@ -40,7 +40,7 @@ class Call:
 class BoardError(FabricError):
     """Base of every failure talking to the board."""
 
-    exit_code = 3
+    exit_code = EXIT_UNREACHABLE
 
 
 class BoardUnavailable(BoardError):
@@ -116,7 +116,7 @@ class RpcError(BoardError):
         detail = f"{message}: {data}" if data else message
         if self.refused:
             # Not "unreachable or wrong token": the board answered, its database said no.
-            self.exit_code = 7
+            self.exit_code = EXIT_STORAGE
             hint = (
                 "a project or column the fabric expected is gone: run `agap init`"
                 if self.sql_state and self.sql_state.startswith("23")

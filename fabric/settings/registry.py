@@ -33,7 +33,7 @@ from fabric.durations import parse_setting_duration as parse_duration  # a bare 
 from fabric.errors import ConfigError, InvalidInput
 
 Kind = Literal["str", "int", "float", "duration", "bool", "path", "url", "list", "secret"]
-Component = Literal["cli", "worker", "keeper", "events", "a2a", "cron", "deploy", "workspace", "board"]
+Component = Literal["cli", "worker", "keeper", "events", "a2a", "cron", "deploy", "workspace", "board", "mcp"]
 COMPONENTS: tuple[Component, ...] = (
     "cli",
     "worker",
@@ -44,6 +44,7 @@ COMPONENTS: tuple[Component, ...] = (
     "deploy",
     "workspace",
     "board",
+    "mcp",
 )
 Env = Mapping[str, str] | None
 Value = str | int | float | bool | Path | tuple[str, ...]
@@ -158,8 +159,15 @@ REGISTRY: tuple[Var, ...] = (
     _v("AGAP_LITELLM_URL", "url", ("worker", "a2a"), "the LiteLLM proxy", "http://127.0.0.1:4000"),
     _v("LITELLM_MASTER_KEY", "secret", ("worker", "a2a"), "the LiteLLM proxy's key"),
     _v("AGAP_LITELLM_KEY", "secret", ("worker", "a2a"), "a LiteLLM virtual key for the fabric"),
-    _v("AGAP_RESULT_STORE", "str", "worker", "attachment or dir", "attachment", grammar="attachment or dir"),
-    _v("AGAP_RESULT_DIR", "path", "worker", "where dir results go"),
+    _v(
+        "AGAP_RESULT_STORE",
+        "str",
+        ("worker", "mcp"),
+        "attachment or dir",
+        "attachment",
+        grammar="attachment or dir",
+    ),
+    _v("AGAP_RESULT_DIR", "path", ("worker", "mcp"), "where dir results go"),
     _v(
         "AGAP_REF_ROOTS",
         "list",
@@ -178,10 +186,17 @@ REGISTRY: tuple[Var, ...] = (
         note="one lease",
     ),
     _v(
+        "AGAP_BOARD_WAIT_CAP",
+        "duration",
+        ("worker", "keeper", "cron"),
+        "the longest wait between tries while a worker, the keeper or agap cron waits for its board at start",
+        "30s",
+    ),
+    _v(
         "AGAP_WORKER_ID",
         "str",
-        ("worker", "cli"),
-        "this process's worker identity (agap worker; agap claim's owner)",
+        ("worker", "cli", "mcp"),
+        "this process's worker identity (agap worker; agap claim's and agap mcp serve's owner)",
         note="agent@host:pid",
     ),
     _v(
@@ -380,6 +395,8 @@ REGISTRY: tuple[Var, ...] = (
     _v("AGAP_A2A_TOKENS_FILE", "path", "a2a", "file with A2A clients' tokens"),
     _v("AGAP_A2A_PUSH_ALLOW", "list", "a2a", "push targets allowed on private addresses (hosts or CIDRs)"),
     _v("AGAP_A2A_TOKEN", "secret", "a2a", "the bearer token agap a2a call sends (or --token)"),
+    # The MCP server (agap mcp serve)
+    _v("AGAP_MCP_TOKEN", "secret", "mcp", "the bearer token agap mcp serve --transport http requires"),
     # Schedules
     _v("AGAP_SCHEDULES", "path", "cron", "the schedule file agap cron reads", "schedules.yaml"),
     # Coding workspaces

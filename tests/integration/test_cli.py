@@ -99,7 +99,7 @@ def test_the_external_consumer_commands_follow_the_ledger(env: dict[str, str]) -
     hb = run(env, "heartbeat", str(tid), "--epoch", "1", "--owner", "loop-1")
     assert hb.exit_code == 0, hb.output
     wrong = run(env, "complete", str(tid), "--epoch", "1", "--owner", "loop-2", "--result-ref", "file:///x")
-    assert wrong.exit_code == 2 and "holds no working lease" in wrong.output
+    assert wrong.exit_code == 4 and "holds no working lease" in wrong.output  # a fencing outcome
     done = run(
         env,
         "complete",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fabric.errors import ConfigError
+from fabric.errors import EXIT_TIMEOUT, ConfigError
 from fabric.events.publisher import Publisher, Sequencer
 from fabric.events.schema import Event, EventType
 from fabric.events.signing import seal
@@ -223,5 +223,5 @@ def test_without_a_broker_watch_follows_the_board() -> None:
             secret=None,
             options=idle,
         ).code
-        == 2
+        == EXIT_TIMEOUT
     )

@@ -53,6 +53,7 @@ COMMAND_MODULES = (
     "cron_cmd",
     "watch_cmd",
     "workspace_cmd",
+    "mcp_cmd",
 )
 
 

@@ -10,6 +10,7 @@ import click
 from fabric.apps.cli import main
 from fabric.apps.deploy.render import render, stale
 from fabric.cards import load_cards
+from fabric.errors import EXIT_FAILED
 
 
 @main.group("compose")
@@ -47,7 +48,7 @@ def render_cmd(out: Path, cards_dir: Path, check: bool) -> None:
         for path in changed:
             click.echo(f"{path}: differs from the cards; run `agap compose render`", err=True)
         if changed:
-            sys.exit(1)
+            sys.exit(EXIT_FAILED)
         click.echo(f"ok: {out} matches {len(cards)} cards")
         return
     changed = render(cards, out)

@@ -7,7 +7,7 @@ import json
 import click
 
 from fabric.apps.cli import main
-from fabric.errors import InvalidInput
+from fabric.errors import InvalidInput, exit_code_table
 from fabric.settings import registry
 from fabric.settings.resolve import KNOWN, Resolved, effective, mask, warn_if_plaintext
 
@@ -15,6 +15,12 @@ from fabric.settings.resolve import KNOWN, Resolved, effective, mask, warn_if_pl
 @main.group("config")
 def config() -> None:
     """Settings: environment, then AGAP_ENV_FILE, then .agap.env (walking up)."""
+
+
+@config.command("exit-codes")
+def exit_codes() -> None:
+    """The one exit-code table every command follows (Markdown, as in the README)."""
+    click.echo(exit_code_table(), nl=False)
 
 
 @config.command("show")

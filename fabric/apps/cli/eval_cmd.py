@@ -10,6 +10,7 @@ import click
 from fabric.apps.cli import main
 from fabric.apps.deploy.evalgate import dumps, evaluate
 from fabric.cards import load_cards
+from fabric.errors import EXIT_FAILED
 
 
 @main.command("eval")
@@ -37,4 +38,4 @@ def eval_cmd(agent: str, backbone: str, judge: str | None, cards_dir: Path, as_j
     report = evaluate(agent, backbone, load_cards(cards_dir), judge=judge)
     click.echo(dumps(report) if as_json else report.table())
     if report.regression:
-        sys.exit(1)
+        sys.exit(EXIT_FAILED)

@@ -20,7 +20,7 @@ from fabric.apps.cli import main
 from fabric.apps.workspace import Workspace, find_repo_ref
 from fabric.cards import load_cards
 from fabric.core import Fabric
-from fabric.errors import InvalidInput
+from fabric.errors import EXIT_LOST, InvalidInput
 from fabric.events.wiring import attach_submitter
 from fabric.kanboard.bootstrap import init_board, load_layout, save_layout_cache
 from fabric.kanboard.client import KanboardClient
@@ -311,7 +311,7 @@ def claim_cmd(
     )
     if lease is None:
         _emit({"task_id": None}, as_json, "nothing to claim")
-        raise SystemExit(4)
+        raise SystemExit(EXIT_LOST)
     data = {
         "task_id": lease.task_id,
         "epoch": lease.epoch,

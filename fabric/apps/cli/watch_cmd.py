@@ -19,7 +19,7 @@ import click
 
 from fabric.apps.cli import main
 from fabric.core import Fabric
-from fabric.errors import FabricError, InvalidInput
+from fabric.errors import EXIT_TIMEOUT, EXIT_UNREACHABLE, FabricError, InvalidInput
 from fabric.events.subscriber import BoardStatus, WatchOptions, watch
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.port import BoardUnavailable
@@ -29,7 +29,6 @@ from fabric.settings.resolve import Settings
 log = logging.getLogger("agap.watch")
 
 BOARD_TIMEOUT = 5.0
-EXIT_USAGE = 4
 
 
 def parse_task(text: str) -> int:
@@ -72,14 +71,14 @@ def _print(line: dict[str, Any]) -> None:
     type=float,
     default=3600.0,
     show_default=True,
-    help="Wall-clock budget in seconds (exit 2 when spent).",
+    help="Wall-clock budget in seconds (exit 8 when spent).",
 )
 @click.option(
     "--idle-timeout",
     type=float,
     default=600.0,
     show_default=True,
-    help="Give up after this many seconds without an event (exit 2).",
+    help="Give up after this many seconds without an event (exit 8).",
 )
 @click.option(
     "--poll", type=float, default=2.0, show_default=True, help="Board poll interval while the broker is away."
@@ -97,8 +96,8 @@ def watch_cmd(
 ) -> None:
     """Print TASK's live events as JSON lines until it completes, fails or times out.
 
-    Exit codes: 0 completed, 1 failed or canceled, 2 timeout, 3 the event broker is
-    unavailable and so is the board, 4 bad input or configuration.
+    Exit codes (the one table): 0 completed, 1 failed or canceled, 8 the wait ran out, 3 the
+    event broker is unavailable and so is the board, 2 bad input or configuration.
     """
     logging.basicConfig(
         stream=sys.stderr,
@@ -125,17 +124,19 @@ def watch_cmd(
                 options=WatchOptions(
                     timeout=timeout, idle_timeout=idle_timeout, board_poll=poll, recheck=recheck
                 ),
+                # The readiness line (-v): from here on no event of the task is missed.
+                on_live=lambda: log.info("task #%s: live (subscribed, board checked)", task_id),
             )
         finally:
             if transport is not None:
                 transport.close()
-    except FabricError as exc:  # not a timeout: a distinct code
+    except FabricError as exc:  # not a timeout: the error's own code
         click.echo(f"agap: error: {exc.line()}", err=True)
-        sys.exit(EXIT_USAGE)
+        sys.exit(exc.exit_code)
     log.info("task #%s: %s (exit %s)", task_id, result.reason, result.code)
-    if result.code == 2:
+    if result.code == EXIT_TIMEOUT:
         click.echo(f"agap watch: task #{task_id}: {result.reason}", err=True)
-    elif result.code == 3:
+    elif result.code == EXIT_UNREACHABLE:
         click.echo(
             f"agap watch: task #{task_id}: the event broker and the board are both unavailable", err=True
         )

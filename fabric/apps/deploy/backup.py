@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from fabric.cards import CardSet
-from fabric.errors import FabricError, InvalidInput
+from fabric.errors import EXIT_INVALID, FabricError, InvalidInput
 from fabric.kanboard.backup import (
     BoardExport,
     JournalLine,
@@ -77,7 +77,7 @@ _COLUMNS = {c.value for c in COLUMN_ORDER}
 class BoardNotEmpty(FabricError):
     """``agap restore`` needs an empty board."""
 
-    exit_code = 2
+    exit_code = EXIT_INVALID
 
     def __init__(self, what: str) -> None:
         super().__init__(

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from fabric.cards import Card, CardSet, GoldenCase, load_golden
-from fabric.errors import FabricError, InvalidInput
+from fabric.errors import EXIT_UNREACHABLE, FabricError, InvalidInput
 from workers.answer import client_for, complete
 from workers.llm import ModelClient, ModelError
 from workers.prompt import persona_for
@@ -54,7 +54,7 @@ _VERDICT = re.compile(r"^\W*(PASS|FAIL)\b", re.I)
 class ModelPlaneDown(FabricError):
     """Not one model call of the replay succeeded: nothing was compared."""
 
-    exit_code = 3
+    exit_code = EXIT_UNREACHABLE
 
     def __init__(self, note: str) -> None:
         super().__init__(
