@@ -149,6 +149,10 @@ class KanboardClient:
             raise _Ambiguous(f"connection broken: {exc.__class__.__name__}") from exc
         except requests.exceptions.Timeout as exc:
             raise _Ambiguous(f"no answer within {self.timeout}s") from exc
+        except requests.exceptions.RequestException as exc:
+            # The answer broke off mid-body (ChunkedEncodingError when the board dies while
+            # replying): the request was sent, so it may have been done.
+            raise _Ambiguous(f"answer broken off: {exc.__class__.__name__}") from exc
         if resp.status_code in (401, 403):
             raise BoardAuthError(
                 f"HTTP {resp.status_code}: the board rejected the credentials", where=self.url

@@ -13,6 +13,7 @@ import responses
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.port import (
     BoardAuthError,
+    BoardError,
     BoardRefused,
     BoardUnavailable,
     Call,
@@ -82,6 +83,19 @@ def test_a_write_timing_out_is_maybe_done() -> None:
     with pytest.raises(MaybeDone):
         KanboardClient(URL, "t").call("saveTaskMetadata", {"task_id": 1, "values": {}})
     assert len(responses.calls) == 1
+
+
+@responses.activate
+def test_an_answer_broken_off_mid_body_is_a_board_failure_not_a_crash() -> None:
+    # The board killed while it answers: requests raises ChunkedEncodingError, which is
+    # neither a ConnectionError nor a Timeout.
+    responses.post(URL, body=requests.exceptions.ChunkedEncodingError("IncompleteRead"))
+    with pytest.raises(MaybeDone):
+        KanboardClient(URL, "t").call("saveTaskMetadata", {"task_id": 1, "values": {}})
+    assert len(responses.calls) == 1
+    responses.post(URL, body=requests.exceptions.ChunkedEncodingError("IncompleteRead"))
+    with pytest.raises(BoardError):
+        KanboardClient(URL, "t").call("getTask", {"task_id": 1})
 
 
 def test_a_refused_connection_is_unavailable_even_for_writes() -> None:
