@@ -112,6 +112,18 @@ class RateLimited(ModelError):
             hint = "no reset announced; back off"
         super().__init__(what, where=where, hint=hint)
 
+    @classmethod
+    def from_headers(cls, what: str, headers: Mapping[str, str], where: str) -> RateLimited:
+        """A 429, with the wait and reset its headers announce (:mod:`fabric.retry_after`)."""
+        retry_after, reset_at = parse_rate_limit(headers)
+        return cls(what, retry_after=retry_after, reset_at=reset_at, headers=headers, where=where)
+
+    @classmethod
+    def if_budget_spent(cls, status: int | None, message: str, what: str, where: str) -> RateLimited | None:
+        """A cool-down until the date the message names, when it says the budget is spent."""
+        spent, regain_at = budget_exhausted(status, message)
+        return cls(what, reset_at=regain_at, where=where) if spent else None
+
 
 class ModelUnavailable(ModelError):
     """The model plane cannot be reached or is failing (refused, timed out, 5xx): park the
@@ -360,17 +372,10 @@ def _raise_for_status(status: int, headers: Mapping[str, str], message: str, whe
         return
     detail = f"HTTP {status}" + (f": {message}" if message else "")
     if status == 429:
-        retry_after, reset_at = parse_rate_limit(headers)
-        raise RateLimited(
-            f"rate limited ({detail})",
-            retry_after=retry_after,
-            reset_at=reset_at,
-            headers=headers,
-            where=where,
-        )
-    spent, regain_at = budget_exhausted(status, message)
-    if spent:
-        raise RateLimited(f"budget exhausted ({detail})", reset_at=regain_at, where=where)
+        raise RateLimited.from_headers(f"rate limited ({detail})", headers, where)
+    spent = RateLimited.if_budget_spent(status, message, f"budget exhausted ({detail})", where)
+    if spent is not None:
+        raise spent
     if status in (401, 403):
         raise ModelAuthFailed(
             f"the model plane refused the key ({detail})",

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from fabric.errors import ConfigError
-from fabric.retry_after import budget_exhausted, parse_rate_limit
 from fabric.settings import registry
 from workers.llm import (
     BadModelResponse,
@@ -143,18 +142,10 @@ def _map_litellm_error(litellm: Any, exc: Exception, where: str) -> ModelError:
         return any(isinstance(exc, cls) for n in names if isinstance(cls := getattr(litellm, n, None), type))
 
     if is_a("RateLimitError") or status == 429:
-        headers = _litellm_headers(exc)
-        retry_after, reset_at = parse_rate_limit(headers)
-        return RateLimited(
-            f"rate limited: {message}",
-            retry_after=retry_after,
-            reset_at=reset_at,
-            headers=headers,
-            where=where,
-        )
-    spent, regain_at = budget_exhausted(status, message)
-    if spent:
-        return RateLimited(f"budget exhausted: {message}", reset_at=regain_at, where=where)
+        return RateLimited.from_headers(f"rate limited: {message}", _litellm_headers(exc), where)
+    spent = RateLimited.if_budget_spent(status, message, f"budget exhausted: {message}", where)
+    if spent is not None:
+        return spent
     if is_a("AuthenticationError", "PermissionDeniedError") or status in (401, 403):
         return ModelAuthFailed(
             f"the provider refused the key: {message}",
