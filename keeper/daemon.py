@@ -16,7 +16,6 @@ SIGTERM during that wait exits cleanly. A rejected token or a missing project ra
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from fabric.degraded import Backoff, BoardWait, transient
 from fabric.errors import ConfigError
 from fabric.kanboard.port import BoardError
 from fabric.settings.keeper import JOBS, KeeperConfig
+from fabric.signals import set_on_signal
 from keeper import duties, gc, gestures, policy, snapshot, sweeps
 from keeper.metrics import Metrics
 from keeper.notify import Notifier
@@ -66,6 +66,9 @@ class Keeper:
     # tried once more and the submit's receipt makes that a no-op.
     _escalated: set[tuple[int, int]] = field(default_factory=set)
     _human_parks: dict[str, Any] = field(default_factory=dict)  # queue -> ParkTracker
+    # Set once the daemon stops: a job the scheduler had queued but not started is skipped,
+    # so stopping waits for at most the one job that is running.
+    _stopping: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
     def for_fabric(cls, fab: Fabric, config: KeeperConfig | None = None, **kw: Any) -> Keeper:
@@ -206,6 +209,8 @@ class Keeper:
     def run_job(self, name: str, *, ignore_backoff: bool = False) -> bool:
         """Run one job; never raises. False when it failed or was skipped (backing off)."""
         stats = self.metrics.job(name)
+        if self._stopping.is_set() and not ignore_backoff:
+            return False
         back = self._backoff.setdefault(name, _Backoff())
         if not ignore_backoff and self.monotonic() < back.until:
             stats.skipped_total += 1
@@ -293,9 +298,7 @@ class Keeper:
         The jobs start once the board answers (:meth:`wait_for_board`).
         """
         stop = stop or threading.Event()
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: stop.set())
+        set_on_signal(stop)
         if not self.wait_for_board(stop.wait):
             log.info("keeper stopping (the board never answered)")
             return
@@ -311,6 +314,7 @@ class Keeper:
             stop.wait()
         finally:
             log.info("keeper stopping")
+            self._stopping.set()
             sched.shutdown(wait=True)
 
 

@@ -14,12 +14,10 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import socket
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import FrameType
 
 from fabric.availability import Availability
 from fabric.cards import Card, CardSet
@@ -31,6 +29,7 @@ from fabric.ledger import Lease
 from fabric.policy import check_claim_on_board
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
+from fabric.signals import set_on_signal
 from workers.answer import client_for, model_mode
 from workers.availability import card_availability
 from workers.events import attach_worker
@@ -220,12 +219,10 @@ def run_until_signalled(worker: Worker, settings: Settings, card: Card) -> None:
     if worker.availability is not None:
         restore_counters(worker.availability, path)
 
-    def _stop(signum: int, frame: FrameType | None) -> None:
+    def _note(signum: int) -> None:
         log.info("signal %s: finishing the current task, then exiting", signum)
-        worker.stop.set()
 
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    set_on_signal(worker.stop, note=_note)
     try:
         worker.run()
     finally:

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 from click.testing import CliRunner, Result
@@ -192,13 +193,17 @@ def test_sigterm_stops_the_daemon_cleanly(env: dict[str, str]) -> None:
     )
     try:
         assert proc.stderr is not None
-        deadline = time.monotonic() + 30
-        for line in proc.stderr:
-            if "keeper running" in line:
-                break
-            assert time.monotonic() < deadline
+        running = threading.Event()
+
+        def drain(stream: IO[str]) -> None:  # a full stderr pipe would block the keeper
+            for line in stream:
+                if "keeper running" in line:
+                    running.set()
+
+        threading.Thread(target=drain, args=(proc.stderr,), daemon=True).start()
+        assert running.wait(60), "the keeper never said it was running"
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(15) == 0
+        assert proc.wait(30) == 0
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import threading
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -22,6 +21,7 @@ from fabric.degraded import Backoff, BoardWait
 from fabric.errors import EXIT_FAILED, InvalidInput
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
+from fabric.signals import set_on_signal
 
 if TYPE_CHECKING:
     from fabric.apps.cron import CronState, Firing, Schedule
@@ -175,8 +175,7 @@ def cron_cmd(
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    set_on_signal(stop)
     daemon = _wait_for_board(Settings.from_env(), stop)
     if daemon is None:
         return  # stopped while waiting for the board
