@@ -22,61 +22,117 @@ from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.layout import State
 from fabric.settings.resolve import Settings
 from workers.drill import DrillExecutor
 from workers.loop import Worker, WorkerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
-_PROBE = r"""
-import json, sys, time
-t0 = time.perf_counter()
-mode, url, key = sys.argv[1], sys.argv[2], sys.argv[3]
-from workers.llm import GatewayClient
-from workers.llm_sdk import SdkClient
-if mode == "gateway":
-    client = GatewayClient(url, key)
-    model = "stub"
-else:
-    client = SdkClient(api_base=url + "/v1", api_key=key)
-    model = "openai/stub"
-ready = time.perf_counter() - t0
-client.complete([{"role": "user", "content": "hi"}], model=model, metadata={"agent": "b"},
-                idempotency_key="bench", timeout=30)
-status = dict(line.split(":", 1) for line in open("/proc/self/status"))
-print(json.dumps({"ready_s": ready, "first_answer_s": time.perf_counter() - t0,
-                  "maxrss_mb": int(status["VmHWM"].split()[0]) / 1024,
-                  "litellm_imported": "litellm" in sys.modules}))
+_CARD = """
+id: bench
+kind: model
+name: Bench model
+tier: medium
+trust: trusted
+capabilities: [chat]
+runtime:
+  mode: {mode}
+  model: openai/stub
+  api_base: {api_base}
+  api_key_env: BENCH_PROVIDER_KEY
+  poll_seconds: 0.05
 """
 
 
-def _probe(mode: str, url: str, key: str) -> dict[str, Any]:
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    out = subprocess.run(
-        [sys.executable, "-c", _PROBE, mode, url, key],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+def _peak_rss_mb(pid: int) -> float:
+    # VmHWM (peak RSS) starts afresh at exec; ru_maxrss would carry the parent's.
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return int(status["VmHWM"].split()[0]) / 1024
 
 
 def _bare_python() -> dict[str, float]:
-    # VmHWM (peak RSS) starts afresh at exec; ru_maxrss would carry the parent's.
-    code = (
-        "import json; s = dict(l.split(':', 1) for l in open('/proc/self/status')); "
-        "print(json.dumps({'maxrss_mb': int(s['VmHWM'].split()[0]) / 1024}))"
-    )
+    """A bare interpreter with the workers' flags (-X importtime lists every import)."""
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    return {"start_s": time.perf_counter() - t0, **json.loads(out.stdout)}
+    subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], stderr=subprocess.DEVNULL, check=True)
+    start = time.perf_counter() - t0
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-c", "import sys; print(flush=True); sys.stdin.readline()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.readline()  # it has started and is waiting
+    rss = _peak_rss_mb(proc.pid)
+    proc.communicate("\n", timeout=60)
+    return {"start_s": start, "maxrss_mb": rss}
+
+
+def _real_worker(mode: str, stub_url: str, stub_key: str) -> dict[str, Any]:
+    """One real `agap worker` process on the embedded board: start → first task done,
+    its peak RSS, and whether it imported litellm (from -X importtime)."""
+    tmp = Path(tempfile.mkdtemp(prefix="agap-bench-cold-"))
+    cards_dir = tmp / "cards"
+    cards_dir.mkdir()
+    (cards_dir / "bench.yaml").write_text(_CARD.format(mode=mode, api_base=stub_url + "/v1"))
+    with EmbeddedBoard(tmp / "b.sqlite3") as board:
+        settings = Settings(board_url=board.url, board_token=board.token, cards_dir=cards_dir, state_dir=tmp)
+        cards = load_cards(cards_dir)
+        from fabric.kanboard.bootstrap import init_board  # here: only this bench bootstraps
+
+        init_board(KanboardClient(board.url, board.token), settings, cards)
+        fab = Fabric.connect(settings, cards=cards, port=KanboardClient(board.url, board.token))
+        tid = fab.submit("cold start probe", target="bench").task_id
+        env = {
+            **os.environ,
+            "KANBOARD_URL": board.url,
+            "KANBOARD_API_TOKEN": board.token,
+            "AGAP_CARDS_DIR": str(cards_dir),
+            "AGAP_STATE_DIR": str(tmp / "state"),
+            "XDG_CACHE_HOME": str(tmp / "cache"),
+            "AGAP_MODEL_MODE": mode,
+            "AGAP_LITELLM_URL": stub_url,
+            "AGAP_LITELLM_KEY": stub_key,
+            "BENCH_PROVIDER_KEY": stub_key,
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        }
+        err = tmp / "worker.err"
+        t0 = time.perf_counter()
+        with err.open("w") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-X", "importtime", "-m", "fabric.apps.cli", "worker", "--agent", "bench"],
+                cwd=ROOT,
+                env=env,
+                stderr=log,
+                stdout=subprocess.DEVNULL,
+            )
+            try:
+                while not _done(fab, tid):
+                    if proc.poll() is not None or time.perf_counter() - t0 > 120:
+                        raise RuntimeError(f"the {mode} worker did not finish: {err.read_text()[-2000:]}")
+                    time.sleep(0.01)
+                first = time.perf_counter() - t0
+                rss = _peak_rss_mb(proc.pid)
+            finally:
+                proc.terminate()
+                proc.wait(60)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in err.read_text().splitlines() if "|" in line}
+    return {
+        "first_answer_s": first,
+        "maxrss_mb": rss,
+        "litellm_imported": any(m.split(".")[0] == "litellm" for m in imported),
+    }
+
+
+def _done(fab: Fabric, tid: int) -> bool:
+    cur = fab.board.read(tid).current
+    return cur is not None and cur.state == State.DONE
 
 
 def cold_start(repeats: int) -> dict[str, Any]:
-    """Start to first answer and peak RSS, gateway vs sdk, against a loopback provider."""
+    """A real `agap worker` per model mode: start → first task done and peak RSS."""
     sys.path.insert(0, str(ROOT))
     from tests.fakes.openai_stub import OpenAIStub
 
@@ -84,7 +140,7 @@ def cold_start(repeats: int) -> dict[str, Any]:
     res: dict[str, Any] = {"bare_python": bare}
     with OpenAIStub() as stub:
         for mode in ("gateway", "sdk"):
-            runs = [_probe(mode, stub.url, stub.api_key) for _ in range(repeats)]
+            runs = [_real_worker(mode, stub.url, stub.api_key) for _ in range(repeats)]
             res[mode] = min(runs, key=lambda d: d["first_answer_s"])
     return res
 
@@ -158,7 +214,7 @@ def run(quick: bool) -> dict[str, Any]:
     bare = cold["bare_python"]
     rows = [
         [
-            "bare `python -c pass`: start / peak RSS (baseline)",
+            "bare `python -c pass`: start / peak RSS (baseline, same -X importtime flag)",
             f"{bare['start_s']:.3f} s / {bare['maxrss_mb']:.0f} MB",
         ],
     ]
@@ -166,13 +222,13 @@ def run(quick: bool) -> dict[str, Any]:
         m = cold[mode]
         rows.append(
             [
-                f"{mode} mode: start → first answer (x baseline)",
+                f"`agap worker`, {mode} mode: start → first task done (x baseline)",
                 f"{m['first_answer_s']:.2f} s ({m['first_answer_s'] / bare['start_s']:.0f}x)",
             ]
         )
         rows.append(
             [
-                f"{mode} mode: peak RSS (x baseline); litellm imported",
+                f"`agap worker`, {mode} mode: peak RSS (x baseline); litellm imported",
                 f"{m['maxrss_mb']:.0f} MB ({m['maxrss_mb'] / bare['maxrss_mb']:.1f}x); "
                 f"{'yes' if m['litellm_imported'] else 'no'}",
             ]

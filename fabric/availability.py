@@ -40,9 +40,17 @@ doubles on each further 429 until a call succeeds (:meth:`Availability.record`).
 agent gets this, not only quota cards: an :class:`Availability` without a
 :class:`~workers.quota.QuotaWindow` carries its own :class:`RateLimitBackoff`.
 
+Admission
+---------
+A paid call starts with :meth:`Availability.admit`, which checks and counts it in one step
+in every :class:`Admitting` shape, then ends with :meth:`Availability.settle` (it ran) or
+:meth:`Availability.refund` (the provider never took it). A worker's quota and budget are
+its model endpoint's, shared by every caller on the host (:mod:`workers.endpoint`).
+
 Local counters are rebuildable state
 ------------------------------------
-Request timestamps, spend and park deadlines live in this process. :meth:`Availability.
+Request timestamps, spend and park deadlines of the shapes that are not shared live in
+this process. :meth:`Availability.
 snapshot` / :meth:`Availability.restore` carry them across a worker restart (as JSON), but
 they are a cache of what the provider already knows, not a ledger: losing them costs at most
 one call over quota, which the provider refuses with a 429 that parks the queue again. So a
@@ -64,6 +72,7 @@ from fabric.retry_after import parse_rate_limit_headers
 
 __all__ = [
     "INTERACTIVE_PRIORITY",
+    "Admitting",
     "AlwaysOn",
     "Availability",
     "HumanHours",
@@ -138,6 +147,23 @@ class Shape(Protocol):
         """The provider answered 429 at ``now``; ``retry_after`` seconds / ``reset_at`` unix
         seconds when announced."""
         ...
+
+
+@runtime_checkable
+class Admitting(Protocol):
+    """A shape that counts a call when it lets it start (a quota slot).
+
+    ``check`` then ``record`` leaves a gap in which two slots, or two processes, both see
+    the last free call; ``admit`` closes it by checking and counting in one step. A call
+    the provider never took (a 429, an unreachable endpoint) is ``refund``-ed; a call that
+    ran is ``settle``-d with its cost.
+    """
+
+    def admit(self, now: float, *, interactive: bool = False) -> Verdict: ...
+
+    def refund(self, at: float) -> None: ...
+
+    def settle(self, now: float, *, cost_usd: float = 0.0) -> None: ...
 
 
 @runtime_checkable
@@ -394,6 +420,41 @@ class Availability:
         with self._lock:
             for shape in self.shapes:
                 shape.record(now, cost_usd=cost_usd)
+
+    def admit(self, now: float, *, interactive: bool = False) -> Verdict:
+        """:meth:`check`, and when it allows, count the call at once in every
+        :class:`Admitting` shape (all or none): the way to start a paid call."""
+        with self._lock:
+            verdict = self._check(now, interactive)
+            if not verdict.available:
+                return verdict
+            taken: list[Admitting] = []
+            for shape in self.shapes:
+                if not isinstance(shape, Admitting):
+                    continue
+                verdict = shape.admit(now, interactive=interactive)
+                if not verdict.available:  # another process took the last slot meanwhile
+                    for done in taken:
+                        done.refund(now)
+                    return verdict
+                taken.append(shape)
+            return Verdict.ok()
+
+    def refund(self, at: float) -> None:
+        """The call admitted at ``at`` never reached the provider: give its slot back."""
+        with self._lock:
+            for shape in self.shapes:
+                if isinstance(shape, Admitting):
+                    shape.refund(at)
+
+    def settle(self, now: float, *, cost_usd: float = 0.0) -> None:
+        """The admitted call ran (answered, or abandoned at a timeout): record its cost."""
+        with self._lock:
+            for shape in self.shapes:
+                if isinstance(shape, Admitting):
+                    shape.settle(now, cost_usd=cost_usd)
+                else:
+                    shape.record(now, cost_usd=cost_usd)
 
     def on_rate_limited(
         self, now: float, retry_after: float | None = None, reset_at: float | None = None

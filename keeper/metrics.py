@@ -28,6 +28,7 @@ from fabric.errors import ConfigError
 from fabric.kanboard.layout import META_CRON_PREFIX, State
 from fabric.kanboard.rows import BoardTask
 from fabric.kanboard.taskboard import TaskView
+from keeper.serving import BackgroundServer
 
 log = logging.getLogger("agap.keeper.metrics")
 
@@ -59,6 +60,17 @@ class QueueStats:
 
 
 @dataclass
+class ModelStats:
+    """A model endpoint's park, as the queues that call it published it."""
+
+    model: str
+    parked: int = 0
+    park_reason: str = ""
+    park_until: float = 0.0
+    queues: list[str] = field(default_factory=list)  # the parked queues that name it
+
+
+@dataclass
 class Metrics:
     """Everything the endpoint serves; updated by the daemon, read by scrapes."""
 
@@ -81,6 +93,7 @@ class Metrics:
     active_tasks: int = 0
     jobs: dict[str, JobStats] = field(default_factory=dict)
     queues: dict[str, QueueStats] = field(default_factory=dict)
+    models: dict[str, ModelStats] = field(default_factory=dict)
     schedules: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -95,8 +108,9 @@ class Metrics:
         parks: dict[str, dict[str, Any]],
         queue_of: Callable[[BoardTask], str | None],
         now: float,
+        models: Iterable[str] = (),
     ) -> None:
-        """Rebuild the per-queue figures from a snapshot's views and rows."""
+        """Rebuild the per-queue and per-model figures from a snapshot's views and rows."""
         stats = {q: QueueStats(q) for q in queues}
 
         def cell(q: str | None) -> QueueStats | None:
@@ -114,12 +128,15 @@ class Metrics:
             d = cell(queue_of(r))
             if d is not None:
                 d.dead_letters += 1
+        by_model = {m: ModelStats(m) for m in models}
         for name, st in parks.items():
             p = cell(name)
             if p is not None and st.get("parked"):
                 _park(p, st, now)
+                _model_parks(by_model, name, st)
         with self.lock:
             self.queues = stats
+            self.models = by_model
             self.active_tasks = active
 
     def observe_schedules(self, project_meta: dict[str, str], now: float) -> None:
@@ -150,6 +167,7 @@ class Metrics:
     def to_json(self) -> dict[str, Any]:
         with self.lock:
             queues = [asdict(q) for q in sorted(self.queues.values(), key=lambda q: q.queue)]
+            models = [asdict(m) for m in sorted(self.models.values(), key=lambda m: m.model)]
             jobs = {k: asdict(v) for k, v in sorted(self.jobs.items())}
             scalars = {k: getattr(self, k) for k in _SCALARS}
             schedules = [dict(x) for x in self.schedules]
@@ -164,6 +182,8 @@ class Metrics:
             "waiting_on_humans": sum(q["waiting"] for q in queues),
             "dead_letters": sum(q["dead_letters"] for q in queues),
             "parked_queues": sum(q["parked"] for q in queues),
+            "parked_models": sum(m["parked"] for m in models),
+            "models": models,
             "jobs": jobs,
             "job_list": [{"job": k, **v} for k, v in jobs.items()],
             "queues": queues,
@@ -220,6 +240,12 @@ class Metrics:
             [({"queue": q["queue"], "reason": q["park_reason"]}, q["parked"]) for q in queues],
         )
         metric(
+            "keeper_model_parked",
+            "gauge",
+            "1 while a queue calling the model endpoint parks for it (quota, budget, 429, node).",
+            [({"model": m["model"], "reason": m["park_reason"]}, m["parked"]) for m in data["models"]],
+        )
+        metric(
             "keeper_queue_park_until_timestamp",
             "gauge",
             "When a parked queue expects to reset.",
@@ -255,6 +281,16 @@ def _count(q: QueueStats, v: TaskView, now: float) -> None:
         q.working += 1
     elif cur.state == State.INPUT_REQUIRED:
         q.waiting += 1
+
+
+def _model_parks(by_model: dict[str, ModelStats], queue: str, st: dict[str, Any]) -> None:
+    """The models a parked queue's state names (``models``, written by its worker)."""
+    names = st.get("models")
+    for m in names if isinstance(names, list) else []:
+        ms = by_model.setdefault(str(m), ModelStats(str(m)))
+        if not ms.parked:
+            ms.parked, ms.park_reason, ms.park_until = 1, str(st.get("reason") or ""), _num(st.get("until"))
+        ms.queues.append(queue)
 
 
 def _park(p: QueueStats, st: dict[str, Any], now: float) -> None:
@@ -355,8 +391,10 @@ def _esc(v: str) -> str:
 # -- the endpoint ------------------------------------------------------------------------------
 
 
-class MetricsServer:
+class MetricsServer(BackgroundServer):
     """A small threaded HTTP server for :class:`Metrics` with bearer or allow-list auth."""
+
+    thread_name = "keeper-metrics"
 
     def __init__(
         self,
@@ -380,36 +418,7 @@ class MetricsServer:
         except ValueError as exc:
             raise ConfigError(str(exc), where="AGAP_KEEPER_METRICS_ALLOW") from None
         self.metrics = metrics
-        handler = _handler(metrics, token, nets)
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
-        self.thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        return int(self.httpd.server_address[1])
-
-    @property
-    def url(self) -> str:
-        host = str(self.httpd.server_address[0])
-        return f"http://{host}:{self.port}"
-
-    def start(self) -> MetricsServer:
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="keeper-metrics", daemon=True)
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        if self.thread is not None:
-            self.thread.join(5)
-
-    def __enter__(self) -> MetricsServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__init__(ThreadingHTTPServer((host, port), _handler(metrics, token, nets)))
 
 
 def _handler(

@@ -17,7 +17,8 @@ import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from fabric.availability import (
@@ -33,11 +34,15 @@ from fabric.cards import (
     AvailabilitySpec,
     BudgetSpec,
     Card,
+    CardSet,
     GpuResidency,
     GpuSpec,
     OnDemandSpec,
     QuotaSpec,
 )
+from fabric.cards.backbone import backbone_choices
+from workers.backbone import Backbones, Endpoint
+from workers.endpoint import endpoint_card, endpoint_shapes
 from workers.quota import CostBudget, QuotaWindow
 
 __all__ = [
@@ -503,7 +508,65 @@ def worker_shape(card: Card, spec: AvailabilitySpec, probes: Probes) -> Shape | 
     return calendar_shape(card, spec)
 
 
-def card_availability(card: Card, *, probes: Probes | None = None) -> Availability:
-    """A worker's composed a(t) for ``card``: every shape on it, probes included."""
+def card_availability(
+    card: Card,
+    *,
+    probes: Probes | None = None,
+    cards: CardSet | None = None,
+    ledger_dir: Path | None = None,
+    skip: frozenset[str] = frozenset(),
+) -> Availability:
+    """A worker's composed a(t) for ``card``: every shape on it, probes included.
+
+    With ``ledger_dir``, the counters are the model endpoint's, shared by every caller on
+    the host (:mod:`workers.endpoint`): the shapes of the card serving ``card``'s model
+    come first, then ``card``'s own. Shapes named in ``skip`` are left out.
+    """
     p = probes or Probes()
-    return Availability.from_card(card, shape_of=lambda c, spec: worker_shape(c, spec, p))
+
+    def make(c: Card, spec: AvailabilitySpec) -> Shape | None:
+        return None if spec.shape in skip else worker_shape(c, spec, p)
+
+    if ledger_dir is None:
+        return Availability.from_card(card, shape_of=make)
+    backbones = persona_backbones(card, cards, ledger_dir, make)
+    if backbones is not None:
+        own = endpoint_shapes(card, ledger_dir, make, park_429=False)
+        return Availability([*own, backbones], queue=card.queue_name)
+    endpoint = endpoint_card(card, cards)
+    shapes = endpoint_shapes(endpoint, ledger_dir, make)
+    if endpoint is not card:
+        shapes += endpoint_shapes(card, ledger_dir, make, park_429=False)
+    return Availability(shapes, queue=card.queue_name)
+
+
+def persona_backbones(
+    card: Card,
+    cards: CardSet | None,
+    ledger_dir: Path,
+    make: Callable[[Card, AvailabilitySpec], Shape | None],
+) -> Backbones | None:
+    """A persona's backbones from its constraints, each with its endpoint's shared a(t);
+    None when its backbone is pinned (``backbone.model``) or it has none."""
+    if cards is None or card.backbone is None or card.backbone.constraints is None:
+        return None
+    endpoints = []
+    for choice in backbone_choices(card, cards):
+        if not choice.eligible or not choice.card.runtime.model:
+            continue
+        model = choice.card
+        runtime = card.runtime.model_copy(
+            update={
+                "model": model.runtime.model,
+                "api_base": model.runtime.api_base,
+                "api_key_env": model.runtime.api_key_env,
+            }
+        )
+        av = Availability(endpoint_shapes(model, ledger_dir, make), queue=card.queue_name)
+        endpoints.append(Endpoint(card.model_copy(update={"runtime": runtime}), model, av, choice.why))
+    # The card's own model (the one the eval gate last passed, see fabric.cards.backbone)
+    # goes first; the others fit too and run when it is parked.
+    endpoints.sort(key=lambda e: e.card.runtime.model != card.runtime.model)
+    if endpoints and endpoints[0].why != "closest fit":
+        endpoints[0] = replace(endpoints[0], why="gated by the eval (a closer fit is not yet)")
+    return Backbones(endpoints) if endpoints else None

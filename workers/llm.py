@@ -136,6 +136,12 @@ class ModelUnavailable(ModelError):
         )
 
 
+class ModelTimedOut(ModelUnavailable):
+    """The request was sent and no answer came within the timeout. The provider may still
+    run it and charge for it, so the call counts against quota and budget; and a prompt that
+    times out every time is the task's problem after a few tries, not the plane's."""
+
+
 class ModelAuthFailed(ModelUnavailable):
     """The plane refused our key (401/403): a configuration problem, not the task's."""
 
@@ -330,8 +336,12 @@ class GatewayClient:
         }
         try:
             resp = self.session.post(self.url, data=json.dumps(body), headers=headers, timeout=timeout)
-        except requests.Timeout as exc:
+        except requests.ConnectTimeout as exc:
             raise ModelUnavailable(
+                f"cannot reach the LiteLLM gateway within {timeout:g}s ({type(exc).__name__})", where=self.url
+            ) from None
+        except requests.Timeout as exc:
+            raise ModelTimedOut(
                 f"no answer within {timeout:g}s ({type(exc).__name__})", where=self.url
             ) from None
         except requests.RequestException as exc:

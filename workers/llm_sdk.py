@@ -20,6 +20,7 @@ from workers.llm import (
     ModelAuthFailed,
     ModelError,
     ModelRejected,
+    ModelTimedOut,
     ModelUnavailable,
     RateLimited,
     as_cost,
@@ -155,9 +156,11 @@ def _map_litellm_error(litellm: Any, exc: Exception, where: str) -> ModelError:
         )
     if _looks_malformed(exc):
         return BadModelResponse(f"malformed answer from the provider: {message}", where=where, status=status)
-    if is_a(
-        "Timeout", "APIConnectionError", "ServiceUnavailableError", "InternalServerError", "BadGatewayError"
-    ) or (status is not None and status >= 500):
+    if is_a("Timeout"):
+        return ModelTimedOut(f"{type(exc).__name__}: {message}", where=where, status=status)
+    if is_a("APIConnectionError", "ServiceUnavailableError", "InternalServerError", "BadGatewayError") or (
+        status is not None and status >= 500
+    ):
         return ModelUnavailable(f"{type(exc).__name__}: {message}", where=where, status=status)
     if is_a(
         "BadRequestError",

@@ -16,6 +16,7 @@ the whole governor; no separate admission function is needed.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -117,10 +118,26 @@ class QuotaWindow(ShapeBase):
         return Verdict.ok()
 
     def record(self, now: float, *, cost_usd: float = 0.0) -> None:
+        self._count(now)
+        self.backoff.record(now)
+
+    def _count(self, now: float) -> None:
         self.calls.append(now)
         if len(self.calls) > 1 and self.calls[-2] > now:  # clock stepped back: keep order
             self.calls = deque(sorted(self.calls))
-        self.backoff.record(now)
+
+    def admit(self, now: float, *, interactive: bool = False) -> Verdict:
+        verdict = self.check(now, interactive=interactive)
+        if verdict.available:
+            self._count(now)
+        return verdict
+
+    def refund(self, at: float) -> None:
+        with contextlib.suppress(ValueError):  # already out of the window: nothing to give back
+            self.calls.remove(at)
+
+    def settle(self, now: float, *, cost_usd: float = 0.0) -> None:
+        self.backoff.record(now)  # counted when admitted; an answer ends a 429 streak
 
     def on_rate_limited(self, now: float, retry_after: float | None, reset_at: float | None) -> None:
         self.backoff.on_rate_limited(now, retry_after, reset_at)
@@ -201,6 +218,15 @@ class CostBudget(ShapeBase):
                 self._until_below(now, background_cap) if background_cap > 0 else None,
             )
         return Verdict.ok()
+
+    def admit(self, now: float, *, interactive: bool = False) -> Verdict:
+        return self.check(now, interactive=interactive)  # the cost is known only afterwards
+
+    def refund(self, at: float) -> None:
+        return None
+
+    def settle(self, now: float, *, cost_usd: float = 0.0) -> None:
+        self.record(now, cost_usd=cost_usd)
 
     def record(self, now: float, *, cost_usd: float = 0.0) -> None:
         if not math.isfinite(cost_usd) or cost_usd <= 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from fabric.cards.backbone import read_record, with_backbone
 from fabric.cards.fields import tier_rank
 from fabric.cards.schema import Card, satisfies
 from fabric.errors import InvalidInput
@@ -27,7 +28,13 @@ class CardSet:
             if card.id in by_id:
                 raise InvalidInput(f"duplicate agent id {card.id!r}")
             by_id[card.id] = card
-        self.cards: dict[str, Card] = by_id
+        # A persona's model is its backbone's, resolved once here so every caller (worker,
+        # A2A, eval gate, router, compose render) calls, and spends the a(t) of, the same one.
+        gated = read_record(directory) if directory is not None else {}
+        self.cards: dict[str, Card] = {
+            i: with_backbone(c, by_id.values(), gated.get(i)) for i, c in by_id.items()
+        }
+        by_id = self.cards
         self.base_dir = base_dir
         self.directory = directory
         self._queues: dict[str, Card] = {}

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fabric.cards.backbone import backbone_choices, resolve_backbone
 from fabric.cards.files import load_golden, shown_path
 from fabric.cards.problems import CardErrors, CardProblem
-from fabric.cards.schema import Card, satisfies
+from fabric.cards.schema import Card
 
 __all__ = ["cross_card_problems"]
 
@@ -136,22 +137,29 @@ def _backbone_problems(shown: str, card: Card, cards: dict[str, Card], broken: s
         return []
     constraints = backbone.constraints
     assert constraints is not None
-    fit = [
-        c
-        for c in cards.values()
-        if c.kind == "model" and satisfies(c, constraints.tier, constraints.capabilities)
-    ]
-    if not fit and not broken:
+    chosen = resolve_backbone(card, cards.values())
+    if chosen is not None and card.runtime.model and card.runtime.model != chosen.runtime.model:
+        return [
+            CardProblem(
+                shown,
+                "runtime.model",
+                f"{card.runtime.model!r}, but the backbone resolves to {chosen.id} "
+                f"({chosen.runtime.model}); drop runtime.model: the backbone decides",
+            )
+        ]
+    if chosen is None and not broken:
         want = []
         if constraints.tier:
             want.append(f"tier >= {constraints.tier}")
         if constraints.capabilities:
             want.append("capabilities " + ", ".join(constraints.capabilities))
+        why = "; ".join(f"{c.card.id}: {c.why}" for c in backbone_choices(card, cards.values()))
         return [
             CardProblem(
                 shown,
                 "backbone.constraints",
-                f"no model card satisfies {' with '.join(want) or 'these constraints'}",
+                f"no model card satisfies {' with '.join(want) or 'these constraints'}"
+                + (f" ({why})" if why else ""),
             )
         ]
     return []

@@ -217,12 +217,6 @@ class RuntimeSpec(StrictModel):
     interactive: bool = False
     timeout_seconds: float = Field(default=120.0, gt=0)
 
-    @model_validator(mode="after")
-    def _model_needed(self) -> RuntimeSpec:
-        if self.mode in ("gateway", "sdk") and self.model is None:
-            raise_violations([("model", f"required for mode {self.mode} (a LiteLLM model name)")])
-        return self
-
 
 class BackboneConstraints(StrictModel):
     """Any model card at least this ``tier`` with all these ``capabilities``."""
@@ -273,6 +267,8 @@ class HumanSpec(StrictModel):
     display_name: Text
     email: str = ""
     channels: list[Channel] = Field(default_factory=list)
+    # Kanboard usernames who may approve or answer in this person's place on the board.
+    deputies: list[Username] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _email(self) -> HumanSpec:
@@ -376,6 +372,9 @@ def _kind_rules(card: Card) -> _Violations:
             p.append(("tier", "required for kind: model (one of " + ", ".join(TIERS) + ")"))
         if card.runtime.model is None and card.runtime.mode != "demo":
             p.append(("runtime.model", "required for a model card unless mode is demo"))
+    if card.runtime.mode in ("gateway", "sdk") and card.runtime.model is None and card.backbone is None:
+        # A persona's backbone names its model; everything else that calls one must.
+        p.append(("runtime.model", f"required for mode {card.runtime.mode} (a LiteLLM model name)"))
     if card.backbone is not None and card.kind not in ("persona", "router"):
         p.append(("backbone", "only persona and router cards have a backbone"))
     if card.persona is not None and card.kind not in ("persona", "router"):

@@ -192,3 +192,83 @@ def test_refusals(repo: Path, stub: OpenAIStub) -> None:
     }
     res = CliRunner().invoke(main, ["eval", "--agent", "helper", "--backbone", "openai/better"], env=env)
     assert res.exit_code == 3 and "model plane" in res.output
+
+
+MODEL_CARD = """\
+id: {name}
+kind: model
+name: {name}
+tier: {tier}
+trust: trusted
+capabilities: [chat]
+runtime:
+  mode: demo
+  model: openai/{name}
+"""
+
+PAL = """\
+id: pal
+kind: persona
+name: Pal
+capabilities: [chat]
+trust: trusted
+runtime:
+  mode: demo
+backbone:
+  constraints:
+    tier: {tier}
+persona: souls/helper.md
+golden: cards/golden/pal.yaml
+"""
+
+
+def validate(repo: Path) -> Result:
+    import fabric.apps.cli.cards_cmd  # noqa: F401  (registers `agap cards`)
+
+    return CliRunner().invoke(main, ["cards", "validate", "--dir", str(repo / "cards")])
+
+
+@pytest.fixture
+def gated(repo: Path) -> Path:
+    for name, tier in (("good", "small"), ("better", "medium"), ("worse", "large")):
+        (repo / "cards" / f"{name}.yaml").write_text(MODEL_CARD.format(name=name, tier=tier))
+    (repo / "cards" / "pal.yaml").write_text(PAL.format(tier="small"))
+    (repo / "cards" / "golden" / "pal.yaml").write_text(GOLDEN.replace("agent: helper", "agent: pal"))
+    (repo / "cards" / "_backbones.yaml").write_text('pal: "openai/good"\n')
+    return repo
+
+
+def test_a_change_of_resolution_must_pass_the_gate_before_it_is_recorded(
+    gated: Path, stub: OpenAIStub
+) -> None:
+    assert validate(gated).exit_code == 0
+    (gated / "cards" / "pal.yaml").write_text(PAL.format(tier="medium"))  # the one-line edit
+    res = validate(gated)
+    assert res.exit_code == 2
+    assert "now resolves to openai/better (was openai/good)" in res.output
+    assert "agap eval --agent pal --record" in res.output
+    res = run(gated, stub, "--agent", "pal", "--record")  # proposed: the new resolution
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[0].split()[-1] == "openai/better"
+    assert validate(gated).exit_code == 0
+    assert 'pal: "openai/better"' in (gated / "cards" / "_backbones.yaml").read_text()
+
+
+def test_a_change_of_resolution_that_regresses_is_not_recorded(gated: Path, stub: OpenAIStub) -> None:
+    (gated / "cards" / "pal.yaml").write_text(PAL.format(tier="large"))
+    res = run(gated, stub, "--agent", "pal", "--record")
+    assert res.exit_code == 1, res.output
+    assert 'pal: "openai/good"' in (gated / "cards" / "_backbones.yaml").read_text()
+    assert validate(gated).exit_code == 2
+
+
+def test_until_the_gate_passes_the_persona_keeps_thinking_with_the_gated_backbone(gated: Path) -> None:
+    from fabric.cards import load_cards  # here: only this test loads the cards itself
+
+    (gated / "cards" / "pal.yaml").write_text(PAL.format(tier="medium"))
+    # tier medium: better (medium) and worse (large) fit; good (small) no longer does, so
+    # the gated one cannot be kept and the closest new fit runs (validate still fails).
+    assert load_cards(gated / "cards", base_dir=gated).get("pal").runtime.model == "openai/better"
+    (gated / "cards" / "_backbones.yaml").write_text('pal: "openai/worse"\n')
+    # worse still fits: it stays the backbone until `agap eval --record` gates better.
+    assert load_cards(gated / "cards", base_dir=gated).get("pal").runtime.model == "openai/worse"

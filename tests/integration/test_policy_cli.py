@@ -68,13 +68,22 @@ def test_policy_refusals_name_the_rule_and_limit(env: dict[str, str]) -> None:
         "--intent",
         "price this",
         "--ref",
-        "file:///notes/x.md#domain=private:alvis",
+        "file:///srv/agap/private/alvis/x.md",
     )
     assert res.exit_code == 6
     assert "PRIVACY [privacy.sandboxed, limit: shared domains only]" in res.output
+    label = "file:///srv/agap/private/alvis/x.md#domain=shared"
+    res = run(env, "submit", "--target", "torgash", "--intent", "price this", "--ref", label)
+    assert res.exit_code == 6 and "PRIVACY [privacy.label" in res.output
     research = json.loads(
         run(env, "submit", "--target", "researcher", "--intent", "read the web", "--json").output
     )
     gated = run(env, "submit", "--target", "adolf", "--intent", "remember it", "--ref", research["ref"])
     assert gated.exit_code == 6 and "TAINT_GATED [taint.promotion" in gated.output
     assert "waits on alvis" in gated.output
+
+
+def test_route_explain_shows_the_persona_backbone_and_why(env: dict[str, str]) -> None:
+    out = run(env, "route", "--target", "adolf", "--explain").output
+    assert "backbone of adolf: openai/kimi-k2" in out
+    assert "* kimi" in out and "- qwen-remote  tier medium < large" in out

@@ -563,7 +563,7 @@ def test_backbone_constraints_must_be_satisfiable(tmp_path: Path) -> None:
     persona = "id: p1\nkind: persona\nname: P\ntrust: trusted\nruntime: {mode: demo}\n"
     write(tmp_path, "p1.yaml", persona + "backbone: {constraints: {tier: large}}\n")
     assert one_problem(tmp_path) == (
-        "cards/p1.yaml: backbone.constraints: no model card satisfies tier >= large"
+        "cards/p1.yaml: backbone.constraints: no model card satisfies tier >= large (m1: tier small < large)"
     )
 
 

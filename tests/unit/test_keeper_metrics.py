@@ -35,7 +35,7 @@ def swept(local_fabric: Fabric, clock: FakeClock) -> Keeper:
         {
             "project_id": local_fabric.board.layout.project_id,
             "values": {
-                park_key("kimi"): '{"queue": "kimi", "parked": true, "reason": "quota", '
+                park_key("kimi"): '{"queue": "kimi", "parked": true, "reason": "quota", "models": ["kimi"], '
                 f'"until": {clock.now + 60}, "since": {clock.now}}}'
             },
         },
@@ -200,3 +200,13 @@ def test_the_template_paths_match_the_json(swept: Keeper) -> None:
         top = data[m.group(1)]
         if m.lastindex == 2:
             assert m.group(2) in top[0], path
+
+
+def test_parks_are_shown_per_model_endpoint_too(swept: Keeper, clock: FakeClock) -> None:
+    data = swept.metrics.to_json()
+    models = {m["model"]: m for m in data["models"]}
+    assert set(models) >= {"kimi", "gemma-local", "qwen-remote"}
+    assert models["kimi"]["parked"] == 1 and models["kimi"]["queues"] == ["kimi"]
+    assert models["kimi"]["park_reason"] == "quota" and models["gemma-local"]["parked"] == 0
+    assert data["parked_models"] == 1
+    assert 'keeper_model_parked{model="kimi",reason="quota"} 1' in swept.metrics.to_prometheus()

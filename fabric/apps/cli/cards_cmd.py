@@ -10,6 +10,8 @@ import click
 
 from fabric.apps.cli import main
 from fabric.cards import Card, CardErrors, load_cards
+from fabric.cards.backbone import backbone_changes, read_record
+from fabric.errors import EXIT_INVALID
 
 _DIR_OPTION = click.option(
     "--dir",
@@ -37,6 +39,12 @@ def validate(directory: Path) -> None:
         for problem in exc.problems:
             click.echo(str(problem), err=True)
         sys.exit(exc.exit_code)
+    # A card edit that changes a persona's backbone must pass the eval gate first.
+    changes = backbone_changes(card_set, read_record(directory))
+    for change in changes:
+        click.echo(change.line(), err=True)
+    if changes:
+        sys.exit(EXIT_INVALID)
     ids = ", ".join(card.id for card in card_set)
     click.echo(f"ok: {len(card_set)} cards ({ids})")
 

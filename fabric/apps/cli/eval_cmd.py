@@ -10,12 +10,18 @@ import click
 from fabric.apps.cli import main
 from fabric.apps.deploy.evalgate import dumps, evaluate
 from fabric.cards import load_cards
+from fabric.cards.backbone import RECORD_FILE, read_record, write_record
 from fabric.errors import EXIT_FAILED
 
 
 @main.command("eval")
 @click.option("--agent", required=True, help="The agent (card id) whose golden set to replay.")
-@click.option("--backbone", required=True, help="The proposed backbone: a model name the model plane serves.")
+@click.option(
+    "--backbone",
+    default=None,
+    help="The proposed backbone: a model name the model plane serves (default: what the "
+    "persona's backbone resolves to now).",
+)
 @click.option(
     "--judge", default=None, help="Model that scores `judge` cases (default: the current backbone)."
 )
@@ -29,13 +35,28 @@ from fabric.errors import EXIT_FAILED
     help="Folder of agent cards (env AGAP_CARDS_DIR).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def eval_cmd(agent: str, backbone: str, judge: str | None, cards_dir: Path, as_json: bool) -> None:
+@click.option(
+    "--record",
+    is_flag=True,
+    help=f"On a pass, record the proposed backbone as the gated one (cards/{RECORD_FILE}).",
+)
+def eval_cmd(
+    agent: str, backbone: str | None, judge: str | None, cards_dir: Path, as_json: bool, record: bool
+) -> None:
     """Side by side: the golden set on the current backbone and on BACKBONE.
 
-    Exit 1 on a regression: the proposed backbone passes fewer cases, or fails any case the
-    current one passes. Use it as a gate before merging a card change (docs/OPERATIONS.md).
+    The current backbone is the one the gate last passed (cards/_backbones.yaml), else the
+    card's. Exit 1 on a regression: the proposed backbone passes fewer cases, or fails any
+    case the current one passes. Use it as a gate before merging a card change.
     """
-    report = evaluate(agent, backbone, load_cards(cards_dir), judge=judge)
+    cards = load_cards(cards_dir)
+    proposed = backbone if backbone is not None else cards.get(agent).runtime.model or ""
+    report = evaluate(agent, proposed, cards, judge=judge)
     click.echo(dumps(report) if as_json else report.table())
     if report.regression:
         sys.exit(EXIT_FAILED)
+    if record:
+        gated = read_record(cards_dir)
+        gated[agent] = proposed
+        write_record(cards_dir, gated)
+        click.echo(f"recorded: {agent} thinks with {proposed} (cards/{RECORD_FILE})", err=True)

@@ -7,6 +7,8 @@ import json
 import click
 
 from fabric.apps.cli import main
+from fabric.cards import Card, CardSet
+from fabric.cards.backbone import backbone_choices
 from fabric.core import Fabric
 
 
@@ -47,5 +49,18 @@ def route_cmd(
         click.echo(json.dumps(choice.as_dict(), indent=2, sort_keys=True))
     elif explain:
         click.echo(choice.render())
+        for line in _backbone_lines(choice.card, fab.cards):
+            click.echo(line)
     else:
         click.echo(f"{choice.card.id}\t{choice.why()}")
+
+
+def _backbone_lines(card: Card, cards: CardSet) -> list[str]:
+    """What the picked persona thinks with, and why (its backbone among the model cards)."""
+    choices = backbone_choices(card, cards)
+    if not choices:
+        return []
+    lines = [f"backbone of {card.id}: {card.runtime.model or '(none fits)'}"]
+    width = max(len(c.card.id) for c in choices)
+    lines += [f"  {'*' if c.fits else '-'} {c.card.id:<{width}}  {c.why}" for c in choices]
+    return lines

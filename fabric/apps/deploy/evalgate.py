@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from fabric.cards import Card, CardSet, GoldenCase, load_golden
+from fabric.cards.backbone import read_record
 from fabric.errors import EXIT_UNREACHABLE, FabricError, InvalidInput
 from workers.answer import client_for, complete
 from workers.llm import ModelClient, ModelError
@@ -152,8 +153,12 @@ def _mark(r: CaseResult) -> str:
 
 
 def current_backbone(card: Card, cards: CardSet) -> str:
-    """The model the agent thinks with now: its ``runtime.model``, else its backbone model
-    card's ``runtime.model``."""
+    """The model the agent thinks with now: the one the gate last passed (the record in
+    the cards folder), else its ``runtime.model`` (its resolved backbone), else its backbone
+    model card's ``runtime.model``."""
+    gated = read_record(cards.directory).get(card.id) if cards.directory is not None else None
+    if gated:
+        return gated
     if card.runtime.model:
         return card.runtime.model
     if card.backbone is not None and card.backbone.model is not None:
