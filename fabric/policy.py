@@ -7,9 +7,10 @@ Every refusal is a :class:`PolicyRefused` naming its ``code``, the ``rule`` and 
   may create at most ``limit`` tasks per rolling ``window``;
 * **depth cap** (``DEPTH_EXCEEDED``): a provenance chain may be at most ``max_depth`` deep;
 * **cycle** (``CYCLE``): a task may not repeat an ancestor's target and intent;
-* **privacy** (``PRIVACY``): every ref points into a privacy domain; the target must be
-  allowed to see it, a sandboxed or untrusted agent never sees a private one, and work
-  done for human H sees only H's private domain and the shared ones;
+* **privacy** (``PRIVACY``): every ref resolves into privacy domains (what it points to,
+  never a label on it: :mod:`fabric.domains`); the target must be allowed to see them, a
+  sandboxed or untrusted agent never sees a private one, work done for human H sees only
+  H's private domain and the shared ones, and what the parent chain read counts too;
 * **taint** (``TAINT_GATED``): output of untrusted work goes only back to the agent that
   produced it (or to a human); anything else creates a gate task in a human's inbox and
   proceeds only once the gate is approved and cited as a ref.
@@ -29,32 +30,32 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 from fabric.cards import Card, CardSet, trust_rank
-from fabric.errors import EXIT_POLICY, ConfigError, FabricError, InvalidInput
+from fabric.domains import (
+    Domains,
+    ReadGuard,
+    canon_ref,
+    check_file,
+    check_visible,
+    human_of,
+    person_of,
+    recall_scope,
+    rules_domain,
+    scopes_of,
+)
+from fabric.errors import ConfigError, InvalidInput
 from fabric.kanboard.layout import State, receipt_reference
 from fabric.kanboard.reader import ReadOnlyBoard
 from fabric.kanboard.views import TaskView
-from fabric.policy_file import PolicyConfig, check_domain, policy_config
+from fabric.policy_file import PolicyConfig, policy_config
+from fabric.refusals import PolicyRefused, PrivacyViolation
 from fabric.submit import Receipt, parse_description
 from fabric.taint import GATE_ACTOR, find_by_uid, gate_key, ungated_taint
 from fabric.task import TaskSpec
 
 # ---------------------------------------------------------------------------------------
 # Errors
-
-
-class PolicyRefused(FabricError):
-    """A submit or claim a rule refuses; ``code``, ``rule`` and ``limit`` name it."""
-
-    exit_code = EXIT_POLICY
-    code = "POLICY"
-
-    def __init__(self, rule: str, what: str, *, limit: str, where: str = "", hint: str = "") -> None:
-        self.rule = rule
-        self.limit = limit
-        super().__init__(f"{self.code} [{rule}, limit: {limit}]: {what}", where=where, hint=hint)
 
 
 class QuotaExceeded(PolicyRefused):
@@ -67,10 +68,6 @@ class DepthExceeded(PolicyRefused):
 
 class CycleDetected(PolicyRefused):
     code = "CYCLE"
-
-
-class PrivacyViolation(PolicyRefused):
-    code = "PRIVACY"
 
 
 class TrustViolation(PolicyRefused):
@@ -105,42 +102,12 @@ class TaintGated(PolicyRefused):
 
 
 def ref_domain(ref: str, cfg: PolicyConfig | None = None) -> str:
-    """The privacy domain a ref points into.
+    """The owner rules' domain of what ``ref`` resolves to (:mod:`fabric.domains`; no
+    board, so a task ref gets the default: :class:`PrivacyDomains` reads the task).
 
-    An explicit ``#domain=<d>`` fragment wins (``file:///x/notes.md#domain=private:alvis``);
-    else the longest configured prefix; else the default domain (``shared``).
+    A ``#domain=`` label on a ref is refused (``privacy.label``), never obeyed.
     """
-    cfg = cfg or PolicyConfig()
-    frag = urlsplit(ref).fragment
-    if frag:
-        for k, v in parse_qsl(frag, keep_blank_values=True):
-            if k == "domain":
-                try:
-                    return check_domain(unquote(v))
-                except ValueError as exc:
-                    raise PrivacyViolation(
-                        "privacy.annotation", str(exc), limit="shared or private:<human>", where=ref
-                    ) from None
-    for prefix, domain in cfg.domains:
-        if ref.startswith(prefix):
-            return domain
-    return cfg.default_domain
-
-
-def human_of(cards: CardSet, name: str) -> Card | None:
-    """The human card with this id or Kanboard username."""
-    for card in cards.humans():
-        if card.id == name or (card.human is not None and card.human.username == name):
-            return card
-    return None
-
-
-def recall_scope(cards: CardSet, human: str) -> frozenset[str]:
-    """What work for (a conversation with) ``human`` may see: their private domain and the
-    shared domains, nothing of another human's."""
-    card = human_of(cards, human)
-    own = f"private:{card.id if card else human}"
-    return frozenset({own} | {d for c in cards for d in c.privacy_domains if not d.startswith("private:")})
+    return rules_domain(cfg or PolicyConfig(), canon_ref(ref).key)
 
 
 def gate_human(cards: CardSet, cards_dir: str | Path, spec: TaskSpec) -> str:
@@ -280,7 +247,7 @@ class DepthCap:
 
 
 class Lineage:
-    """Cycle detection over the provenance chain, and the interlocutor's privacy scope.
+    """Cycle detection over the provenance chain.
 
     Reads the ancestors' specs (one search, only for tasks with a grandparent).
     """
@@ -298,24 +265,6 @@ class Lineage:
                     limit="no target+intent twice in one chain",
                     hint="a task that re-submits itself is a loop; change the intent or the target",
                 )
-        cfg = ctx.config
-        humans = {
-            h.id
-            for h in (human_of(ctx.cards, a.actor) for a in [*(x for _, x in ancestors.values()), spec])
-            if h
-        }
-        for h in sorted(humans):
-            scope = recall_scope(ctx.cards, h)
-            for ref in spec.refs:
-                d = ref_domain(ref, cfg)
-                if d.startswith("private:") and d not in scope:
-                    raise PrivacyViolation(
-                        "privacy.interlocutor",
-                        f"work for {h} may not reference {d} ({ref})",
-                        limit=f"{h}: " + ", ".join(sorted(scope)),
-                        where="--ref",
-                        hint="content from one human's conversations never reaches another",
-                    )
         return None
 
     @staticmethod
@@ -337,35 +286,67 @@ class Lineage:
 
 
 class PrivacyDomains:
-    """The target must be allowed to see every domain the refs point into; sandboxed and
-    untrusted agents never see a private domain."""
+    """Every domain the refs resolve into (:mod:`fabric.domains`) must be visible to the
+    target, working for every person in the provenance chain; and so must what the chain
+    read on the way (an agent that read private context carries it into its child tasks).
+
+    Reads the ancestors (as :class:`Lineage`) and the tasks the refs lead to.
+    """
 
     def check(
         self, ctx: PolicyContext, spec: TaskSpec, card: Card, parent: TaskView | None
     ) -> GateRequest | None:
-        check_domains(card, spec.refs, ctx.config)
+        ancestors = [a for _, a in Lineage.ancestors(ctx.board, spec, parent).values()]
+        check_refs(ctx, card, spec, ancestors)
         return None
 
 
+def chain_people(cards: CardSet, specs: Sequence[TaskSpec]) -> list[str]:
+    """The people a chain of tasks works for: every human who submitted one of them."""
+    return sorted({h.id for h in (person_of(cards, s.actor) for s in specs) if h is not None})
+
+
+def check_refs(ctx: PolicyContext, card: Card, spec: TaskSpec, ancestors: Sequence[TaskSpec]) -> None:
+    """Refuse ``spec`` for ``card`` when a ref, or a ref its ancestors read, resolves into a
+    domain the card may not see while working for the people in the chain."""
+    domains = Domains(ctx.cards, ctx.config, ctx.board)
+    scopes = scopes_of(ctx.cards, chain_people(ctx.cards, [*ancestors, spec]))
+    for ref in spec.refs:
+        c = canon_ref(ref)
+        check_file(ref, c)
+        check_visible(card, ref, domains.of_canon(c), scopes=scopes)
+    for a in ancestors:
+        for ref in a.refs:
+            found = domains.stored(ref)
+            check_visible(card, f"{ref}, read by its parent chain", found, scopes=scopes, where="--parent")
+
+
+def chain_of(ctx: PolicyContext, spec: TaskSpec) -> list[TaskSpec]:
+    """The specs above an existing task: its parent (one search by uid), then one search
+    for the older ancestors."""
+    parent = None
+    if spec.parent:
+        found = find_by_uid(ctx.board, [spec.parent])
+        if spec.parent in found:
+            parent = ctx.board.read(found[spec.parent][0])
+    return [a for _, a in Lineage.ancestors(ctx.board, spec, parent).values()]
+
+
+def read_guard(ctx: PolicyContext, card: Card, spec: TaskSpec) -> ReadGuard:
+    """The check a worker for ``card`` applies where it reads ``spec``'s refs, for the
+    people in its chain."""
+    people = chain_people(ctx.cards, [*chain_of(ctx, spec), spec])
+    return ReadGuard(Domains(ctx.cards, ctx.config, ctx.board), card, tuple(people))
+
+
 def check_domains(card: Card, refs: Sequence[str], cfg: PolicyConfig) -> None:
-    """Refuse a ref in a domain ``card`` may not see (a private one for a sandboxed card)."""
+    """Refuse a ref whose owner rules put it in a domain ``card`` may not see (no board:
+    task refs are judged where the board is, by :func:`check_refs`)."""
     for ref in refs:
-        d = ref_domain(ref, cfg)
-        if d.startswith("private:") and trust_rank(card.trust) <= trust_rank("sandboxed"):
-            raise PrivacyViolation(
-                "privacy.sandboxed",
-                f"{card.id} is {card.trust} and may not receive {ref} ({d})",
-                limit="shared domains only",
-                where="--ref",
-            )
-        if d not in card.privacy_domains:
-            raise PrivacyViolation(
-                "privacy.card-domains",
-                f"{card.id} may not see {d} ({ref})",
-                limit=", ".join(card.privacy_domains),
-                where="--ref",
-                hint=f"send it to an agent whose card lists {d}",
-            )
+        c = canon_ref(ref)
+        check_file(ref, c)
+        if c.task_id is None:
+            check_visible(card, ref, {rules_domain(cfg, c.key)})
 
 
 class TaintGate:
@@ -468,10 +449,12 @@ def check_claim(card: Card, spec: TaskSpec, cfg: PolicyConfig | None = None) -> 
 
 
 def check_claim_on_board(ctx: PolicyContext, card: Card, spec: TaskSpec) -> None:
-    """:func:`check_claim`, plus the taint rule (reads the referenced tasks: at most two
-    round trips, none when the refs name no task). Never creates a gate: a task that
+    """:func:`check_claim`, plus the domains of task refs and of the parent chain
+    (:func:`check_refs`) and the taint rule (reads the referenced tasks; none when the
+    refs name no task and the task has no parent). Never creates a gate: a task that
     carries ungated tainted refs to another agent was not submitted through the policy."""
     check_claim(card, spec, ctx.config)
+    check_refs(ctx, card, spec, chain_of(ctx, spec))
     tainted = ungated_taint(ctx.cards, ctx.board, ctx.config, spec, card)
     if tainted:
         raise TaintRefused(
@@ -564,11 +547,17 @@ __all__ = [
     "TaintGated",
     "TaintRefused",
     "TrustViolation",
+    "chain_of",
+    "chain_people",
     "check_claim",
     "check_claim_on_board",
+    "check_domains",
+    "check_refs",
     "default_policies",
     "gate_human",
+    "human_of",
     "plan_escalation",
+    "read_guard",
     "recall_scope",
     "ref_domain",
 ]

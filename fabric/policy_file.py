@@ -1,4 +1,5 @@
-"""The policy file (``cards/_policy.yaml``): limits, privacy domains of refs, tainted prefixes.
+"""The policy file (``cards/_policy.yaml``): limits, privacy domains of refs, tainted
+prefixes, where promoted files are copied.
 
 Optional, and every key has a default. :mod:`fabric.policy` applies what it says.
 """
@@ -54,6 +55,7 @@ class _PolicyFile(BaseModel):
     default_domain: str = SHARED
     domains: dict[str, str] = Field(default_factory=dict)
     tainted: dict[str, str] = Field(default_factory=dict)
+    promote_to: str | None = None
 
     @field_validator("default_domain")
     @classmethod
@@ -96,6 +98,7 @@ class PolicyConfig:
     domains: tuple[tuple[str, str], ...] = ()  # (ref prefix, domain), longest prefix first
     tainted: tuple[tuple[str, str], ...] = ()  # (ref prefix, producing agent)
     source: str = "built-in"
+    promote_to: str | None = None  # a file:// folder in the shared domain: promoted copies
 
     def quota_for(self, agent: str) -> Quota:
         return self.quota_agents.get(agent, self.quota)
@@ -138,6 +141,7 @@ def _load(path: str, _mtime: int) -> PolicyConfig:
         by_length(data.domains),
         by_length(data.tainted),
         path,
+        data.promote_to,
     )
 
 

@@ -22,10 +22,8 @@ from fabric.kanboard.reader import ReadOnlyBoard
 from fabric.kanboard.views import TaskView
 from fabric.policy_file import PolicyConfig
 from fabric.submit import parse_description
-from fabric.task import TaskSpec
+from fabric.task import GATE_ACTOR, TaskSpec
 
-#: The actor of gate tasks (the policy submits them).
-GATE_ACTOR = "fabric-policy"
 _TASK_REF = re.compile(r"^(?:kanboard://task/|task:)#?(\d+)(?:/.*)?$")
 
 

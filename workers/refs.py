@@ -3,12 +3,23 @@
 Supported (each capped at :data:`MAX_REF_BYTES`, the rest cut with a visible marker):
 
 * ``file:///abs/path`` — only under the allow-listed roots the caller gives (the repo, a
-  data dir); symlinks are followed before the check, so a link cannot escape.
+  data dir); symlinks are followed before the check, so a link cannot escape, and the file
+  is judged again as opened (its path read back from the descriptor), so a swap between
+  the check and the read cannot either.
 * ``kanboard://task/<id>`` and ``task:<id>`` — another task (title, description, latest
   result ref) through the ``resolve_task`` callable the caller passes in.
 * ``http://`` / ``https://`` — GET, loopback hosts only (127.0.0.0/8, ::1, localhost) unless
   the host is allow-listed; redirects are not followed.
 * ``memo:`` / ``drill:`` — markers for other executors; skipped (not in the prompt).
+* any scheme in ``schemes`` — a :class:`SchemeReader` registered by the caller (the context
+  stores: ``hindsight://`` in :mod:`workers.memory`, ``git+file://`` in :mod:`workers.gitref`;
+  :func:`workers.stores.store_readers` builds them). The guard admits the ref before the
+  reader runs; a reader whose ref names a local path judges what it opened again.
+
+With a ``guard`` (:class:`fabric.domains.ReadGuard`), every ref is admitted before it is
+read and every file again on the opened object (its resolved path, read back from the
+descriptor): a ref into a privacy domain the reading card may not see raises
+:class:`~fabric.refusals.PrivacyViolation`.
 
 Failures are typed: :class:`UnresolvableRef` (unknown scheme, path outside the roots,
 missing or binary file, 4xx, no such task: retrying cannot help → the task fails as poison)
@@ -18,25 +29,33 @@ and :class:`RefUnavailable` (the service holding the ref timed out, refused or a
 
 from __future__ import annotations
 
-import ipaddress
+import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+import stat
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
 import requests
 
+from fabric.domains import ReadGuard
 from fabric.errors import FabricError
 from fabric.kanboard.port import BoardError
+from fabric.refcanon import is_loopback
 
 __all__ = [
     "IGNORED_SCHEMES",
     "MAX_REF_BYTES",
+    "ReadScope",
     "RefResolver",
     "RefUnavailable",
+    "SchemeReader",
     "UnresolvableRef",
     "cap",
+    "opened_path",
+    "within_roots",
 ]
 
 MAX_REF_BYTES = 64 * 1024
@@ -73,13 +92,42 @@ def cap(data: bytes, max_bytes: int = MAX_REF_BYTES, *, total: int | None = None
     return f"{head}\n[... truncated by agap: {left} not shown (cap {max_bytes} bytes) ...]"
 
 
+@dataclass(frozen=True)
+class ReadScope:
+    """What a :class:`SchemeReader` reads under: the directories local refs may name, the
+    byte cap, the time limit of one fetch, and the reading card's privacy guard."""
+
+    roots: Sequence[Path]
+    max_bytes: int
+    timeout: float
+    guard: ReadGuard | None
+
+
+class SchemeReader(Protocol):
+    """Turns refs of one scheme into prompt text (``None``: the ref carries no content).
+
+    Raises :class:`UnresolvableRef` or :class:`RefUnavailable`. A reader whose ref names a
+    local path must call ``scope.guard.admit_file`` on what it opened."""
+
+    def read(self, ref: str, scope: ReadScope) -> str | None: ...
+
+
+def within_roots(ref: str, real: Path, roots: Sequence[Path]) -> None:
+    """Refuse ``real`` (a resolved path) unless it lies under one of ``roots``."""
+    allowed = [Path(r).resolve() for r in roots]
+    if not any(real == root or real.is_relative_to(root) for root in allowed):
+        shown = ", ".join(str(r) for r in allowed) or "none configured"
+        raise UnresolvableRef(ref, "outside the directories workers may read", hint=f"allowed roots: {shown}")
+
+
 @dataclass
 class RefResolver:
     """Resolves refs to text. ``roots``: directories ``file://`` refs may read from;
     ``resolve_task(id)``: text for a task ref (raise ``LookupError``/``KeyError`` for a
     missing task; a ``BoardError`` propagates, the board being away is not the ref's fault);
     ``http_hosts``: extra host names allowed besides loopback; ``session``: the HTTP session
-    to use (a fresh one per fetch when None)."""
+    to use (a fresh one per fetch when None); ``guard``: the privacy check of the card
+    reading (none: the roots are the only limit)."""
 
     roots: Sequence[Path] = ()
     resolve_task: Callable[[int], str] | None = None
@@ -87,6 +135,8 @@ class RefResolver:
     max_bytes: int = MAX_REF_BYTES
     http_timeout: float = 10.0
     session: requests.Session | None = field(default=None, repr=False)
+    guard: ReadGuard | None = field(default=None, repr=False)
+    schemes: Mapping[str, SchemeReader] = field(default_factory=dict, repr=False)
 
     def resolve_all(self, refs: Iterable[str]) -> dict[str, str]:
         """``{ref: text}`` in the given order, skipping ignored schemes and duplicates.
@@ -105,6 +155,8 @@ class RefResolver:
         ref = ref.strip()
         if not ref:
             raise UnresolvableRef(ref, "empty ref")
+        if self.guard is not None:
+            self.guard.admit(ref)  # before anything is read; files again once opened
         task = _TASK_REF.match(ref)
         if task:
             return self._task(ref, int(task.group(1)))
@@ -116,6 +168,9 @@ class RefResolver:
             return self._file(ref)
         if scheme in ("http", "https"):
             return self._http(ref)
+        reader = self.schemes.get(scheme)
+        if reader is not None:
+            return reader.read(ref, ReadScope(self.roots, self.max_bytes, self.http_timeout, self.guard))
         if scheme in ("kanboard", "task"):
             raise UnresolvableRef(ref, "not a task ref", hint="write kanboard://task/<id> or task:<id>")
         if not scheme:
@@ -125,10 +180,11 @@ class RefResolver:
                 else "use file://, kanboard://task/<id>, task:<id> or http(s)://"
             )
             raise UnresolvableRef(ref, "a ref must be a URI with a scheme", hint=hint)
+        stores = "".join(f", {s}://" for s in sorted(self.schemes))
         raise UnresolvableRef(
             ref,
             f"unknown scheme {scheme!r}",
-            hint="use file://, kanboard://task/<id>, task:<id> or http(s)://",
+            hint=f"use file://, kanboard://task/<id>, task:<id>, http(s)://{stores}",
         )
 
     # -- schemes -------------------------------------------------------------------
@@ -145,42 +201,52 @@ class RefResolver:
         return cap(text.encode("utf-8"), self.max_bytes)
 
     def _file(self, ref: str) -> str:
+        real = self._file_path(ref)
+        try:
+            # No symlink may be swapped in for the resolved name; a FIFO must not block.
+            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise UnresolvableRef(ref, f"unreadable: {exc.strerror or exc}") from None
+        try:
+            st = os.fstat(fd)
+            opened = opened_path(ref, fd, real, st)
+            self._within_roots(ref, opened)
+            if not stat.S_ISREG(st.st_mode):
+                raise UnresolvableRef(ref, "not a regular file")
+            data, size = _read_head(ref, fd, self.max_bytes)
+        finally:
+            os.close(fd)
+        if self.guard is not None:
+            self.guard.admit_file(ref, opened, st)
+        if b"\x00" in data[:8192]:
+            raise UnresolvableRef(ref, "a binary file, not text")
+        return cap(data, self.max_bytes, total=max(size, len(data)))
+
+    @staticmethod
+    def _file_path(ref: str) -> Path:
+        """The resolved path a file ref names (every symlink followed)."""
         parts = urlsplit(ref)
-        if parts.netloc not in ("", "localhost"):
+        if parts.netloc.lower() not in ("", "localhost"):
             raise UnresolvableRef(ref, f"file refs on another host ({parts.netloc}) are not readable here")
         raw = unquote(parts.path)
         path = Path(raw)
-        if not raw or not path.is_absolute():
+        if not raw or not path.is_absolute() or "\x00" in raw:
             raise UnresolvableRef(
                 ref, "a file ref needs an absolute path", hint="write file:///absolute/path"
             )
         try:
-            real = path.resolve(strict=True)
+            return path.resolve(strict=True)
         except (OSError, RuntimeError):
             raise UnresolvableRef(ref, "no such file") from None
-        allowed = [Path(r).resolve() for r in self.roots]
-        if not any(real == root or real.is_relative_to(root) for root in allowed):
-            shown = ", ".join(str(r) for r in allowed) or "none configured"
-            raise UnresolvableRef(
-                ref, "outside the directories workers may read", hint=f"allowed roots: {shown}"
-            )
-        if not real.is_file():
-            raise UnresolvableRef(ref, "not a regular file")
-        try:
-            size = real.stat().st_size
-            with real.open("rb") as fh:
-                data = fh.read(self.max_bytes + 1)
-        except OSError as exc:
-            raise UnresolvableRef(ref, f"unreadable: {exc.strerror or exc}") from None
-        if b"\x00" in data[:8192]:
-            raise UnresolvableRef(ref, "a binary file, not text")
-        return cap(data, self.max_bytes, total=max(size, len(data)))
+
+    def _within_roots(self, ref: str, real: Path) -> None:
+        within_roots(ref, real, self.roots)
 
     def _http(self, ref: str) -> str:
         host = (urlsplit(ref).hostname or "").lower()
         if not host:
             raise UnresolvableRef(ref, "an http ref needs a host")
-        if not (_is_loopback(host) or host in {h.lower() for h in self.http_hosts}):
+        if not (is_loopback(host) or host in {h.lower() for h in self.http_hosts}):
             raise UnresolvableRef(
                 ref,
                 f"host {host} is not allowed",
@@ -206,10 +272,28 @@ class RefResolver:
         return cap(data, self.max_bytes, more=len(data) > self.max_bytes)
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
+def opened_path(ref: str, fd: int, real: Path, st: os.stat_result) -> Path:
+    """Where the open descriptor really points: read back from /proc where there is one,
+    else ``real`` once it is checked to be the same file (device and inode)."""
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        pass
+    try:
+        now = os.stat(real, follow_symlinks=False)
+    except OSError:
+        now = None
+    if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+        raise UnresolvableRef(ref, "the file changed while it was being opened")
+    return real
+
+
+def _read_head(ref: str, fd: int, max_bytes: int) -> tuple[bytes, int]:
+    """(the first ``max_bytes + 1`` bytes, the size) of the open file."""
+    data = b""
+    try:
+        while len(data) <= max_bytes and (chunk := os.read(fd, max_bytes + 1 - len(data))):
+            data += chunk
+        return data, max(os.fstat(fd).st_size, len(data))
+    except OSError as exc:
+        raise UnresolvableRef(ref, f"unreadable: {exc.strerror or exc}") from None

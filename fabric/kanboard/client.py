@@ -69,6 +69,13 @@ class KanboardClient:
         self._ids = itertools.count(1)
         self._session = requests.Session()
         self._session.auth = (user, token)
+        # A board user is refused every project it is no member of (HTTP 403).
+        self._hint = (
+            ""
+            if user == "jsonrpc"
+            else f"check AGAP_BOARD_USER ({user}) and AGAP_BOARD_PASSWORD; a board user reaches "
+            "only the projects `agap init` made it a member of"
+        )
         self._session.headers["Content-Type"] = "application/json"
 
     def close(self) -> None:
@@ -155,7 +162,9 @@ class KanboardClient:
             raise _Ambiguous(f"answer broken off: {exc.__class__.__name__}") from exc
         if resp.status_code in (401, 403):
             raise BoardAuthError(
-                f"HTTP {resp.status_code}: the board rejected the credentials", where=self.url
+                f"HTTP {resp.status_code}: the board rejected the credentials",
+                where=self.url,
+                hint=self._hint,
             )
         if resp.status_code >= 500:
             raise _Ambiguous(f"HTTP {resp.status_code} with {len(resp.content)} bytes of body")

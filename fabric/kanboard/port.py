@@ -70,8 +70,10 @@ class MaybeDone(BoardError):
 class BoardAuthError(BoardError):
     """The board rejected the credentials (HTTP 401) or the action (HTTP 403)."""
 
-    def __init__(self, what: str, *, where: str = "") -> None:
-        super().__init__(what, where=where, hint="check KANBOARD_API_TOKEN (the board's application token)")
+    def __init__(self, what: str, *, where: str = "", hint: str = "") -> None:
+        super().__init__(
+            what, where=where, hint=hint or "check KANBOARD_API_TOKEN (the board's application token)"
+        )
 
 
 # JSON-RPC errors raised before the procedure ran: the call certainly did nothing.

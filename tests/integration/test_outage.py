@@ -8,20 +8,26 @@ reconciles (is it still the owner?) when the board returns.
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
+from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.layout import State
 from fabric.settings.resolve import Settings
+from tests.conftest import make_fabric
 from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import Running, wait_until
 from tests.integration.test_worker import (
+    CARDS,
     fab,  # noqa: F401  (fixture)
     gateway_env,
     settings,  # noqa: F401  (fixture)
@@ -84,18 +90,34 @@ def _cut(board: EmbeddedBoard) -> tuple[str, int, str]:
     return db, port, token
 
 
+def _owning_the_doc(embedded_board: EmbeddedBoard, doc: SlowDoc, tmp: Path) -> tuple[Fabric, Settings, Any]:
+    """The worker cards with a policy rule that names the slow document's owner: a loopback
+    URL belongs to nobody visible until a rule says whose it is (docs/POLICY.md §3)."""
+    cards_dir = tmp / "cards"
+    shutil.copytree(CARDS, cards_dir)
+    (cards_dir / "_policy.yaml").write_text(f'domains:\n  "{doc.url.rsplit("/", 1)[0]}/": shared\n')
+    cards = load_cards(cards_dir, base_dir=cards_dir)
+    owned = Settings(
+        board_url=embedded_board.url,
+        board_token=embedded_board.token,
+        cards_dir=cards_dir,
+        state_dir=tmp / "state",
+    )
+    port = KanboardClient(embedded_board.url, embedded_board.token)
+    return make_fabric(port, cards, settings=owned), owned, cards
+
+
 def test_no_model_call_starts_while_the_board_is_cut(
     embedded_board: EmbeddedBoard,
-    fab: Fabric,  # noqa: F811
-    settings: Settings,  # noqa: F811
-    wcards: Any,  # noqa: F811
     stub: OpenAIStub,  # noqa: F811
     doc: SlowDoc,
     caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
 ) -> None:
+    board_fab, owned, owned_cards = _owning_the_doc(embedded_board, doc, tmp_path)
     caplog.set_level(logging.INFO)
-    tid = fab.submit("read and answer", target="tester", refs=[doc.url]).task_id
-    with Running(build_worker("tester", settings, wcards, env=gateway_env(stub))):
+    tid = board_fab.submit("read and answer", target="tester", refs=[doc.url]).task_id
+    with Running(build_worker("tester", owned, owned_cards, env=gateway_env(stub))):
         assert doc.asked.wait(20), "the worker never resolved the ref"
         db, port, token = _cut(embedded_board)  # the board goes away mid-task
         doc.gate.set()  # the executor moves on to its ownership check: unreachable
@@ -104,8 +126,8 @@ def test_no_model_call_starts_while_the_board_is_cut(
         wait_until(lambda: logged(caplog, f"task #{tid}: board away ("), timeout=30, what="the release held")
         assert stub.chat_requests() == [], "no externally visible call without a lease check"
         revived = EmbeddedBoard(db, port=port, token=token).start()
-        wait_until(lambda: state_of(fab, tid) == State.DONE, timeout=30, what="done after reconnect")
-    ops = [r.op for _, r in sorted(fab.board.read(tid).records.items())]
+        wait_until(lambda: state_of(board_fab, tid) == State.DONE, timeout=30, what="done after reconnect")
+    ops = [r.op for _, r in sorted(board_fab.board.read(tid).records.items())]
     revived.stop()
     assert ops == ["submit", "claim", "release", "claim", "complete"], ops
     assert len(stub.chat_requests()) == 1

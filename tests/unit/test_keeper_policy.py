@@ -82,6 +82,7 @@ def test_a_direct_target_is_never_rerouted(local_fabric: Fabric, clock: FakeCloc
 
 
 def test_a_task_refused_at_claim_is_dead_lettered_with_the_reason(local_fabric: Fabric) -> None:
+    from fabric.ledger import Ledger
     from fabric.policy import check_claim_on_board
     from workers.queue import QueueReader
 
@@ -90,7 +91,7 @@ def test_a_task_refused_at_claim_is_dead_lettered_with_the_reason(local_fabric: 
     # policy is off here, so only the claim-time check stands between the task and torgash.
     fab.policies = []
     tid = fab.submit(
-        "compare with alvis's notes", target="torgash", refs=["file:///srv/notes/n.md#domain=private:alvis"]
+        "compare with alvis's notes", target="torgash", refs=["file:///srv/agap/private/alvis/n.md"]
     ).task_id
     card = fab.cards.get("torgash")
 
@@ -98,7 +99,9 @@ def test_a_task_refused_at_claim_is_dead_lettered_with_the_reason(local_fabric: 
         assert v.spec is not None  # submitted above: the task has its spec
         check_claim_on_board(fab.policy_context(), card, v.spec)
 
-    reader = QueueReader(fab.board, fab.ledger, "torgash", claim_check=claim_check)
+    # torgash is sandboxed: its queue lives in its home (fabric.kanboard.principals).
+    home = fab.board_for(card)
+    reader = QueueReader(home, Ledger(home, clock=fab.clock), "torgash", claim_check=claim_check)
     assert reader.claim_next("torgash@w", lease_seconds=60) is None
     cur = fab.board.read(tid).current
     assert cur is not None and cur.state == State.DEAD
@@ -113,7 +116,16 @@ class _Recorder:
         self.sent = 0  # the counters the keeper's metrics read
         self.failed = 0
 
-    def notify(self, human: str, subject: str, body: str, *, urgent: bool, ref: str | None = None) -> bool:
+    def notify(
+        self,
+        human: str,
+        subject: str,
+        body: str,
+        *,
+        urgent: bool,
+        ref: str | None = None,
+        url: str | None = None,
+    ) -> bool:
         self.messages.append((human, subject, urgent))
         self.sent += 1
         return True

@@ -32,7 +32,7 @@ from keeper.policy import escalate_dead_letter
 from tests.conftest import ROOT, FakeClock, make_fabric
 
 ALVIS_NOTE = "file:///srv/agap/private/alvis/diary.md"
-LIZA_NOTE = "file:///notes/trip.md#domain=private:elizaveta"
+LIZA_NOTE = "file:///srv/agap/private/elizaveta/trip.md"
 
 
 @pytest.fixture
@@ -77,14 +77,23 @@ def test_policy_files_are_checked(tmp_path: Path) -> None:
         load_policy_config(p)
 
 
-def test_ref_domains_come_from_the_fragment_then_prefixes_then_the_default() -> None:
+def test_ref_domains_come_from_what_the_ref_resolves_to_never_a_label() -> None:
     cfg = load_policy_config(ROOT / "cards" / "_policy.yaml")
     assert ref_domain(ALVIS_NOTE, cfg) == "private:alvis"
     assert ref_domain(LIZA_NOTE, cfg) == "private:elizaveta"
-    assert ref_domain("file:///srv/agap/private/alvis/x#domain=shared", cfg) == "shared"
+    assert ref_domain("file:///srv/agap/shared/../private/%61lvis//x.md", cfg) == "private:alvis"
+    assert ref_domain("FILE://LOCALHOST/srv/agap/private%2Falvis/x.md", cfg) == "private:alvis"
+    assert ref_domain("hindsight://ADOLF-alvis//notes", cfg) == "private:alvis"
+    assert ref_domain("file:///srv/agap/private/alvisx/y.md", cfg) == "shared"  # whole segments
     assert ref_domain("https://example.org/page", cfg) == "shared"
-    with pytest.raises(PrivacyViolation, match=r"privacy\.annotation"):
-        ref_domain("file:///x#domain=private", cfg)
+    assert ref_domain("git+file:///srv/agap/private/alvis/notes.git#main", cfg) == "private:alvis"
+    assert (
+        ref_domain("file:///srv/agap/shared/x.md#feature/domain-model", cfg) == "shared"
+    )  # a branch, no label
+    for labelled in ("file:///srv/agap/private/alvis/x#domain=shared", "file:///x#%64omain=private:alvis"):
+        with pytest.raises(PrivacyViolation, match=r"privacy\.label") as err:
+            ref_domain(labelled, cfg)
+        assert err.value.exit_code == 6
     assert task_of_ref("task:12") == ("id", 12)
     assert task_of_ref("kanboard://task/7/file/result-e1.md") == ("id", 7)
     assert task_of_ref("file:///results/0123456789abcdef/result-e1.md") == ("uid", "0123456789abcdef")

@@ -1,0 +1,134 @@
+"""Who signs in to the board, and where a confined agent's work lives.
+
+The application token (``KANBOARD_API_TOKEN``) may do anything on the board: the CLI,
+the keeper, the A2A server and the trusted agents' workers hold it. A **confined** agent
+(a card whose trust is ``sandboxed`` or ``untrusted``: it may be steered by what it
+reads) never does. Its queue lives in a **home** of its own, a work project and a locks
+project named after it, and its worker signs in as its own Kanboard user
+(``agap-<agent>``), a ``project-member`` of those two projects only. Kanboard's user API
+then refuses it every other project: it cannot read another task, another person's
+inbox, or another queue's lock tags, whatever its runtime tries.
+
+``agap init`` creates the homes, the users and their memberships; each user's password
+comes from the environment (``AGAP_BOARD_PASSWORD_<AGENT>``), and the worker gets only
+its own (``AGAP_BOARD_USER``, ``AGAP_BOARD_PASSWORD``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fabric.cards import Card, CardSet
+from fabric.errors import ConfigError
+from fabric.kanboard.client import DEFAULT_TIMEOUT, KanboardClient
+from fabric.settings import registry
+from fabric.settings.resolve import Settings
+
+#: Trust classes whose agents run confined to their home (docs: README, least privilege).
+CONFINED_TRUST = frozenset({"sandboxed", "untrusted"})
+#: The family of variables holding each confined agent's board password (for `agap init`).
+AGENT_PASSWORD = registry.AGENT_BOARD_PASSWORD
+#: What a confined agent's user may do in its home: write tasks, tags, comments, files.
+HOME_ROLE = "project-member"
+#: Kanboard's validator wants at least 6 characters; the fabric asks for more.
+MIN_PASSWORD = 16
+
+
+def confined(card: Card) -> bool:
+    """Whether ``card``'s agent runs as its own board user, in a home of its own."""
+    return card.kind != "human" and card.trust in CONFINED_TRUST
+
+
+def board_username(card: Card) -> str:
+    """The Kanboard user a confined agent signs in as."""
+    return f"agap-{card.id}"
+
+
+def password_variable(card: Card) -> str:
+    """The variable holding ``card``'s board password: ``AGAP_BOARD_PASSWORD_TORGASH``."""
+    return registry.person_variable(AGENT_PASSWORD, card.id)
+
+
+def agent_password(card: Card, env: registry.Env = None) -> str:
+    """``card``'s board password from the environment ("" when unset)."""
+    return registry.person_secret(AGENT_PASSWORD, card.id, env)
+
+
+def home_names(settings: Settings, card: Card) -> tuple[str, str]:
+    """The work and locks projects of ``card``'s home."""
+    return f"{settings.project}: {card.id}", f"{settings.locks_project}: {card.id}"
+
+
+def home_settings(settings: Settings, card: Card) -> Settings:
+    """``settings`` with the projects of ``card``'s home (the same board and credentials)."""
+    project, locks = home_names(settings, card)
+    return dataclasses.replace(settings, project=project, locks_project=locks)
+
+
+def board_client(settings: Settings, *, timeout: float | None = None) -> KanboardClient:
+    """A client signed in as ``settings`` say: a board user when ``AGAP_BOARD_USER`` is
+    set, else the application token."""
+    url, token = settings.require_board()
+    wait = DEFAULT_TIMEOUT if timeout is None else timeout
+    if settings.board_user:
+        return KanboardClient(url, settings.board_password, user=settings.board_user, timeout=wait)
+    return KanboardClient(url, token, timeout=wait)
+
+
+def worker_settings(settings: Settings, card: Card) -> Settings:
+    """The settings ``card``'s worker runs with: its home and its own user when confined.
+
+    A confined agent's worker refuses to start with the application token alone: that
+    token reads the whole board, which is what confinement takes away.
+    """
+    if not confined(card):
+        return settings
+    if not settings.board_user or not settings.board_password:
+        raise ConfigError(
+            f"{card.id!r} is {card.trust}: its worker signs in as its own board user, "
+            "never with the application token",
+            where="AGAP_BOARD_USER / AGAP_BOARD_PASSWORD",
+            hint=f"set AGAP_BOARD_USER={board_username(card)} and AGAP_BOARD_PASSWORD to the "
+            f"value of {password_variable(card)} that `agap init` used",
+        )
+    if settings.board_user.casefold() != board_username(card).casefold():
+        raise ConfigError(
+            f"AGAP_BOARD_USER is {settings.board_user!r}, but {card.id!r} signs in as "
+            f"{board_username(card)!r}",
+            where="AGAP_BOARD_USER",
+            hint=f"set AGAP_BOARD_USER={board_username(card)}",
+        )
+    # The worker keeps no application token: nothing it runs can fall back on it. Its
+    # fabric finds its home from its user (signed_in).
+    return dataclasses.replace(settings, board_token="")
+
+
+def signed_in(settings: Settings, cards: CardSet) -> Settings:
+    """``settings`` as a board user's fabric uses them: on the home of the confined card
+    the user signs in for (``agap-<agent>``), whatever runs as it (a worker, `agap claim`,
+    an MCP server). Unchanged for the application token, or when they name the home."""
+    if not settings.board_user:
+        return settings
+    for card in cards:
+        if confined(card) and board_username(card).casefold() == settings.board_user.casefold():
+            if settings.project.endswith(f": {card.id}"):
+                return settings  # already the home's (AGAP_PROJECT set to it)
+            return home_settings(settings, card)
+    return settings
+
+
+__all__ = [
+    "AGENT_PASSWORD",
+    "CONFINED_TRUST",
+    "HOME_ROLE",
+    "MIN_PASSWORD",
+    "agent_password",
+    "board_client",
+    "board_username",
+    "confined",
+    "home_names",
+    "home_settings",
+    "password_variable",
+    "signed_in",
+    "worker_settings",
+]
