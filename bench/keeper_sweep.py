@@ -37,7 +37,8 @@ CLOSED = 10_000
 BATCH = 500
 
 
-def _fabric(board: EmbeddedBoard) -> Fabric:
+def fabric_on(board: EmbeddedBoard) -> Fabric:
+    """A fabric on ``board``, initialised, over HTTP (bench.gestures uses it too)."""
     from fabric.kanboard.bootstrap import init_board
 
     settings = Settings(board_url=board.url, board_token=board.token, cards_dir=ROOT / "cards")
@@ -132,7 +133,7 @@ def run(quick: bool) -> dict[str, Any]:
     closed_n = 2_000 if quick else CLOSED
     runs = 5 if quick else 15
     with tempfile.TemporaryDirectory() as tmp, EmbeddedBoard(Path(tmp) / "board.sqlite3") as board:
-        fab = _fabric(board)
+        fab = fabric_on(board)
         _active(fab, ACTIVE)
         keeper = Keeper.for_fabric(fab, KeeperConfig())
         jobs = ("leases", "gestures", "deadlines")

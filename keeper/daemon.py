@@ -69,6 +69,10 @@ class Keeper:
     # Set once the daemon stops: a job the scheduler had queued but not started is skipped,
     # so stopping waits for at most the one job that is running.
     _stopping: threading.Event = field(default_factory=threading.Event)
+    # Set by poke() (Kanboard's webhook: a person just did something); the gesture job
+    # runs again at once, also when the poke came while it was running.
+    _poked: threading.Event = field(default_factory=threading.Event)
+    _sched: Any = None
 
     @classmethod
     def for_fabric(cls, fab: Fabric, config: KeeperConfig | None = None, **kw: Any) -> Keeper:
@@ -106,6 +110,7 @@ class Keeper:
             snap.parks,
             lambda r: fab.board.layout.queue_of(r.swimlane_id),
             fab.clock(),
+            models=[c.id for c in fab.cards.models()],
         )
         m.observe_schedules(snap.project_meta, fab.clock())
         with m.lock:
@@ -126,9 +131,26 @@ class Keeper:
             self.metrics.gaps_resolved_total += len(report.gaps_resolved)
         return report
 
+    def poke(self) -> None:
+        """Run the gesture job now (from the webhook receiver's thread; returns at once)."""
+        self._poked.set()
+        sched = self._sched
+        if sched is not None and not self._stopping.is_set():
+            sched.modify_job("gestures", next_run_time=_now_dt())
+
     def job_gestures(self) -> gestures.GestureReport:
+        """One gesture sweep, then another for each poke that came while it ran (a few)."""
+        report = self._gestures_once()
+        for _ in range(3):
+            if not self._poked.is_set():
+                break
+            report = self._gestures_once()
+        return report
+
+    def _gestures_once(self) -> gestures.GestureReport:
+        self._poked.clear()
         fab = self.fab()
-        snap = snapshot.take(fab, with_done=True)
+        snap = snapshot.take(fab, with_done=True, with_activity=True)
         report = gestures.sweep_gestures(fab, snap, tolerance=self.config.move_tolerance)
         snapshot.save_watch(fab, snap)
         with self.metrics.lock:
@@ -153,6 +175,7 @@ class Keeper:
             self._escalated.add(mark)
             if receipt is not None:
                 report.escalated[view.id] = receipt.task_id
+        report.settled = policy.settle_decisions(fab, snap.views)
         for view in snap.views:
             if view.spec is not None and is_routed(view.spec.constraints):
                 receipt = policy.reroute_parked(fab, view, parks=snap.parks)
@@ -302,7 +325,7 @@ class Keeper:
         if not self.wait_for_board(stop.wait):
             log.info("keeper stopping (the board never answered)")
             return
-        sched = self.scheduler()
+        sched = self._sched = self.scheduler()
         sched.start()
         for name in ("gaps", "leases"):  # first look at once, not one interval later
             sched.modify_job(name, next_run_time=_now_dt())
@@ -315,6 +338,7 @@ class Keeper:
         finally:
             log.info("keeper stopping")
             self._stopping.set()
+            self._sched = None
             sched.shutdown(wait=True)
 
 

@@ -17,22 +17,25 @@ from datetime import UTC, date, datetime
 from functools import partial
 from zoneinfo import ZoneInfo
 
+from fabric import people
 from fabric.availability import Availability, ParkTracker, Verdict, reason_key
 from fabric.cards import Card
 from fabric.core import Fabric
 from fabric.kanboard.layout import META_COST, META_ESCALATED, META_NOTIFIED, META_REMINDED, Column, State
 from fabric.kanboard.taskboard import TaskView
+from fabric.people import find_person as find_human
 from fabric.settings.keeper import KeeperConfig
 from fabric.submit import ActionIdCollision, Receipt
+from fabric.task import KEEPER_ACTOR
 from keeper import snapshot
-from keeper.notify import Notifier, find_human
+from keeper.notify import Notifier
 from keeper.snapshot import Snapshot
 from keeper.sweeps import SweepReport, guarded, usable
 
 log = logging.getLogger("agap.keeper.duties")
 
 
-KEEPER = "keeper"
+KEEPER = KEEPER_ACTOR  # the actor of decision and digest cards (their text: fabric.description)
 URGENT = 3
 DAY = 86400.0
 WAITING_STATES = (State.QUEUED, State.WORKING, State.INPUT_REQUIRED)
@@ -43,6 +46,7 @@ class DutyReport(SweepReport):
     escalated: dict[int, int] = field(default_factory=dict)  # task -> decision task
     reminded: list[int] = field(default_factory=list)
     notified: list[int] = field(default_factory=list)
+    settled: list[int] = field(default_factory=list)  # decision tasks closed: their dead letter moved on
 
 
 def _when(ts: float) -> str:
@@ -55,29 +59,8 @@ def is_keepers_own(view: TaskView) -> bool:
 
 
 def responsible(fab: Fabric, cfg: KeeperConfig, view: TaskView) -> Card | None:
-    """The human a task is escalated to and reported to.
-
-    The task's target if it is a human; else a human named in its constraints
-    (``escalate_to`` or ``human``); else its submitter if that is a human; else
-    ``AGAP_KEEPER_ESCALATE_TO``; else the first human card.
-    """
-    spec = view.spec
-    names: list[str] = []
-    if spec is not None:
-        names.append(spec.target)
-        for key in ("escalate_to", "human"):
-            value = spec.constraints.get(key)
-            if isinstance(value, str):
-                names.append(value)
-        names.append(spec.actor)
-    if cfg.escalate_to:
-        names.append(cfg.escalate_to)
-    for name in names:
-        card = find_human(fab.cards, name)
-        if card is not None:
-            return card
-    humans = fab.cards.humans()
-    return humans[0] if humans else None
+    """The human a task is escalated to and reported to (:func:`fabric.people.responsible`)."""
+    return people.responsible(fab.cards, view.spec, cfg.escalate_to)
 
 
 def waiting_on(fab: Fabric, view: TaskView) -> Card | None:
@@ -153,8 +136,15 @@ def _escalate(fab: Fabric, cfg: KeeperConfig, notifier: Notifier, view: TaskView
         f"Task #{view.id} missed its deadline; decision task #{receipt.task_id} waits in your inbox.",
         urgent=True,
         ref=f"task:{receipt.task_id}",
+        url=card_url(fab, receipt.task_id),
     )
     report.escalated[view.id] = receipt.task_id
+
+
+def card_url(fab: Fabric, task_id: int) -> str | None:
+    """The task's page in Kanboard, for a notification to link (None: no web address)."""
+    links = fab.board.links
+    return links.task(task_id) if links is not None else None
 
 
 def _username(card: Card) -> str:
@@ -217,6 +207,7 @@ def _remind(
         text,
         urgent=bool(view.spec and view.spec.priority >= URGENT),
         ref=f"task:{view.id}",
+        url=card_url(fab, view.id),
     )
     report.reminded.append(view.id)
 
@@ -279,7 +270,9 @@ def _notice(
     report: DutyReport,
 ) -> None:
     fab.board.save_meta(view.id, {META_NOTIFIED: str(view.epoch)})
-    notifier.notify(human.id, subject, body[:2000], urgent=urgent, ref=f"task:{view.id}")
+    notifier.notify(
+        human.id, subject, body[:2000], urgent=urgent, ref=f"task:{view.id}", url=card_url(fab, view.id)
+    )
     report.notified.append(view.id)
 
 

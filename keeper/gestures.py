@@ -1,66 +1,94 @@
-"""Tell a human's move of a card from the fabric's own lagging projection.
+"""A person's gestures on the board, told from the fabric's own lagging projection.
 
 The fabric writes a task's record first and moves its card in the same batch. A card whose
-column (or open/closed state) disagrees with its record is therefore one of two things:
+column, swimlane or open/closed state disagrees with its record is one of two things:
 
-* a **lagging projection**: the card last changed no later than the record's time plus a
-  small tolerance (the projection part of a batch failed): the keeper quietly puts the
-  card where the record says;
-* a **human's gesture**: the card changed after the record was written. It is an input,
-  acted on through the epoch ledger:
+* a **person's gesture**: the board's activity shows a person moved, closed or reopened
+  the card since the record was written (or, where the activity does not reach back, the
+  card changed more than a tolerance after the record). It is an input, acted on through
+  the epoch ledger as that person (the table below; the README has the same one);
+* a **lagging projection** (the projection part of a batch failed): no person touched the
+  card, and it last changed within the tolerance: the keeper quietly puts it right.
 
-  ====================================  ======================================
-  record says / card shows              action
-  ====================================  ======================================
-  input required, moved to Queued or    resume (the answer is the human's latest
-  Working                               comment after the question)
-  queued for a human, moved to Done     approve (claimed and completed by the human)
-  done, closed                          verify
-  done, moved back to Queued            reopen
-  queued, working or input required,    cancel
-  closed
-  dead letter, moved to Queued          revive
-  anything else                         put back, with one comment listing the
-                                        gestures that mean something
-  ====================================  ======================================
+  =====================================  ===========================================
+  record says / card shows               action
+  =====================================  ===========================================
+  input required, moved to Queued or     resume with the person's latest comment
+  Working                                (the person it waits on, or a deputy)
+  waiting on a person, moved to Done     approve (that person, or a deputy)
+  waiting on a person, commented, closed approve with the comment, then verify
+  done, closed                           verify (an approved gate too)
+  done, moved back to Queued             reopen (the latest comment is the reason)
+  queued, moved to another agent's lane  reroute there (routing and policy apply)
+  queued, working or asking, closed      cancel
+  dead letter, moved to Queued           revive; its decision task is closed
+  dead letter, closed                    drop; its decision task is closed
+  anything else, or not allowed          put back, with one comment saying why
+  =====================================  ===========================================
 
-With Kanboard's application token the human is unknown: the ledger records
-``by="human (Kanboard UI)"``.
+A card a person made with "+" is handled by :mod:`keeper.handmade`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
 from fabric.core import Fabric
+from fabric.errors import FabricError
 from fabric.kanboard.layout import COLUMN_OF_STATE, TERMINAL, Column, State
 from fabric.kanboard.taskboard import TaskView
+from fabric.ledger import APPROVAL_REF, IllegalTransition
 from fabric.task import Record
+from keeper import handmade, people
+from keeper.people import UNKNOWN, Act
+from keeper.policy import decision_for, settle_decision
 from keeper.snapshot import Snapshot, column_of
 from keeper.sweeps import SweepReport, guarded, usable
 
 log = logging.getLogger("agap.keeper.gestures")
 
-HUMAN = "human (Kanboard UI)"
-APPROVED_REF = "kanboard:approved"
+HUMAN = UNKNOWN  # who a gesture is recorded as when the board's activity does not say
+APPROVED_REF = APPROVAL_REF
 
 HELP = (
     "The keeper put this card back where the task's state says it belongs ({column}). "
     "Moves that mean something: answer a question by commenting and moving the card to "
-    "Queued; approve a task waiting on you by moving it to Done; verify a done task by "
-    "closing it; send a done task back by moving it to Queued; cancel a task by closing "
-    "it; retry a dead letter by moving it to Queued."
+    "Queued; approve a task waiting on you by moving it to Done (or comment and close it); "
+    "verify a done task by closing it; send a done task back by moving it to Queued; move a "
+    "queued task to another agent's lane to give it to that agent; cancel a task by closing "
+    "it; retry a dead letter by moving it to Queued, or drop it by closing it."
 )
 
 
 @dataclass
 class GestureReport(SweepReport):
-    """What the gesture sweep did: actions per task and quiet repairs."""
+    """What the gesture sweep did: actions per task, refusals and quiet repairs."""
 
     acted: dict[int, str] = field(default_factory=dict)  # task id -> gesture
     explained: list[int] = field(default_factory=list)  # put back with a comment
+    refused: dict[int, str] = field(default_factory=dict)  # task id -> why (put back)
+    by: dict[int, str] = field(default_factory=dict)  # task id -> who made the gesture
+    decisions_closed: list[int] = field(default_factory=list)
+    submitted: dict[int, int] = field(default_factory=dict)  # hand-made card -> its task
+
+
+@dataclass(frozen=True)
+class Gesture:
+    """One card's disagreement with its record, and who caused it."""
+
+    view: TaskView
+    rec: Record
+    col: Column
+    lane: str | None  # the queue of the swimlane the card sits in
+    by: str  # the person (a username or card id), or UNKNOWN
+    username: str | None  # their Kanboard username, when the activity names them
+
+
+class Refused(Exception):
+    """A gesture the fabric will not act on: the card goes back, with this line."""
 
 
 def expected_column(rec: Record) -> Column:
@@ -85,59 +113,227 @@ def changed_at(view: TaskView, closed_mismatch: bool) -> float:
 
 
 def sweep_gestures(fab: Fabric, snap: Snapshot, *, tolerance: float = 15.0) -> GestureReport:
-    """Act on human gestures, repair lagging projections (see the module doc)."""
+    """Act on people's gestures, repair lagging projections (see the module doc)."""
     report = GestureReport()
+    acts = people.acts_by_people(fab.cards, snap.activity)
     for view in (*snap.views, *snap.closed_active, *snap.vanished):
         report.scanned += 1
+        if view.current is None and not view.problems:
+            guarded(view, report, partial(handmade.consider, fab, view, acts.get(view.id), report.submitted))
+            continue
         if view.current is None or not usable(view, report) or view.spec is None:
             continue
-        rec = view.current
-        col = column_of(fab, view.task)
-        open_mismatch = view.is_open != expected_open(rec)
-        if col == expected_column(rec) and not open_mismatch:
-            continue
-        if col is None:
-            continue  # a column the fabric does not own: leave it alone
-        if changed_at(view, open_mismatch) <= view.fabric_moved_at + tolerance:
-            guarded(view, report, partial(_repair, fab, view, rec, report))
-            continue
-        guarded(view, report, partial(_act, fab, view, rec, col, report))
+        _consider(fab, view, view.current, acts.get(view.id), tolerance, report)
     return report
 
 
-def _act(fab: Fabric, view: TaskView, rec: Record, col: Column, report: GestureReport) -> None:
-    ledger = fab.ledger
-    s = rec.state
-    if not view.is_open:
-        if s == State.DONE:
-            ledger.verify(view.id, HUMAN, "closed in the Kanboard UI", view=view)
-            report.acted[view.id] = "verify"
-            return
-        if s in (State.QUEUED, State.WORKING, State.INPUT_REQUIRED):
-            reason = _latest_human_comment(fab, view, rec) or "closed in the Kanboard UI"
-            ledger.cancel(view.id, HUMAN, reason, view=view)
-            report.acted[view.id] = "cancel"
-            return
-    else:
-        if s == State.INPUT_REQUIRED and col in (Column.QUEUED, Column.WORKING):
-            ledger.resume(view.id, HUMAN, _latest_human_comment(fab, view, rec), view=view)
-            report.acted[view.id] = "resume"
-            return
-        if s == State.DONE and col == Column.QUEUED:
-            reason = _latest_human_comment(fab, view, rec) or "moved back to Queued in the Kanboard UI"
-            ledger.reopen(view.id, HUMAN, reason, view=view)
-            report.acted[view.id] = "reopen"
-            return
-        if s == State.DEAD and col == Column.QUEUED:
-            ledger.revive(view.id, HUMAN, "moved to Queued in the Kanboard UI", view=view)
-            report.acted[view.id] = "revive"
-            return
-        if s == State.QUEUED and expected_column(rec) == Column.WAITING and col == Column.DONE:
-            lease = ledger.claim(view, HUMAN, lease_seconds=600)
-            ledger.complete(lease, APPROVED_REF, note="Approved in the Kanboard UI.")
-            report.acted[view.id] = "approve"
-            return
-    _repair(fab, view, rec, report, explain=True)
+def _consider(
+    fab: Fabric, view: TaskView, rec: Record, act: Act | None, tolerance: float, report: GestureReport
+) -> None:
+    col = column_of(fab, view.task)
+    if col is None:
+        return  # a column the fabric does not own: leave it alone
+    assert view.spec is not None
+    layout = fab.board.layout
+    lane = layout.queue_of(view.task.swimlane_id)
+    open_mismatch = view.is_open != expected_open(rec)
+    home = layout.swimlanes.get(view.spec.queue, view.task.swimlane_id)
+    lane_mismatch = view.is_open and view.task.swimlane_id != home  # a lane of no queue too
+    if col == expected_column(rec) and not open_mismatch and not lane_mismatch:
+        return
+    if not open_mismatch and not view.is_open and rec.state in TERMINAL:
+        return  # closed as it should be; Kanboard leaves a closed card in its column
+    # A person's move, close or reopen since the fabric's own last move is theirs, however
+    # soon after; without one in the activity, only a change well after it is a gesture.
+    by_person = act is not None and act.at >= int(view.fabric_moved_at)
+    if not by_person and changed_at(view, open_mismatch) <= view.fabric_moved_at + tolerance:
+        guarded(view, report, partial(_repair, fab, view, rec, report))
+        return
+    who = people.person_id(fab.cards, act.person) if by_person and act else UNKNOWN
+    g = Gesture(view, rec, col, lane, who, act.person if by_person and act else None)
+    guarded(view, report, partial(_act, fab, g, report))
+
+
+def _act(fab: Fabric, g: Gesture, report: GestureReport) -> None:
+    action = _closed_action(g) if not g.view.is_open else _open_action(g)
+    if action is None:
+        _repair(fab, g.view, g.rec, report, explain=True)
+        return
+    name, fn = action
+    try:
+        name = fn(fab, g, report) or name
+    except Refused as exc:
+        _refuse(fab, g, str(exc), report)
+        return
+    except IllegalTransition as exc:
+        _refuse(fab, g, exc.line(), report)
+        return
+    report.acted[g.view.id] = name
+    report.by[g.view.id] = g.by
+    log.info("task #%s: %s by %s", g.view.id, name, g.by)
+
+
+# An action returns None, or the name of what it turned out to be.
+Action = Callable[[Fabric, Gesture, GestureReport], str | None]
+
+
+def _closed_action(g: Gesture) -> tuple[str, Action] | None:
+    s = g.rec.state
+    if s == State.DONE:
+        return "verify", _verify
+    if s == State.DEAD:
+        return "drop", _drop
+    if s == State.QUEUED and expected_column(g.rec) == Column.WAITING:
+        return "approve", _close_gate
+    if s in (State.QUEUED, State.WORKING, State.INPUT_REQUIRED):
+        return "cancel", _cancel
+    return None
+
+
+def _open_action(g: Gesture) -> tuple[str, Action] | None:
+    s, col = g.rec.state, g.col
+    assert g.view.spec is not None
+    if s == State.INPUT_REQUIRED and col in (Column.QUEUED, Column.WORKING):
+        return "resume", _resume
+    if s == State.DONE and col == Column.QUEUED:
+        return "reopen", _reopen
+    if s == State.DEAD and col == Column.QUEUED:
+        return "revive", _revive
+    if s == State.QUEUED and expected_column(g.rec) == Column.WAITING and col == Column.DONE:
+        return "approve", _approve
+    # Work queued for an agent may change hands; what waits on a person (a gate, a
+    # decision) stays theirs: moving it to another lane means nothing.
+    if s == State.QUEUED and col == Column.QUEUED == expected_column(g.rec) and _moved_lane(g):
+        return "reroute", _reroute
+    return None
+
+
+def _moved_lane(g: Gesture) -> bool:
+    return g.lane is not None and g.view.spec is not None and g.lane != g.view.spec.queue
+
+
+# -- the actions ---------------------------------------------------------------------------
+
+
+def _comment(fab: Fabric, g: Gesture) -> str | None:
+    found = people.latest_comment(fab.board.comments(g.view.id), g.rec.at)
+    return found.text.strip()[:2000] if found is not None else None
+
+
+def _check_allowed(fab: Fabric, g: Gesture, verb: str, answerer: str | None = None) -> None:
+    """Refuse unless the mover (or, when the board does not say who moved, the answer's
+    author) is the person the card waits on or their deputy."""
+    assert g.view.spec is not None
+    owner = people.waits_on(fab.cards, g.rec, g.view.spec)
+    who = g.username or answerer
+    if owner is None or (who is not None and people.allowed(fab.cards, owner, who)):
+        return
+    may = people.who_may(fab.cards, owner)
+    if who is None:
+        raise Refused(f"Kanboard does not say who moved this card; only {may} may {verb} it.")
+    raise Refused(f"Only {may} may {verb} this ({who} tried).")
+
+
+def _resume(fab: Fabric, g: Gesture, report: GestureReport) -> None:
+    found = people.latest_comment(fab.board.comments(g.view.id), g.rec.at)
+    _check_allowed(fab, g, "answer", found.username if found is not None else None)
+    answer = found.text.strip()[:2000] if found is not None else None
+    fab.ledger.resume(g.view.id, g.by, answer, view=g.view)
+
+
+def _approve(fab: Fabric, g: Gesture, report: GestureReport, note: str | None = None) -> None:
+    _check_allowed(fab, g, "approve")
+    lease = fab.ledger.claim(g.view, g.by, lease_seconds=600)
+    fab.ledger.complete(lease, APPROVAL_REF, note=note or f"Approved by {g.by} in the Kanboard UI.")
+
+
+def _close_gate(fab: Fabric, g: Gesture, report: GestureReport) -> str:
+    """A gate or decision closed: with the person's comment it is answered (approved with
+    that comment, then verified); without one it is dismissed (canceled)."""
+    answer = _comment(fab, g)
+    if answer is None:
+        _check_allowed(fab, g, "dismiss")
+        _cancel(fab, g, report)
+        return "dismiss"
+    _approve(fab, g, report, note=answer)
+    fab.ledger.verify(g.view.id, g.by, "closed in the Kanboard UI")
+    return "approve"
+
+
+def _verify(fab: Fabric, g: Gesture, report: GestureReport) -> None:
+    fab.ledger.verify(g.view.id, g.by, "closed in the Kanboard UI", view=g.view)
+
+
+def _cancel(fab: Fabric, g: Gesture, report: GestureReport) -> None:
+    reason = _comment(fab, g) or "closed in the Kanboard UI"
+    fab.ledger.cancel(g.view.id, g.by, reason, view=g.view)
+
+
+def _reopen(fab: Fabric, g: Gesture, report: GestureReport) -> None:
+    reason = _comment(fab, g) or "moved back to Queued in the Kanboard UI"
+    fab.ledger.reopen(g.view.id, g.by, reason, view=g.view)
+
+
+def _revive(fab: Fabric, g: Gesture, report: GestureReport) -> None:
+    """A fresh set of attempts; moved into another agent's lane too, it goes to that agent."""
+    decision = decision_for(fab, g.view)
+    fab.ledger.revive(g.view.id, g.by, "moved to Queued in the Kanboard UI", view=g.view)
+    if decision is not None:
+        why = f"task #{g.view.id} was revived by {g.by}"
+        report.decisions_closed.append(settle_decision(fab, decision, why))
+    if _moved_lane(g):
+        fresh = fab.board.read(g.view.id)
+        assert fresh.current is not None
+        moved = Gesture(fresh, fresh.current, g.col, g.lane, g.by, g.username)
+        try:
+            _reroute(fab, moved, report)
+        except Refused as exc:
+            _refuse(fab, moved, f"Revived, but {exc}", report)
+
+
+def _drop(fab: Fabric, g: Gesture, report: GestureReport) -> None:
+    decision = decision_for(fab, g.view)
+    fab.ledger.drop(g.view.id, g.by, _comment(fab, g) or "closed in the Kanboard UI", view=g.view)
+    if decision is not None:
+        why = f"task #{g.view.id} was dropped by {g.by}"
+        report.decisions_closed.append(settle_decision(fab, decision, why))
+
+
+def _reroute(fab: Fabric, g: Gesture, report: GestureReport) -> None:
+    """Give a queued task to the agent whose lane it was moved to: the same work, submitted
+    there (routing and policy apply), then this one canceled, pointing at the new one."""
+    spec, lane = g.view.spec, g.lane
+    assert spec is not None and lane is not None
+    target = fab.cards.by_queue(lane).id
+    try:
+        receipt = fab.submit(
+            spec.intent,
+            target=target,
+            refs=spec.refs,
+            priority=spec.priority,
+            deadline=spec.deadline,
+            not_before=spec.not_before,
+            key=f"moved/{g.view.uid}/e{g.rec.epoch}",
+            actor=spec.actor,
+        )
+    except FabricError as exc:
+        raise Refused(f"Not moved to {target}: {exc.line()}") from exc
+    why = f"moved to {target}'s lane by {g.by}: now task #{receipt.task_id}"
+    fab.ledger.cancel(g.view.id, g.by, why, view=g.view)
+
+
+# -- putting a card back -------------------------------------------------------------------
+
+
+def _refuse(fab: Fabric, g: Gesture, why: str, report: GestureReport) -> None:
+    want = expected_column(g.rec)
+    assert g.view.spec is not None
+    line = f"{why} The card is back in {want.value}."
+    fab.board.put_back(
+        g.view, g.rec.epoch, want, is_open=expected_open(g.rec), comment=line, queue=g.view.spec.queue
+    )
+    report.refused[g.view.id] = why
+    log.info("task #%s: gesture by %s refused: %s", g.view.id, g.by, why)
 
 
 def _repair(fab: Fabric, view: TaskView, rec: Record, report: SweepReport, *, explain: bool = False) -> None:
@@ -149,6 +345,7 @@ def _repair(fab: Fabric, view: TaskView, rec: Record, report: SweepReport, *, ex
         want,
         is_open=expected_open(rec),
         comment=HELP.format(column=want.value) if explain else None,
+        queue=view.spec.queue if view.spec is not None else None,
     )
     if explain and isinstance(report, GestureReport):
         report.explained.append(view.id)
@@ -160,12 +357,3 @@ def _repair(fab: Fabric, view: TaskView, rec: Record, report: SweepReport, *, ex
         want.value,
         "a gesture with no meaning" if explain else "lagging projection",
     )
-
-
-def _latest_human_comment(fab: Fabric, view: TaskView, rec: Record) -> str | None:
-    """The newest comment a person (not the app token) wrote after the record, if any."""
-    mine = [c for c in fab.board.comments(view.id) if c.user_id != 0 and c.created_at >= int(rec.at)]
-    if not mine:
-        return None
-    text = mine[-1].text.strip()
-    return text[:2000] or None

@@ -78,14 +78,21 @@ class MatrixNotifier:
         )
 
     @staticmethod
-    def content(subject: str, body: str, *, urgent: bool, ref: str | None) -> dict[str, str]:
-        """The event content: plain text, and the same as simple HTML."""
+    def content(
+        subject: str, body: str, *, urgent: bool, ref: str | None, url: str | None = None
+    ) -> dict[str, str]:
+        """The event content: plain text, and the same as simple HTML (``url``, the card in
+        Kanboard, as a link on the ref)."""
         head = ("[urgent] " if urgent else "") + subject
-        text = head + (f"\n\n{body}" if body else "") + (f"\n\n{ref}" if ref else "")
+        tail = " ".join(x for x in (ref, url) if x)
+        text = head + (f"\n\n{body}" if body else "") + (f"\n\n{tail}" if tail else "")
         parts = [f"<b>{html.escape(head)}</b>"]
         if body:
             parts.append(html.escape(body).replace("\n", "<br>"))
-        if ref:
+        if url:
+            label = html.escape(ref or "open the card")
+            parts.append(f'<a href="{html.escape(url, quote=True)}">{label}</a>')
+        elif ref:
             parts.append(f"<code>{html.escape(ref)}</code>")
         return {
             "msgtype": "m.text",
@@ -94,12 +101,12 @@ class MatrixNotifier:
             "formatted_body": "<br><br>".join(parts),
         }
 
-    def send(self, subject: str, body: str, *, urgent: bool, ref: str | None) -> None:
+    def send(self, subject: str, body: str, *, urgent: bool, ref: str | None, url: str | None = None) -> None:
         """Post one message (its event id goes to ``last_event_id``); raises
         :class:`MatrixSendError` when it cannot be delivered."""
         txn = new_txn_id()
-        url = self.url(txn)
-        payload = json.dumps(self.content(subject, body, urgent=urgent, ref=ref))
+        payload = json.dumps(self.content(subject, body, urgent=urgent, ref=ref, url=url))
+        target = self.url(txn)
         headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
         http = self.session or requests
         last = ""
@@ -107,7 +114,7 @@ class MatrixNotifier:
             wait = min(self.max_backoff, self.backoff * 2**attempt) * random.uniform(0.8, 1.2)
             try:
                 resp = http.put(
-                    url, data=payload, headers=headers, timeout=self.timeout, allow_redirects=False
+                    target, data=payload, headers=headers, timeout=self.timeout, allow_redirects=False
                 )
             except requests.RequestException as exc:
                 last = type(exc).__name__

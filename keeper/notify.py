@@ -28,6 +28,7 @@ import requests
 from fabric.cards import Card, CardSet
 from fabric.cards import WebhookChannel as WebhookSpec
 from fabric.errors import ConfigError, FabricError
+from fabric.people import find_person
 from fabric.settings import registry
 from keeper.matrix import MatrixNotifier
 
@@ -41,7 +42,10 @@ class NotifyError(Exception):
 class Channel(Protocol):
     """Somewhere a human reads urgent messages."""
 
-    def send(self, subject: str, body: str, *, urgent: bool, ref: str | None) -> None: ...
+    def send(self, subject: str, body: str, *, urgent: bool, ref: str | None, url: str | None = None) -> None:
+        """Deliver one message; ``url`` opens the card in Kanboard (when the board has a web
+        address)."""
+        ...
 
 
 def _networks(allow: Iterable[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
@@ -81,7 +85,8 @@ def _resolve(host: str) -> list[str]:
 
 @dataclass
 class WebhookNotifier:
-    """POST ``{subject, body, urgent, ref, sent_at}`` as JSON, retried with bounded backoff."""
+    """POST ``{subject, body, urgent, ref, url, sent_at}`` as JSON (``url``: the card in
+    Kanboard), retried with bounded backoff."""
 
     url: str
     token: str = field(default="", repr=False)
@@ -92,9 +97,16 @@ class WebhookNotifier:
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
 
-    def send(self, subject: str, body: str, *, urgent: bool, ref: str | None) -> None:
+    def send(self, subject: str, body: str, *, urgent: bool, ref: str | None, url: str | None = None) -> None:
         check_target(self.url, self.allow)
-        payload = {"subject": subject, "body": body, "urgent": urgent, "ref": ref, "sent_at": self.clock()}
+        payload = {
+            "subject": subject,
+            "body": body,
+            "urgent": urgent,
+            "ref": ref,
+            "url": url,
+            "sent_at": self.clock(),
+        }
         headers = {"Content-Type": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
@@ -145,9 +157,19 @@ class Notifier:
                     log.warning("%s: matrix channel skipped: %s", card.id, exc.line())
         return out
 
-    def notify(self, human: str, subject: str, body: str, *, urgent: bool, ref: str | None = None) -> bool:
-        """Send to ``human`` (a card id or username); True if any channel took it."""
-        card = find_human(self.cards, human)
+    def notify(
+        self,
+        human: str,
+        subject: str,
+        body: str,
+        *,
+        urgent: bool,
+        ref: str | None = None,
+        url: str | None = None,
+    ) -> bool:
+        """Send to ``human`` (a card id or username); True if any channel took it. ``url``
+        is the card's page in Kanboard, so the message opens it in one click."""
+        card = find_person(self.cards, human)
         if card is None:
             log.warning("no human card for %r: notification %r dropped", human, subject)
             self.failed += 1
@@ -156,7 +178,7 @@ class Notifier:
         ok = False
         for ch in self.channels(card):
             try:
-                ch.send(subject, body, urgent=urgent, ref=ref)
+                ch.send(subject, body, urgent=urgent, ref=ref, url=url)
                 ok = True
             except (NotifyError, FabricError) as exc:
                 log.warning("notify %s: %s", card.id, exc)
@@ -165,11 +187,3 @@ class Notifier:
         else:
             self.failed += 1
         return ok
-
-
-def find_human(cards: CardSet, name: str) -> Card | None:
-    """A human card by id or Kanboard username."""
-    for card in cards.humans():
-        if card.id == name or (card.human is not None and card.human.username == name):
-            return card
-    return None

@@ -8,10 +8,11 @@ submits the same work again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fabric.core import Fabric
+from fabric.kanboard.layout import TERMINAL, State
 from fabric.kanboard.views import TaskView
 from fabric.policy import plan_escalation
 from fabric.router import plan_reroute
@@ -33,6 +34,61 @@ def escalate_dead_letter(fab: Fabric, view: TaskView, *, actor: str = "keeper") 
         key=decision.key,
         actor=decision.actor,
     )
+
+
+DECISION_PREFIX = "escalate/"  # the action id of a dead letter's decision task (fabric.policy)
+
+
+def settle_decisions(fab: Fabric, views: Iterable[TaskView], *, by: str = "keeper") -> list[int]:
+    """Close each open decision task whose dead letter is no longer the one it was about
+    (revived, dropped or otherwise moved on): verified if the person had approved it,
+    else canceled with a line saying why. Returns the decision tasks closed."""
+    closed: list[int] = []
+    for view in views:
+        about = _decision_subject(view)
+        if about is None:
+            continue
+        subject_id, uid, epoch = about
+        subject = fab.board.read_many([subject_id]).get(subject_id)
+        cur = subject.current if subject is not None else None
+        if subject is None or subject.uid != uid or cur is None or subject.epoch <= epoch:
+            continue
+        why = f"task #{subject_id} is {cur.state.value} now ({cur.op} by {cur.by})"
+        closed.append(settle_decision(fab, view, why, by=by))
+    return closed
+
+
+def settle_decision(fab: Fabric, view: TaskView, why: str, *, by: str = "keeper") -> int:
+    """Close one decision task: verify it when approved, else cancel it."""
+    cur = view.current
+    assert cur is not None
+    if cur.state == State.DONE:
+        fab.ledger.verify(view.id, by, why, view=view)
+    elif cur.state not in TERMINAL and cur.state != State.DEAD:
+        fab.ledger.cancel(view.id, by, why, view=view)
+    return view.id
+
+
+def _decision_subject(view: TaskView) -> tuple[int, str, int] | None:
+    """(task id, uid, dead epoch) a decision task is about, or None for other tasks."""
+    spec, cur = view.spec, view.current
+    key = spec.action_id if spec is not None else None
+    if spec is None or cur is None or cur.state in TERMINAL or not key or not key.startswith(DECISION_PREFIX):
+        return None
+    uid, _, epoch = key[len(DECISION_PREFIX) :].partition("/e")
+    ids = [r.split(":", 1)[1] for r in spec.refs if r.startswith("task:")]
+    if not ids or not ids[0].isdigit() or not epoch.isdigit():
+        return None
+    return int(ids[0]), uid, int(epoch)
+
+
+def decision_for(fab: Fabric, dead: TaskView, *, actor: str = "keeper") -> TaskView | None:
+    """The open decision task about a dead letter's current epoch, if one was raised."""
+    if dead.uid is None:
+        return None
+    (tid,) = fab.board.tasks_by_keys([(actor, f"{DECISION_PREFIX}{dead.uid}/e{dead.epoch}")])
+    view = fab.board.read_many([tid]).get(tid) if tid is not None else None
+    return view if view is not None and _decision_subject(view) is not None else None
 
 
 def reroute_parked(
@@ -75,4 +131,4 @@ def _task_id_of_uid(fab: Fabric, uid: str) -> int | None:
     return found[uid][0] if uid in found else None
 
 
-__all__ = ["escalate_dead_letter", "reroute_parked"]
+__all__ = ["decision_for", "escalate_dead_letter", "reroute_parked", "settle_decision", "settle_decisions"]

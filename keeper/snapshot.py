@@ -22,7 +22,7 @@ from typing import Any
 from fabric.core import Fabric
 from fabric.kanboard.keeperstore import KeeperStore
 from fabric.kanboard.layout import META_WATCH, Column
-from fabric.kanboard.rows import BoardTask
+from fabric.kanboard.rows import BoardActivity, BoardTask
 from fabric.kanboard.taskboard import TaskView, parse_park_states
 
 ACTIVE_COLUMNS = (Column.QUEUED, Column.WORKING, Column.WAITING)
@@ -45,6 +45,7 @@ class Snapshot:
     vanished: list[TaskView] = field(default_factory=list)  # watched, no longer open in Done
     project_meta: dict[str, str] = field(default_factory=dict)
     parks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    activity: list[BoardActivity] = field(default_factory=list)  # newest first (when asked)
     trips: int = 0
 
     def watched(self) -> set[int]:
@@ -64,14 +65,15 @@ def column_of(fab: Fabric, row: BoardTask) -> Column | None:
     return None
 
 
-def take(fab: Fabric, *, with_done: bool = False) -> Snapshot:
-    """Read the active part of the board (two round trips)."""
+def take(fab: Fabric, *, with_done: bool = False, with_activity: bool = False) -> Snapshot:
+    """Read the active part of the board (two round trips), with the project's newest
+    activity when asked (in the first of them)."""
     store = KeeperStore(fab.board)
     cols = ACTIVE_COLUMNS + ((Column.DONE,) if with_done else ())
     queries = [f"status:open {_cols(cols)}", f'status:open column:"{Column.DEAD.value}"']
     if with_done:
         queries.append(f"status:closed {_cols((*ACTIVE_COLUMNS, Column.DEAD))}")
-    found, meta = store.search_with_meta(queries)
+    found, meta, activity = store.search_meta_activity(queries, with_activity=with_activity)
     rows, dead_rows = found[0], found[1]
     closed_rows = found[2] if with_done else []
     snap = Snapshot(
@@ -80,6 +82,7 @@ def take(fab: Fabric, *, with_done: bool = False) -> Snapshot:
         dead_rows=dead_rows,
         project_meta=meta,
         parks=parse_park_states(meta),
+        activity=activity,
         trips=1,
     )
     open_ids = {r.id for r in rows} | {r.id for r in dead_rows}

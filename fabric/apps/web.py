@@ -8,6 +8,9 @@ API (a browser logs in with user ``jsonrpc`` and the board's token).
   cell the open tasks with their state, epoch, owner, age and priority. Parked queues
   are shown in a banner and on their row. The page reloads itself every few seconds.
 * ``GET /board.json`` is the same snapshot as JSON, for scripts.
+* ``GET /?controller=TaskViewController&action=show&task_id=T`` and
+  ``…FileViewerController…&file_id=F`` are the task and attachment pages the links on
+  cards open (Kanboard's own URLs: :mod:`fabric.apps.webpages`).
 
 The page is a projection and nothing more: it has no forms, no scripts, and no GET
 changes anything. It reads the board in process, through the board's own API on the
@@ -26,12 +29,14 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from fabric.apps.webpages import kanboard_page
 from fabric.embedded.local import LocalPort
 from fabric.embedded.rpc import BoardApi
 from fabric.errors import ConfigError
 from fabric.kanboard.bootstrap import load_layout
-from fabric.kanboard.layout import COLUMN_OF_STATE, COLUMN_ORDER, PRIORITY_NAMES, Column, State
+from fabric.kanboard.layout import COLUMN_ORDER, PRIORITY_NAMES, Column, State, projected_column
 from fabric.kanboard.taskboard import TaskBoard, TaskView
+from fabric.kanboard.weblinks import links_for
 from fabric.settings.resolve import Settings
 
 log = logging.getLogger("agap.board.view")
@@ -86,6 +91,10 @@ class WebView:
         query = parse_qs(parts.query)
         include_closed = query.get("all", ["0"])[0] not in ("", "0", "false", "no")
         try:
+            if parts.path in ("/", "/index.html") and "controller" in query:
+                page = self.kanboard_page(query)
+                if page is not None:
+                    return page
             if parts.path in ("/", "/index.html"):
                 snap = self.snapshot(include_closed=include_closed)
                 return 200, HTML_TYPE, render_page(snap, self.refresh_seconds).encode()
@@ -96,6 +105,16 @@ class WebView:
             log.exception("board view failed")
             return 500, TEXT_TYPE, b"the board view failed; see the board's log\n"
         return 404, TEXT_TYPE, b"not found: the board view is at / (and /board.json)\n"
+
+    def kanboard_page(self, query: dict[str, list[str]]) -> Response | None:
+        """Kanboard's task or file page at its own URL (the links on cards), or None."""
+        port = LocalPort(self.api)
+        try:
+            layout = load_layout(port, self.settings)
+        except ConfigError:
+            return None
+        links = links_for(self.settings.board_url, self.settings.web_url)
+        return kanboard_page(TaskBoard(port, layout, clock=self.clock, links=links), query)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -146,7 +165,8 @@ class WebView:
                 owner = f"@{rec.assignee}"
             else:
                 owner = rec.owner
-        expected = COLUMN_OF_STATE.get(rec.state) if rec else None
+        # A keeper's gate or decision card is queued for a person: it waits in their column.
+        expected = projected_column(rec.state, rec.assignee) if rec else None
         return {
             "id": view.id,
             "title": row.title,

@@ -12,17 +12,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fabric.embedded.flavour import DEFAULT_FLAVOUR
+from fabric.embedded.permissions import Forbidden
 from fabric.embedded.php import Fatal
+from fabric.embedded.procedures.activity import acting_as
 from fabric.embedded.rpc import BoardApi
 from fabric.embedded.store import Store
-from fabric.kanboard.port import Call, MaybeDone, Outcome, Params, RoundTrips, RpcError
+from fabric.kanboard.port import BoardAuthError, Call, MaybeDone, Outcome, Params, RoundTrips, RpcError
 
 
 class LocalPort:
     """An :class:`~fabric.kanboard.port.RpcPort` that calls a :class:`BoardApi` directly.
 
     Without ``api`` it makes an in-memory board of the given ``flavour`` (``strict``
-    unless told otherwise; ignored when ``api`` is given).
+    unless told otherwise; ignored when ``api`` is given). With ``user_id`` its calls are
+    made as that signed-in user (user-auth JSON-RPC), as a person's in Kanboard's UI.
     """
 
     def __init__(
@@ -31,12 +34,14 @@ class LocalPort:
         *,
         clock: Callable[[], float] | None = None,
         flavour: str = DEFAULT_FLAVOUR,
+        user_id: int = 0,
     ):
         if api is None:
             api = BoardApi(Store(":memory:", flavour=flavour), token="local")
         if clock is not None:
             api.clock = clock
         self.api = api
+        self.user_id = user_id  # 0: the application token; else user-auth JSON-RPC as this user
         self.stats = RoundTrips()
         self._next = 0
 
@@ -57,9 +62,13 @@ class LocalPort:
                 req["params"] = c.params
             payload.append(json.loads(json.dumps(req)))
         try:
-            replies = json.loads(json.dumps(self.api.handle(payload)))
+            with acting_as(self.user_id):
+                replies = json.loads(json.dumps(self.api.handle(payload)))
         except Fatal as exc:
             raise MaybeDone(f"the board failed mid-batch: {exc}", calls=calls) from exc
+        except Forbidden as exc:
+            # Over HTTP this is a 403 for the whole request, which the client reports so.
+            raise BoardAuthError(f"HTTP 403: the board refused the call ({exc})", where="local") from None
         out = []
         for c, r in zip(calls, replies, strict=True):
             if "error" in r:

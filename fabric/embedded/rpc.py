@@ -28,8 +28,10 @@ from typing import Any
 from fabric.embedded import flavour as fl
 from fabric.embedded import procedures  # noqa: F401  imported to register every procedure
 from fabric.embedded.flavour import Flavour, SqlError
+from fabric.embedded.permissions import check
+from fabric.embedded.procedures.activity import caller
 from fabric.embedded.procedures.base import REGISTRY, Board, ProcedureSpec
-from fabric.embedded.store import Store
+from fabric.embedded.store import Store, password_matches
 
 
 def procedure_names() -> frozenset[str]:
@@ -62,20 +64,35 @@ class BoardApi(Board):
     # -- auth and dispatch ----------------------------------------------------------
 
     def check_basic_auth(self, header: str | None) -> bool:
-        """True when ``Authorization: Basic`` carries ``jsonrpc:<token>``."""
+        """True when ``Authorization: Basic`` carries ``jsonrpc:<token>`` or a user's password."""
+        return self.caller_of(header) is not None
+
+    def caller_of(self, header: str | None) -> int | None:
+        """Who ``Authorization: Basic`` names: 0 for ``jsonrpc:<token>`` (the application),
+        a user's id for ``<username>:<password>`` (user-auth JSON-RPC), None when refused."""
         if not header or not header.startswith("Basic "):
-            return False
+            return None
         try:
             user, _, password = base64.b64decode(header[6:]).decode().partition(":")
         except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
-            return False
-        return user == "jsonrpc" and hmac.compare_digest(password.encode(), self.token.encode())
+            return None
+        if user == "jsonrpc":
+            return 0 if hmac.compare_digest(password.encode(), self.token.encode()) else None
+        with self.store.read() as db:
+            row = db.execute(
+                "SELECT id, password FROM users WHERE username = ? AND is_active = 1", (user,)
+            ).fetchone()
+        if row is None or not password_matches(row["password"], password):
+            return None
+        return int(row["id"])
 
     def handle(self, payload: Any) -> Any:
         """Answer one request or a batch (a list), in order. ``None`` means no reply.
 
         Raises :class:`~fabric.embedded.php.Fatal` where PHP would die with an HTTP 500
-        (the whole reply is lost, but earlier batch items stay committed).
+        (the whole reply is lost, but earlier batch items stay committed), and
+        :class:`~fabric.embedded.permissions.Forbidden` where Kanboard refuses a signed-in
+        user (HTTP 403; earlier batch items stay committed, later ones never run).
         """
         if isinstance(payload, list) and payload:
             replies = [
@@ -118,9 +135,12 @@ class BoardApi(Board):
             return None if notification else _error(rpc_id, -32602, "Invalid params", str(exc))
         if self.flavour.cut_nul:
             args = fl.cut_nul(args)
+        named = dict(zip(spec.names, args, strict=True))
         try:
-            fl.check_int32(self.flavour, req["method"], dict(zip(spec.names, args, strict=True)))
-            result = spec.fn(self, *args)
+            fl.check_int32(self.flavour, req["method"], named)
+            # A refusal (permissions.Forbidden) ends the whole request: see handle().
+            verdict = check(self, caller(), req["method"], named)
+            result = spec.fn(self, *args) if verdict.run else verdict.result
         except SqlError as exc:
             # The statement failed and Kanboard rolled its transaction back (Store.write
             # did the same); PDO's message reaches the caller as a code 0 error.

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from fabric.embedded.flavour import DEFAULT_FLAVOUR
+from fabric.embedded.permissions import Forbidden
 from fabric.embedded.php import Fatal
+from fabric.embedded.procedures.activity import acting_as, configure_webhook
 from fabric.embedded.rpc import BoardApi, encode
 from fabric.embedded.store import Store
 
@@ -26,6 +28,7 @@ log = logging.getLogger("agap.board")
 ENDPOINT = "/jsonrpc.php"
 MAX_BODY = 64 * 1024 * 1024
 UNAUTHORIZED = b'{"jsonrpc":"2.0","error":{"code":401,"message":"Unauthorized"},"id":null}'
+FORBIDDEN = b'{"jsonrpc":"2.0","error":{"code":403,"message":"Forbidden"},"id":null}'
 PARSE_ERROR = b'{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error"},"id":null}'
 
 
@@ -74,11 +77,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _authorized(self) -> bool:
-        api = self.server.api
-        if api.check_basic_auth(self.headers.get("Authorization")):
-            return True
-        self._reply(401, UNAUTHORIZED, extra={"WWW-Authenticate": 'Basic realm="JsonRPC"'})
-        return False
+        return self._caller() is not None
+
+    def _caller(self) -> int | None:
+        """0 for the application token, a user's id for user auth; None (answered 401) else."""
+        who = self.server.api.caller_of(self.headers.get("Authorization"))
+        if who is None:
+            self._reply(401, UNAUTHORIZED, extra={"WWW-Authenticate": 'Basic realm="JsonRPC"'})
+        return who
 
     def _read_body(self) -> bytes | None:
         try:
@@ -110,10 +116,16 @@ class _Handler(BaseHTTPRequestHandler):
             # Kanboard checks the JSON before the credentials: a parse error needs no auth.
             self._reply(200, PARSE_ERROR)
             return
-        if not self._authorized():
+        who = self._caller()
+        if who is None:
             return
         try:
-            reply = api.handle(payload)
+            with acting_as(who):
+                reply = api.handle(payload)
+        except Forbidden as exc:
+            log.debug("HTTP 403 (as Kanboard would): %s", exc)
+            self._reply(403, FORBIDDEN)
+            return
         except Fatal as exc:
             log.warning("HTTP 500 (as PHP would): %s", exc)
             self._reply(500, b"", content_type="text/html; charset=UTF-8")
@@ -209,6 +221,10 @@ class EmbeddedBoard:
     def url(self) -> str:
         """The JSON-RPC endpoint, in the form KANBOARD_URL takes."""
         return f"http://{self.host}:{self.port}{ENDPOINT}"
+
+    def set_webhook(self, url: str, token: str) -> None:
+        """Call ``url?token=<token>`` on every task event, as Kanboard's webhook setting does."""
+        configure_webhook(self.api, url, token)
 
     def set_view(self, view: Any) -> None:
         """Serve ``view(path) -> (status, content_type, body)`` for GET requests."""

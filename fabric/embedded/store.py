@@ -8,6 +8,7 @@ test-and-set stands on.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import secrets
 import sqlite3
 import threading
@@ -204,6 +205,15 @@ CREATE TABLE IF NOT EXISTS task_has_files (
 );
 CREATE INDEX IF NOT EXISTS files_task ON task_has_files(task_id);
 CREATE TABLE IF NOT EXISTS sequences (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS project_activities (
+    id INTEGER PRIMARY KEY,
+    date_creation INTEGER NOT NULL,
+    event_name TEXT NOT NULL,
+    creator_id INTEGER,
+    project_id INTEGER REFERENCES projects(id) ON DELETE CASCADE,
+    task_id INTEGER REFERENCES tasks(id) ON DELETE CASCADE,
+    data TEXT
+);
 """
 
 
@@ -212,10 +222,19 @@ class StoreError(RuntimeError):
 
 
 def hash_password(password: str) -> str:
-    """A salted PBKDF2 hash (the embedded board never checks user passwords)."""
+    """A salted PBKDF2 hash, checked by :func:`password_matches` (user-auth JSON-RPC)."""
     salt = secrets.token_bytes(12)
     digest = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, 1000)
     return "$pbkdf2-sha256$1000$" + salt.hex() + "$" + digest.hex()
+
+
+def password_matches(stored: str | None, password: str) -> bool:
+    """True when ``password`` hashes to ``stored`` (a :func:`hash_password` value)."""
+    parts = (stored or "").split("$")
+    if len(parts) != 5 or parts[1] != "pbkdf2-sha256":
+        return False
+    digest = hashlib.pbkdf2_hmac("sha256", password.encode(), bytes.fromhex(parts[3]), int(parts[2]))
+    return hmac.compare_digest(digest.hex(), parts[4])
 
 
 class Store:

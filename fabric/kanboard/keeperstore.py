@@ -15,7 +15,15 @@ from dataclasses import dataclass
 
 from fabric.kanboard.port import Call
 from fabric.kanboard.resend import send
-from fabric.kanboard.rows import BoardTag, BoardTask, meta_map, tag_rows, task_rows
+from fabric.kanboard.rows import (
+    BoardActivity,
+    BoardTag,
+    BoardTask,
+    activity_rows,
+    meta_map,
+    tag_rows,
+    task_rows,
+)
 from fabric.kanboard.taskboard import TaskBoard
 from fabric.kanboard.views import TaskView, parse_view
 
@@ -38,10 +46,23 @@ class KeeperStore:
     def search_with_meta(self, queries: Sequence[str]) -> tuple[list[list[BoardTask]], dict[str, str]]:
         """Each query's rows (in the work project) and the work project's metadata, in one
         round trip."""
+        found, meta, _ = self.search_meta_activity(queries, with_activity=False)
+        return found, meta
+
+    def search_meta_activity(
+        self, queries: Sequence[str], *, with_activity: bool = True
+    ) -> tuple[list[list[BoardTask]], dict[str, str], list[BoardActivity]]:
+        """:meth:`search_with_meta`, plus the work project's newest activity (who moved,
+        closed, created or commented on which card), in the same round trip."""
         pid = self.board.layout.project_id
         calls = [Call("searchTasks", {"project_id": pid, "query": q}) for q in queries]
-        out = self.board.port.batch([*calls, Call("getProjectMetadata", {"project_id": pid})])
-        return [task_rows(o.unwrap()) for o in out[:-1]], meta_map(out[-1].unwrap())
+        calls.append(Call("getProjectMetadata", {"project_id": pid}))
+        if with_activity:
+            calls.append(Call("getProjectActivity", {"project_id": pid}))
+        out = self.board.port.batch(calls)
+        n = len(queries)
+        activity = activity_rows(out[n + 1].unwrap()) if with_activity else []
+        return [task_rows(o.unwrap()) for o in out[:n]], meta_map(out[n].unwrap()), activity
 
     def read_views(
         self, rows: Sequence[BoardTask], task_ids: Sequence[int]

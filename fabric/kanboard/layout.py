@@ -21,9 +21,10 @@ class State(StrEnum):
     DEAD = "dead"  # dead letter: attempts exhausted, poison, or given up
     CANCELED = "canceled"
     CLOSED = "closed"  # verified by someone other than the producer
+    DROPPED = "dropped"  # a dead letter a person gave up on
 
 
-TERMINAL = frozenset({State.CANCELED, State.CLOSED})
+TERMINAL = frozenset({State.CANCELED, State.CLOSED, State.DROPPED})
 
 
 class Column(StrEnum):
@@ -47,7 +48,16 @@ COLUMN_OF_STATE = {
     State.DEAD: Column.DEAD,
     State.CANCELED: Column.DONE,
     State.CLOSED: Column.DONE,
+    State.DROPPED: Column.DONE,
 }
+
+
+def projected_column(state: State, assignee: str | None) -> Column:
+    """The column a record shows in: a queued task for a person waits on that person."""
+    if state == State.QUEUED and assignee:
+        return Column.WAITING
+    return COLUMN_OF_STATE[state]
+
 
 # Kanboard priorities run 0..3.
 PRIORITY_LEVELS = {"low": 0, "normal": 1, "high": 2, "urgent": 3}
@@ -72,6 +82,8 @@ META_NOTIFIED = "fabric.notified"  # the epoch whose inbox notice was sent
 # own batch (a re-sent or repaired move): with the record's time, it tells the fabric's
 # moves from a person's.
 META_PROJECTED = "fabric.projected"
+# The keeper told the person who made this card by hand where to make it instead (once).
+META_HINTED = "fabric.hinted"
 
 # -- project metadata keys ------------------------------------------------------------
 META_PARK_PREFIX = "fabric.park."  # work project: fabric.park.<queue> = park state (JSON)
@@ -79,6 +91,9 @@ META_CRON_PREFIX = "fabric.cron."  # work project: fabric.cron.<schedule> = its 
 META_WATCH = "fabric.keeper.watch"  # work project: the ids the keeper watches for gestures
 META_LAYOUT = "fabric.layout"  # work project: the storage layout version (see LAYOUT_VERSION)
 META_ORPHANS = "fabric.gc.orphans"  # locks project: {tag name: first seen orphaned}
+# A confined agent's home project: {username: user id} of the people it may assign, for
+# its worker, whose board user may not list users (fabric.kanboard.principals).
+META_MEMBERS = "fabric.members"
 
 # Version 2 stores every value in 255-character chunks and hashes receipts into the
 # reference; boards written by version 1 (long values, `actor:key` references) are

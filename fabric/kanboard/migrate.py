@@ -9,8 +9,10 @@ backend (``fabric.kanboard.fit``). Migrating, idempotently and task by task:
   which stores it in chunks (the logical value is unchanged);
 * a keyed task's reference becomes the hashed receipt reference;
 * the spec block of a task that has records is sealed again from its metadata (the
-  truth); a card with no records is left alone and counted (it was never the fabric's
-  to adopt unsealed);
+  truth), as the line Markdown does not show (an older fenced block goes, with the HTML
+  ``<details>`` around it, which Kanboard shows as text: ``--force`` does this for boards
+  already at layout 2); a card with no records is left alone and counted (it was never
+  the fabric's to adopt unsealed);
 * the work project records ``fabric.layout = 2``.
 
 Reading needs no migration (a long value reads as it is), so a half-migrated board
@@ -32,7 +34,7 @@ from fabric.kanboard.layout import (
 )
 from fabric.kanboard.port import Call, RpcPort
 from fabric.kanboard.taskboard import BoardLayout, parse_view
-from fabric.submit import SPEC_FENCE, spec_block
+from fabric.submit import SPEC_FENCE, SPEC_LINE, spec_block
 
 CHUNK = 50  # tasks per round trip
 
@@ -118,7 +120,7 @@ def _task_calls(row: dict[str, Any], meta: Any, seal_key: bytes, report: Migrati
         report.references += 1
     description = str(row.get("description") or "")
     assignee = view.records[0].assignee if 0 in view.records else None
-    block = f"{SPEC_FENCE}\n{spec_block(spec, view.uid, assignee=assignee, key=seal_key)}\n```"
+    block = f"{SPEC_LINE}{spec_block(spec, view.uid, assignee=assignee, key=seal_key)})"
     sealed = replace_last_block(description, block)
     if sealed != description:
         update["description"] = sealed
@@ -128,13 +130,28 @@ def _task_calls(row: dict[str, Any], meta: Any, seal_key: bytes, report: Migrati
     return calls
 
 
-def replace_last_block(description: str, block: str) -> str:
-    """``description`` with its last spec block (the fabric's own) replaced by ``block``."""
-    start = description.rfind(SPEC_FENCE)
-    end = description.find("\n```", start + len(SPEC_FENCE)) if start >= 0 else -1
+# Layout 2 wrapped the fenced block in HTML, which Kanboard shows as text.
+_DETAILS_OPEN = "<details><summary>fabric spec (machine-readable)</summary>\n\n"
+_DETAILS_CLOSE = "\n</details>"
+
+
+def replace_last_block(description: str, line: str) -> str:
+    """``description`` with its last spec block (the fabric's own) replaced by ``line``.
+
+    An old fenced block goes with the ``<details>`` element around it; "" when the
+    description has no block (nothing is added).
+    """
+    fence, ref = description.rfind(SPEC_FENCE), description.rfind(SPEC_LINE)
+    if ref > fence:
+        end = description.find("\n", ref)
+        return description[:ref] + line + (description[end:] if end >= 0 else "")
+    end = description.find("\n```", fence + len(SPEC_FENCE)) if fence >= 0 else -1
     if end < 0:
         return description
-    return description[:start] + block + description[end + 4 :]
+    start, stop = fence, end + 4
+    if description[:start].endswith(_DETAILS_OPEN) and description[stop:].startswith(_DETAILS_CLOSE):
+        start, stop = start - len(_DETAILS_OPEN), stop + len(_DETAILS_CLOSE)
+    return description[:start] + line + description[stop:]
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

@@ -64,6 +64,7 @@ class BoardTask:
     column_id: int = 0
     swimlane_id: int = 0
     owner_id: int = 0
+    creator_id: int = 0  # who made the card: 0 for the application token
     is_open: bool = True
     created_at: int = 0
     modified_at: int = 0
@@ -89,6 +90,7 @@ class BoardTask:
             column_id=as_int(g("column_id")),
             swimlane_id=as_int(g("swimlane_id")),
             owner_id=as_int(g("owner_id")),
+            creator_id=as_int(g("creator_id")),
             is_open=as_flag(g("is_active"), True),
             created_at=as_int(g("date_creation")),
             modified_at=as_int(g("date_modification")),
@@ -168,6 +170,59 @@ class BoardTag:
         return cls(id=as_int(g("id")), name=as_text(g("name")), color=as_text(g("color_id")), raw=dict(row))
 
 
+# Kanboard's activity events, by what a person did (event names are Kanboard's).
+ACTIVITY_KINDS = {
+    "task.move.column": "move",
+    "task.move.swimlane": "move",
+    "task.move.position": "move",
+    "task.close": "close",
+    "task.open": "open",
+    "task.create": "create",
+    "comment.create": "comment",
+}
+
+
+@dataclass(frozen=True)
+class BoardActivity:
+    """One row of a project's activity: what a signed-in user did to a task, and when.
+
+    Kanboard writes one only for a signed-in user (its web UI, user-auth JSON-RPC), never
+    for the application token. ``kind`` is move, close, open, create, comment or other.
+    """
+
+    id: int
+    kind: str
+    task_id: int = 0
+    user_id: int = 0
+    username: str = ""
+    at: int = 0
+    column_id: int = 0  # where the card was after the event
+    swimlane_id: int = 0
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, row: Mapping[str, Any]) -> BoardActivity:
+        g = row.get
+        found = g("task")
+        task: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        return cls(
+            id=as_int(g("id")),
+            kind=ACTIVITY_KINDS.get(as_text(g("event_name")), "other"),
+            task_id=as_int(g("task_id")),
+            user_id=as_int(g("creator_id")),
+            username=as_text(g("author_username")),
+            at=as_int(g("date_creation")),
+            column_id=as_int(task.get("column_id")),
+            swimlane_id=as_int(task.get("swimlane_id")),
+            raw=dict(row),
+        )
+
+
+def activity_rows(value: Any) -> list[BoardActivity]:
+    """``getProjectActivity``'s answer (newest first), typed; anything but a list is none."""
+    return [BoardActivity.parse(r) for r in value or [] if isinstance(r, Mapping)]
+
+
 def task_rows(value: Any) -> list[BoardTask]:
     """Task rows from a list answer (``searchTasks``, ``getAllTasks``); ``null`` is none."""
     return [BoardTask.parse(r) for r in value or [] if isinstance(r, Mapping)]
@@ -193,10 +248,13 @@ def meta_map(value: Any) -> dict[str, str]:
 
 
 __all__ = [
+    "ACTIVITY_KINDS",
+    "BoardActivity",
     "BoardComment",
     "BoardFile",
     "BoardTag",
     "BoardTask",
+    "activity_rows",
     "as_flag",
     "as_int",
     "as_text",

@@ -21,7 +21,6 @@ from fabric.errors import ConfigError, InvalidInput
 from fabric.kanboard.dates import format_input_date
 from fabric.kanboard.fit import fit
 from fabric.kanboard.layout import (
-    COLUMN_OF_STATE,
     META_PROJECTED,
     META_SPEC,
     META_UID,
@@ -30,6 +29,7 @@ from fabric.kanboard.layout import (
     cron_key,
     epoch_lock,
     park_key,
+    projected_column,
     receipt_reference,
     record_key,
 )
@@ -47,12 +47,14 @@ from fabric.kanboard.rows import (
     BoardComment,
     BoardFile,
     BoardTask,
+    activity_rows,
     comment_rows,
     file_rows,
     tag_rows,
     task_rows,
 )
 from fabric.kanboard.views import BoardLayout, TaskView, parse_cron_states, parse_park_states, parse_view
+from fabric.kanboard.weblinks import WebLinks
 from fabric.task import Record, TaskSpec
 
 # The views live in fabric.kanboard.views; most of the fabric imports them from here.
@@ -108,7 +110,13 @@ class TaskBoard:
     """Fabric operations on one work project and its locks project."""
 
     def __init__(
-        self, port: RpcPort, layout: BoardLayout, *, clock: Any = time.time, seal_key: bytes = b""
+        self,
+        port: RpcPort,
+        layout: BoardLayout,
+        *,
+        clock: Any = time.time,
+        seal_key: bytes = b"",
+        links: WebLinks | None = None,
     ) -> None:
         # Every value goes through the fitting port: records, specs and answers longer
         # than a PostgreSQL/MySQL metadata column are stored in chunks (fabric.kanboard.fit).
@@ -118,6 +126,9 @@ class TaskBoard:
         # Seals the spec block of descriptions (fabric.submit): only the fabric's own
         # blocks are ever trusted to rebuild a task.
         self.seal_key = seal_key
+        # Kanboard's pages for a task and its files, for the links on cards (None: the
+        # board has no web address, e.g. one reached in process).
+        self.links = links
         self._moved: dict[int, _Move] = {}
 
     # -- reading --------------------------------------------------------------------
@@ -169,7 +180,7 @@ class TaskBoard:
         out = self.port.batch(
             [
                 Call("searchTasks", {"project_id": self.layout.project_id, "query": query}),
-                *self.read_calls(due),
+                *self.recheck_calls(due),
             ]
         )
         self._recheck_moves(due, out[1:])
@@ -183,8 +194,28 @@ class TaskBoard:
             calls += [Call("getTask", {"task_id": tid}), Call("getTaskMetadata", {"task_id": tid})]
         return calls
 
+    def recheck_calls(self, task_ids: Sequence[int]) -> list[Call]:
+        """The reads that check this connection's recent moves: each card, and the project's
+        activity (a person's move since ours is theirs to keep, however soon it came)."""
+        if not task_ids:
+            return []
+        return [
+            *self.read_calls(task_ids),
+            Call("getProjectActivity", {"project_id": self.layout.project_id}),
+        ]
+
+    def _moved_by_people(self, out: Outcome) -> dict[int, int]:
+        """Task id -> when a project member (a person) last moved it, from the activity."""
+        people = set(self.layout.users.values())
+        found: dict[int, int] = {}
+        for row in activity_rows(out.value if out.error is None else None):
+            if row.kind == "move" and row.user_id in people:
+                found.setdefault(row.task_id, row.at)
+        return found
+
     def _recheck_moves(self, task_ids: Sequence[int], out: Sequence[Outcome]) -> None:
         again: list[Call] = []
+        by_people = self._moved_by_people(out[-1]) if task_ids else {}
         for i, tid in enumerate(task_ids):
             move = self._moved.pop(tid)
             row, meta = out[2 * i], out[2 * i + 1]
@@ -193,7 +224,7 @@ class TaskBoard:
             task = BoardTask.parse(row.value)
             if task.column_id == move.column_id:
                 continue  # where we put it
-            if task.moved_at > move.at + MOVE_TOLERANCE:
+            if task.moved_at > move.at + MOVE_TOLERANCE or by_people.get(tid, -1) >= int(move.at):
                 continue  # moved again since (a person's gesture): theirs to keep
             if parse_view(tid, task, meta.value, 0.0).epoch != move.epoch:
                 continue  # a later transition: its writer projects it
@@ -221,7 +252,7 @@ class TaskBoard:
             wait = max(m.due for m in self._moved.values()) - time.monotonic()
             time.sleep(min(max(wait, 0.0), VERIFY_AFTER) + random.uniform(0, VERIFY_AFTER))
             due = list(self._moved)
-            self._recheck_moves(due, self.port.batch(self.read_calls(due)))
+            self._recheck_moves(due, self.port.batch(self.recheck_calls(due)))
 
     def repair_projection(self, view: TaskView) -> bool:
         """Move a card a lost move left behind to its record's column (True if moved).
@@ -247,17 +278,26 @@ class TaskBoard:
         return True
 
     def put_back(
-        self, view: TaskView, epoch: int, column: Column, *, is_open: bool, comment: str | None = None
+        self,
+        view: TaskView,
+        epoch: int,
+        column: Column,
+        *,
+        is_open: bool,
+        comment: str | None = None,
+        queue: str | None = None,
     ) -> None:
-        """Put a card where record ``epoch`` says: in ``column`` (a stamped move, see
-        :meth:`stamp_call`), open or closed, with a line for the journal if given.
+        """Put a card where record ``epoch`` says: in ``column`` (and ``queue``'s swimlane,
+        if given; a stamped move, see :meth:`stamp_call`), open or closed, with a line for
+        the journal if given.
 
         One round trip, none when the card is already right and there is nothing to say.
         """
         want = self.layout.columns[column]
+        lane = self.layout.swimlanes.get(queue or "", view.task.swimlane_id)
         calls: list[Call] = []
-        if view.task.column_id != want:
-            calls += [self.stamp_call(view.id, epoch), self.move_call(view.id, want, view.task.swimlane_id)]
+        if (view.task.column_id, view.task.swimlane_id) != (want, lane):
+            calls += [self.stamp_call(view.id, epoch), self.move_call(view.id, want, lane)]
         if view.is_open and not is_open:
             calls.append(Call("closeTask", {"task_id": view.id}))
         elif not view.is_open and is_open:
@@ -524,6 +564,20 @@ class TaskBoard:
         )
         return BoardTask.parse(row) if isinstance(row, dict) else None
 
+    def check_own(self, view: TaskView) -> None:
+        """Refuse a task of another project: its lock tags, columns and lanes are that
+        project's (a confined agent's home: fabric.kanboard.principals)."""
+        pid = view.task.raw.get("project_id")
+        if pid is None or int(pid) == self.layout.project_id:
+            return
+        home = next((h for h in self.layout.homes.values() if h.project_id == int(pid)), None)
+        where = home.project_name if home else f"project #{pid}"
+        raise ConfigError(
+            f"task #{view.id} is in {where!r}, not in {self.layout.project_name!r}",
+            where=f"task #{view.id}",
+            hint="set AGAP_PROJECT and AGAP_LOCKS_PROJECT to that project and its locks project",
+        )
+
     def write_record(
         self,
         view: TaskView,
@@ -542,6 +596,7 @@ class TaskBoard:
         are projections for humans and polls; their failures (e.g. ``moveTaskPosition``
         answering false because the card is already there) do not matter.
         """
+        self.check_own(view)
         values = {record_key(record.epoch): record.to_meta(), **(extra_meta or {})}
         calls = [Call("saveTaskMetadata", {"task_id": view.id, "values": values})]
         calls += [self.file_call(view.id, name, blob) for name, blob in files]
@@ -562,9 +617,7 @@ class TaskBoard:
                 raise BoardRefused("createTaskFile", o.value, f"attach a file to task #{view.id}")
 
     def _projection_calls(self, view: TaskView, record: Record, *, description: str | None) -> list[Call]:
-        column = COLUMN_OF_STATE[record.state]
-        if record.state == State.QUEUED and record.assignee:
-            column = Column.WAITING  # a queued task for a human waits on that human
+        column = projected_column(record.state, record.assignee)
         calls = []
         if view.task.column_id != self.layout.columns[column]:
             calls.append(self.move_call(view.id, self.layout.columns[column], view.task.swimlane_id))
@@ -683,10 +736,10 @@ class TaskBoard:
 
     # -- journal and files ------------------------------------------------------------
 
-    @staticmethod
-    def comment_call(task_id: int, text: str) -> Call:
-        """A line for the task's journal, written as the application (user 0)."""
-        return Call("createComment", {"task_id": task_id, "user_id": 0, "content": text})
+    def comment_call(self, task_id: int, text: str) -> Call:
+        """A line for the task's journal, written as the signed-in user (0: the
+        application; Kanboard lets a user comment only in its own name)."""
+        return Call("createComment", {"task_id": task_id, "user_id": self.layout.me, "content": text})
 
     def file_call(self, task_id: int, name: str, blob: str) -> Call:
         """Attach a file (``blob`` is its content, base64)."""

@@ -39,6 +39,10 @@ class BoardLayout:
     columns: dict[Column, int]
     swimlanes: dict[str, int]  # queue name -> swimlane id
     users: dict[str, int]  # Kanboard username -> user id (project members)
+    me: int = 0  # the signed-in board user's id; 0: the application token
+    # The confined agents' homes, by agent id (fabric.kanboard.principals): each a layout
+    # of its own, with no homes. A board user's layout is its home and has none.
+    homes: dict[str, BoardLayout] = field(default_factory=dict)
 
     def swimlane(self, queue: str) -> int:
         try:
@@ -56,21 +60,26 @@ class BoardLayout:
         return None
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "project_name": self.project_name,
-                "project_id": self.project_id,
-                "locks_project_id": self.locks_project_id,
-                "columns": {c.value: i for c, i in self.columns.items()},
-                "swimlanes": self.swimlanes,
-                "users": self.users,
-            },
-            sort_keys=True,
-        )
+        return json.dumps(self._to_dict(), sort_keys=True)
+
+    def _to_dict(self) -> dict[str, Any]:
+        return {
+            "project_name": self.project_name,
+            "project_id": self.project_id,
+            "locks_project_id": self.locks_project_id,
+            "columns": {c.value: i for c, i in self.columns.items()},
+            "swimlanes": self.swimlanes,
+            "users": self.users,
+            "me": self.me,
+            "homes": {k: h._to_dict() for k, h in self.homes.items()},
+        }
 
     @classmethod
     def from_json(cls, text: str) -> BoardLayout:
-        d = json.loads(text)
+        return cls._from_dict(json.loads(text))
+
+    @classmethod
+    def _from_dict(cls, d: dict[str, Any]) -> BoardLayout:
         return cls(
             project_name=str(d["project_name"]),
             project_id=int(d["project_id"]),
@@ -78,6 +87,8 @@ class BoardLayout:
             columns={Column(k): int(v) for k, v in d["columns"].items()},
             swimlanes={k: int(v) for k, v in d["swimlanes"].items()},
             users={k: int(v) for k, v in d["users"].items()},
+            me=int(d.get("me", 0)),
+            homes={k: cls._from_dict(h) for k, h in d.get("homes", {}).items()},
         )
 
 

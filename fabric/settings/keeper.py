@@ -70,6 +70,9 @@ class KeeperConfig:
     metrics_token: str = field(default="", repr=False)
     metrics_allow: tuple[str, ...] = ()  # client IPs/CIDRs allowed without a token
     notify_allow: tuple[str, ...] = ()  # private/loopback webhook targets allowed (CIDRs)
+    hook_host: str = registry.get_str("AGAP_KEEPER_HOOK_HOST", {})
+    hook_port: int = 0  # the receiver for Kanboard's webhook (0 = none: the sweeps alone)
+    hook_token: str = field(default="", repr=False)
 
     def interval(self, job: str) -> float:
         return self.intervals[job]
@@ -98,4 +101,7 @@ class KeeperConfig:
             metrics_token=registry.get_str("AGAP_KEEPER_METRICS_TOKEN", env),
             metrics_allow=registry.get_list("AGAP_KEEPER_METRICS_ALLOW", env),
             notify_allow=registry.get_list("AGAP_KEEPER_NOTIFY_ALLOW", env),
+            hook_host=registry.get_str("AGAP_KEEPER_HOOK_HOST", env),
+            hook_port=registry.get_int("AGAP_KEEPER_HOOK_PORT", env),
+            hook_token=registry.get_str("AGAP_KEEPER_HOOK_TOKEN", env),
         )

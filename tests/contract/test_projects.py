@@ -79,3 +79,34 @@ def test_project_metadata(board: Board, project: Project) -> None:
     assert board.call("removeProjectMetadata", [project.id, "a"]) is True
     assert board.call("removeProjectMetadata", [project.id, "a"]) is False
     assert board.call("getProjectMetadata", [987654]) == {}
+
+
+def _lanes(board: Board, project: Project, method: str = "getAllSwimlanes") -> list[tuple[str, int, bool]]:
+    return [
+        (s["name"], int(s["position"]), bool(int(s["is_active"]))) for s in board.call(method, [project.id])
+    ]
+
+
+def test_disable_and_enable_a_swimlane(board: Board, project: Project) -> None:
+    """`agap init` hides lanes nobody uses (Kanboard's "Default swimlane"): a disabled lane
+    drops to position 0 and out of the active ones, the rest renumber from 1, and a task
+    created without a lane lands in the first active one."""
+    default = board.call("getSwimlaneByName", [project.id, "Default swimlane"])["id"]
+    first = board.call("addSwimlane", [project.id, "first"])
+    board.call("addSwimlane", [project.id, "second"])
+    assert board.call("disableSwimlane", [project.id, default]) is True
+    assert board.call("disableSwimlane", [project.id, default]) is True  # already disabled
+    assert _lanes(board, project) == [
+        ("Default swimlane", 0, False),
+        ("first", 1, True),
+        ("second", 2, True),
+    ]
+    assert [n for n, _, _ in _lanes(board, project, "getActiveSwimlanes")] == ["first", "second"]
+    assert board.call("getTask", [project.task()])["swimlane_id"] == first
+    # True whatever matched: a missing lane, another project's lane.
+    assert board.call("disableSwimlane", [project.id, 2_000_000]) is True
+    assert board.call("disableSwimlane", [project.id + 100_000, first]) is True
+    assert _lanes(board, project)[1] == ("first", 1, True)
+    assert board.call("enableSwimlane", [project.id, default]) is True
+    assert _lanes(board, project)[-1] == ("Default swimlane", 3, True)
+    assert board.call("enableSwimlane", [project.id, 2_000_000]) is True

@@ -306,3 +306,21 @@ def test_project_owner_is_not_a_member(board: Board) -> None:
     assert board.call("getProjectUsers", [pid]) == {}
     assert board.call("createTask", {"title": "x", "project_id": pid, "owner_id": user}) is False
     assert board.call("createProject", {"name": "x", "owner_id": 2_000_000_000}) is False
+
+
+def test_update_user_name_and_email(board: Board) -> None:
+    """`agap init` gives an existing person's user the name and e-mail of their card."""
+    name = board.unique("up").replace("-", "")
+    uid = board.call("createUser", [name, "secret12", "Old name"])
+    other = board.call("createUser", [name + "o", "secret12"])
+    assert board.call("updateUser", {"id": uid, "name": "New name", "email": f"{name}@example.com"}) is True
+    got = board.call("getUserByName", [name])
+    assert (got["name"], got["email"], got["username"]) == ("New name", f"{name}@example.com", name)
+    assert board.call("updateUser", {"id": uid, "email": "not an address"}) is False
+    assert board.call("updateUser", {"id": uid, "username": name + "o"}) is False  # taken
+    assert board.call("updateUser", {"id": uid, "role": "app-nobody"}) is False
+    assert board.call("updateUser", {"id": uid, "name": "Only the name"}) is True
+    got = board.call("getUser", [uid])
+    assert (got["name"], got["email"]) == ("Only the name", f"{name}@example.com")
+    assert board.call("updateUser", {"id": 2_000_000, "name": "nobody"}) is True  # nothing matched
+    assert board.call("getUser", [other])["name"] == ""

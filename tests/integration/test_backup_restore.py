@@ -238,3 +238,19 @@ def test_an_empty_board_backs_up_and_restores(
     res = run(env_for(fresh_board, tmp_path / "b"), "restore", str(path))
     assert res.exit_code == 0, res.output
     assert "restore: 0 tasks" in res.output
+
+
+def test_links_on_cards_follow_the_new_ids() -> None:
+    """A task's page link gets the new id; a file link (its file id changes) becomes the
+    task's page, which lists the attachments."""
+    base = "http://kb.home.arpa/"
+    text = (
+        f"[task:5]({base}?controller=TaskViewController&action=show&task_id=5) and "
+        f"[r.md]({base}?controller=FileViewerController&action=show&task_id=5&file_id=3), "
+        f"[other]({base}?controller=TaskViewController&action=show&task_id=8)"
+    )
+    assert map_refs(text, {5: 12}) == (
+        f"[task:12]({base}?controller=TaskViewController&action=show&task_id=12) and "
+        f"[r.md]({base}?controller=TaskViewController&action=show&task_id=12), "
+        f"[other]({base}?controller=TaskViewController&action=show&task_id=8)"
+    )

@@ -26,6 +26,7 @@ from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.layout import Column
 from fabric.settings.resolve import Settings
 from tests.conftest import ROOT, make_fabric
 from workers.queue import QueueReader
@@ -121,6 +122,33 @@ def test_page_shows_tasks_states_owners_and_parks(viewed_board: Viewed) -> None:
     # A GET changed nothing on the board.
     assert fab.show(ids["claimed"]).epoch == claimed.epoch
     assert requests.get(_page(board) + "nope", headers=_auth(board.token), timeout=10).status_code == 404
+
+
+def test_a_card_waiting_on_a_person_is_no_false_alarm(viewed_board: Viewed) -> None:
+    """A keeper gate or decision card is queued for a person and shown in Waiting on me:
+    its column agrees with its record, so the view flags nothing; a card a person really
+    moved is still flagged."""
+    board, fab, _ = viewed_board
+    gate = fab.submit("Approve the purchase of a new router", target="alvis", actor="keeper").task_id
+    moved = fab.submit("Summarise the garden log", target="kimi").task_id
+    fab.board.port.call(
+        "moveTaskPosition",
+        {
+            "project_id": fab.board.layout.project_id,
+            "task_id": moved,
+            "column_id": fab.board.layout.columns[Column.DONE],
+            "position": 1,
+            "swimlane_id": fab.show(moved).task.swimlane_id,
+        },
+    )
+    snap = requests.get(_page(board) + "board.json", headers=_auth(board.token), timeout=10).json()
+    by_id = {t["id"]: t for t in snap["tasks"]}
+    assert by_id[gate]["column"] == "Waiting on me" and by_id[gate]["moved"] is False
+    assert by_id[moved]["moved"] is True
+    page = requests.get(_page(board), headers=_auth(board.token), timeout=10).text
+    gate_card = page.split(f'data-task="{gate}"', 1)[1].split('class="card ', 1)[0]
+    assert "moved by hand" not in gate_card
+    assert "moved by hand" in page.split(f'data-task="{moved}"', 1)[1].split('class="card ', 1)[0]
 
 
 def test_page_before_init_says_what_to_do(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import threading
 from collections.abc import Iterator
@@ -13,9 +14,11 @@ import pytest
 from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.kanboard.layout import State, epoch_lock, receipt_lock
+from fabric.kanboard.weblinks import links_for
 from fabric.settings.keeper import KeeperConfig
 from keeper.daemon import Keeper
 from keeper.duties import META_ESCALATED
+from keeper.matrix import MatrixNotifier
 from keeper.notify import Notifier, NotifyError, WebhookNotifier, check_target
 from tests.conftest import FakeClock
 
@@ -159,6 +162,22 @@ def test_a_new_gate_is_notified_at_once_to_a_loopback_webhook(
     assert "approve the urgent thing" in body["subject"] and body["sent_at"] > 0
     assert k.run_job("inbox") and k.last["inbox"].notified == [], "once per epoch"
     assert len(receiver.requests) == 1 and k.metrics.notifications_total == 1
+
+
+def test_a_notification_links_to_the_card_in_kanboard(
+    local_fabric: Fabric, clock: FakeClock, receiver: Receiver
+) -> None:
+    """The message opens the card in one click: KANBOARD_WEB_URL's task page."""
+    local_fabric.board.links = links_for("http://kanboard:80/jsonrpc.php", "https://kb.home.arpa")
+    cards = cards_to(local_fabric.cards, receiver.url)
+    notifier = Notifier(cards, allow=("127.0.0.1/32",), env={"AGAP_WEBHOOK_TOKEN": "s3cret"})
+    tid = local_fabric.submit("approve the new router", target="alvis", priority="urgent").task_id
+    assert keeper(local_fabric, notifier).run_job("inbox")
+    _, body = receiver.requests[0]
+    assert body["url"] == f"https://kb.home.arpa/?controller=TaskViewController&action=show&task_id={tid}"
+    matrix = MatrixNotifier.content("s", "b", urgent=False, ref=f"task:{tid}", url=body["url"])
+    assert f'<a href="{html.escape(body["url"])}">task:{tid}</a>' in matrix["formatted_body"]
+    assert body["url"] in matrix["body"]
 
 
 def test_private_webhook_targets_need_the_allow_list(receiver: Receiver) -> None:

@@ -9,8 +9,10 @@ from fabric.core import Fabric
 from fabric.embedded.local import LocalPort
 from fabric.kanboard.layout import META_LAYOUT, legacy_receipt_reference
 from fabric.kanboard.migrate import layout_version, migrate
-from fabric.submit import SPEC_FENCE, parse_description
+from fabric.submit import SPEC_FENCE, SPEC_LINE, parse_description
 from tests.conftest import FakeClock, make_fabric
+
+LEGACY_OPEN = "<details><summary>fabric spec (machine-readable)</summary>\n\n"
 
 
 def legacy_board(cards: CardSet) -> tuple[LocalPort, Fabric, int, int]:
@@ -34,12 +36,13 @@ def legacy_board(cards: CardSet) -> tuple[LocalPort, Fabric, int, int]:
         for key in list(raw.call("getTaskMetadata", {"task_id": tid})):
             raw.call("removeTaskMetadata", {"task_id": tid, "name": key})
         raw.call("saveTaskMetadata", {"task_id": tid, "values": view.meta})  # unchunked
+        # Layout 1's description: the unsealed spec in a fenced block inside <details>.
         desc = str(view.row["description"])
-        start = desc.rfind(SPEC_FENCE) + len(SPEC_FENCE) + 1
-        end = desc.find("\n```", start)
-        block = json.loads(desc[start:end])
+        start = desc.rfind(SPEC_LINE)
+        block = json.loads(desc[start + len(SPEC_LINE) : -1])
         block.pop("seal")
-        update = {"id": tid, "description": desc[:start] + json.dumps(block) + desc[end:]}
+        legacy = f"{LEGACY_OPEN}{SPEC_FENCE}\n{json.dumps(block)}\n```\n</details>"
+        update = {"id": tid, "description": desc[:start] + legacy}
         if tid == keyed.task_id:
             update["reference"] = legacy_receipt_reference("cron", "Weekly-Report")
         raw.call("updateTask", update)
@@ -71,7 +74,11 @@ def test_migration_fits_every_value_hashes_references_and_seals_blocks(cards: Ca
         assert max(len(k) for k in stored) <= 50 and max(len(v) for v in stored.values()) <= 255
         view = fab.board.read(tid)
         assert view.meta == before[tid] and not view.problems
-        assert parse_description(str(view.row["description"]), fab.board.seal_key)
+        desc = str(view.row["description"])
+        assert parse_description(desc, fab.board.seal_key)
+        # Rewritten as a line Kanboard's Markdown does not show: no HTML left on the card.
+        assert "<details>" not in desc and "</details>" not in desc and SPEC_FENCE not in desc
+        assert desc.splitlines()[-1].startswith(SPEC_LINE)
     # The same key after the migration finds the same task.
     again = fab.submit(
         "x" * 1500,
@@ -86,3 +93,21 @@ def test_migration_fits_every_value_hashes_references_and_seals_blocks(cards: Ca
     forced = migrate(raw, layout, seal_key=fab.board.seal_key, force=True)
     assert not forced.changed and forced.tasks_seen == 3
     assert raw.call("getTaskMetadata", {"task_id": bare}) == {}  # never adopted
+
+
+def test_force_rewrites_a_layout_2_details_block_as_an_invisible_line(cards: CardSet) -> None:
+    """Cards written before the spec moved out of sight lose their HTML on `agap migrate --force`."""
+    raw = LocalPort(clock=FakeClock())
+    fab = make_fabric(raw, cards)
+    tid = fab.submit("Water the plants", target="kimi").task_id
+    desc = str(fab.board.read(tid).row["description"])
+    start = desc.rfind(SPEC_LINE)
+    sealed = desc[start + len(SPEC_LINE) : -1]
+    old = f"{desc[:start]}{LEGACY_OPEN}{SPEC_FENCE}\n{sealed}\n```\n</details>"
+    raw.call("updateTask", {"id": tid, "description": old})
+    assert parse_description(old, fab.board.seal_key)  # the old form still reads
+    report = migrate(raw, fab.board.layout, seal_key=fab.board.seal_key, force=True)
+    assert report.blocks_sealed == 1
+    assert str(fab.board.read(tid).row["description"]) == desc
+    again = migrate(raw, fab.board.layout, seal_key=fab.board.seal_key, force=True)
+    assert again.blocks_sealed == 0

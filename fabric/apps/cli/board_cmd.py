@@ -50,7 +50,12 @@ def board() -> None:
     show_default=True,
     help="Kanboard database backend to imitate (strict: fails wherever any does).",
 )
-def serve(db_path: Path, host: str, port: int, flavour: str) -> None:
+@click.option(
+    "--webhook-url",
+    default="",
+    help="POST every task event here, as Kanboard's webhook does (token: AGAP_KEEPER_HOOK_TOKEN).",
+)
+def serve(db_path: Path, host: str, port: int, flavour: str, webhook_url: str) -> None:
     """Serve Kanboard's JSON-RPC API on HTTP; prints KANBOARD_URL and the token."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     token = registry.get_str("AGAP_BOARD_TOKEN") or None
@@ -61,6 +66,11 @@ def serve(db_path: Path, host: str, port: int, flavour: str) -> None:
             f"cannot listen on {host}:{port}: {exc.strerror}", hint="pick another --port"
         ) from None
     srv.set_view(WebView(srv.api, Settings.from_env()))  # read-only page, same token
+    if webhook_url:
+        hook_token = registry.get_str("AGAP_KEEPER_HOOK_TOKEN")
+        if not hook_token:
+            raise ConfigError("--webhook-url needs a token", where="AGAP_KEEPER_HOOK_TOKEN", hint="set it")
+        srv.set_webhook(webhook_url, hook_token)
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(
             f"warning: listening on {host}, not loopback; the token is the only "

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from dataclasses import replace
 
 import click
 
-from fabric.apps.cli import main
+from fabric.apps.cli import logs, main
+from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.degraded import Backoff
 from fabric.errors import EXIT_UNREACHABLE
@@ -17,7 +17,9 @@ from fabric.settings import registry
 from fabric.settings.keeper import KeeperConfig
 from fabric.settings.resolve import Settings
 from keeper.daemon import Keeper
+from keeper.hook import HookServer
 from keeper.metrics import MetricsServer
+from keeper.people import agent_usernames
 
 
 @main.command("keeper")
@@ -29,8 +31,22 @@ from keeper.metrics import MetricsServer
     help="Serve metrics on this port (default AGAP_KEEPER_METRICS_PORT; 0 = off).",
 )
 @click.option("--metrics-host", default=None, help="Bind address (default 127.0.0.1).")
-@click.option("-v", "--verbose", is_flag=True)
-def keeper_cmd(once: bool, metrics_port: int | None, metrics_host: str | None, verbose: bool) -> None:
+@click.option(
+    "--hook-port",
+    type=int,
+    default=None,
+    help="Receive Kanboard's webhook on this port (default AGAP_KEEPER_HOOK_PORT; 0 = off).",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Log at DEBUG level (APScheduler's job lines too).")
+@click.option("-q", "--quiet", is_flag=True, help="Log warnings and errors only.")
+def keeper_cmd(
+    once: bool,
+    metrics_port: int | None,
+    metrics_host: str | None,
+    hook_port: int | None,
+    verbose: bool,
+    quiet: bool,
+) -> None:
     """Sweep leases, gaps, deadlines, gates and lock tags; write digests; export metrics.
 
     It never assigns or triggers work: stop it and work still flows. SIGTERM exits cleanly.
@@ -38,15 +54,14 @@ def keeper_cmd(once: bool, metrics_port: int | None, metrics_host: str | None, v
     """
     # Imported here: other commands must not pay for APScheduler.
 
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    logs.configure(verbose=verbose, quiet=quiet)
     config = KeeperConfig.from_env()
     if metrics_port is not None:
         config = replace(config, metrics_port=metrics_port)
     if metrics_host is not None:
         config = replace(config, metrics_host=metrics_host)
+    if hook_port is not None:
+        config = replace(config, hook_port=hook_port)
     settings = Settings.from_env()
     url, _ = settings.require_board()  # fail fast on a missing URL or token
     keeper = Keeper(
@@ -65,6 +80,7 @@ def keeper_cmd(once: bool, metrics_port: int | None, metrics_host: str | None, v
             allow=config.metrics_allow,
         ).start()
         click.echo(f"keeper metrics on {server.url}/metrics and /metrics.json", err=True)
+    hook = _hook(keeper, config, settings) if config.hook_port and not once else None
     try:
         if once:
             results = keeper.run_once()
@@ -80,3 +96,15 @@ def keeper_cmd(once: bool, metrics_port: int | None, metrics_host: str | None, v
     finally:
         if server is not None:
             server.stop()
+        if hook is not None:
+            hook.stop()
+
+
+def _hook(keeper: Keeper, config: KeeperConfig, settings: Settings) -> HookServer:
+    """Kanboard's webhook receiver, poking the gesture job (refuses to start without a token)."""
+    agents = agent_usernames(load_cards(settings.cards_dir))
+    hook = HookServer(
+        keeper.poke, token=config.hook_token, host=config.hook_host, port=config.hook_port, ignore=agents
+    ).start()
+    click.echo(f"keeper webhook receiver on {hook.url}?token=… (Kanboard: Settings > Webhooks)", err=True)
+    return hook

@@ -1,12 +1,17 @@
 """``agap up``: the whole fabric on the embedded board, offline (what ``make run`` runs).
 
 Starts the embedded board, bootstraps it from the cards, then supervises one worker
-process per agent that has a worker (and the keeper, when present). Models default to
-the offline demo model, so nothing needs an API key. Ctrl-C stops everything.
+process per agent that has a worker, the keeper (when present) and ``agap cron`` on the
+schedule file (``AGAP_SCHEDULES`` when that file exists, else ``schedules.example.yaml``).
+Models default to the offline demo model, so nothing needs an API key; with
+``AGAP_HINDSIGHT_URL`` unset, ``hindsight://`` refs recall from an embedded stand-in
+seeded with demo memories (:mod:`fabric.embedded.hindsight`). Ctrl-C stops everything.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import shlex
 import signal
@@ -18,17 +23,26 @@ from types import FrameType
 
 import click
 
-from fabric.apps.cli import main
+from fabric.apps.cli import logs, main
 from fabric.apps.web import WebView
-from fabric.cards import CardSet, load_cards
+from fabric.cards import Card, CardSet, load_cards
+from fabric.embedded.hindsight import HindsightStandIn
 from fabric.embedded.server import EmbeddedBoard
 from fabric.errors import ConfigError
 from fabric.kanboard.bootstrap import init_board, save_layout_cache
 from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.principals import (
+    agent_password,
+    board_username,
+    confined,
+    home_names,
+    password_variable,
+)
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 
 RESTART_DELAY = 5.0
+EXAMPLE_SCHEDULES = "schedules.example.yaml"
 
 
 def worker_agents(cards: CardSet) -> list[str]:
@@ -36,7 +50,15 @@ def worker_agents(cards: CardSet) -> list[str]:
     return [c.id for c in cards if c.kind != "human" and c.runtime.mode not in ("human", "external")]
 
 
-def shell_setup(board: EmbeddedBoard, model_mode: str) -> str:
+def schedule_file() -> Path | None:
+    """The schedules ``agap up`` runs: ``AGAP_SCHEDULES`` when it exists, else the example."""
+    for candidate in (registry.get_path("AGAP_SCHEDULES"), Path(EXAMPLE_SCHEDULES)):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def shell_setup(board: EmbeddedBoard, model_mode: str, hindsight_url: str = "") -> str:
     """The lines a second shell needs to use this fabric (the README's tour starts with them).
 
     ``agap`` is put on PATH from this interpreter's directory (the venv ``make run`` made):
@@ -50,6 +72,8 @@ def shell_setup(board: EmbeddedBoard, model_mode: str) -> str:
     lines.append(f"export KANBOARD_API_TOKEN={board.token}")
     if model_mode:
         lines.append(f"export AGAP_MODEL_MODE={shlex.quote(model_mode)}")
+    if hindsight_url:
+        lines.append(f"export AGAP_HINDSIGHT_URL={hindsight_url}")
     return "\n".join(f"  {line}" for line in lines)
 
 
@@ -60,9 +84,12 @@ class Supervisor:
         self.env = env
         self.children: dict[str, tuple[list[str], subprocess.Popen[bytes]]] = {}
         self.restart_at: dict[str, float] = {}
+        self.envs: dict[str, dict[str, str]] = {}  # a child's own environment, if not env
 
-    def start(self, name: str, argv: list[str]) -> None:
-        self.children[name] = (argv, subprocess.Popen(argv, env=self.env))
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        if env is not None:
+            self.envs[name] = env
+        self.children[name] = (argv, subprocess.Popen(argv, env=self.envs.get(name, self.env)))
 
     def watch(self) -> None:
         for name, (argv, proc) in list(self.children.items()):
@@ -88,6 +115,19 @@ class Supervisor:
                 proc.wait()
 
 
+def _derived_password(token: str, agent: str) -> str:
+    """A confined agent's board password under `agap up`: a function of the board's token."""
+    return hmac.new(token.encode(), f"agap up board user {agent}".encode(), hashlib.sha256).hexdigest()
+
+
+def _worker_env(env: dict[str, str], card: Card, passwords: dict[str, str]) -> dict[str, str] | None:
+    """A confined agent's worker signs in as its own user, without the app token."""
+    if card.id not in passwords:
+        return None
+    own = {k: v for k, v in env.items() if k != "KANBOARD_API_TOKEN"}
+    return {**own, "AGAP_BOARD_USER": board_username(card), "AGAP_BOARD_PASSWORD": passwords[card.id]}
+
+
 @main.command("up")
 @click.option(
     "--port",
@@ -96,7 +136,13 @@ class Supervisor:
     help="Board port on 127.0.0.1 (AGAP_BOARD_PORT, default 8765; 0 = any).",
 )
 @click.option("--no-workers", is_flag=True, help="Only the board (and init).")
-def up_cmd(port: int, no_workers: bool) -> None:
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="The workers' and keeper's INFO lines (-vv: DEBUG); by default only warnings.",
+)
+def up_cmd(port: int, no_workers: bool, verbose: int) -> None:
     """Run the fabric on the embedded board: board, init, workers, keeper. Ctrl-C stops."""
     settings = Settings.from_env()
     cards = load_cards(settings.cards_dir)
@@ -113,7 +159,13 @@ def up_cmd(port: int, no_workers: bool) -> None:
         ) from None
     settings = Settings(**{**settings.__dict__, "board_url": board.url, "board_token": board.token})
     board.set_view(WebView(board.api, settings))  # read-only page, same token
-    report = init_board(KanboardClient(board.url, board.token), settings, cards)
+    # Each confined agent's board password: the operator's, else one derived from the
+    # board's token (stable across restarts). `agap init` reads them from the environment.
+    passwords = {
+        c.id: agent_password(c) or _derived_password(board.token, c.id) for c in cards if confined(c)
+    }
+    given = {password_variable(cards.get(a)): pw for a, pw in passwords.items()}
+    report = init_board(KanboardClient(board.url, board.token), settings, cards, env=given)
     assert report.layout is not None
     save_layout_cache(settings, report.layout)
 
@@ -127,12 +179,28 @@ def up_cmd(port: int, no_workers: bool) -> None:
         "AGAP_STATE_DIR": str(state.resolve()),
         "AGAP_CARDS_DIR": str(Path(settings.cards_dir).resolve()),
     }
+    # No child sees the agents' passwords but the agent's own worker.
+    env = {k: v for k, v in env.items() if k not in given}
+    # No Hindsight named: the stand-in, so the shipped reflect schedule has a bank to read.
+    memory = None
+    if not registry.get_str("AGAP_HINDSIGHT_URL", fallback=""):
+        memory = HindsightStandIn.with_demo_memories().start()
+        env["AGAP_HINDSIGHT_URL"] = memory.url
     sup = Supervisor(env)
     agents = [] if no_workers else worker_agents(cards)
+    cli = [sys.executable, "-m", "fabric.apps.cli"]
     for agent in agents:
-        sup.start(f"worker {agent}", [sys.executable, "-m", "fabric.apps.cli", "worker", "--agent", agent])
+        argv = [*cli, "worker", "--agent", agent, *logs.child_flags(verbose)]
+        sup.start(f"worker {agent}", argv, _worker_env(env, cards.get(agent), passwords))
     if not no_workers and "keeper" in main.commands:
-        sup.start("keeper", [sys.executable, "-m", "fabric.apps.cli", "keeper"])
+        sup.start("keeper", [*cli, "keeper", *logs.child_flags(verbose)])
+        for card in (c for c in cards if confined(c)):  # each home has a keeper of its own
+            work, locks = home_names(settings, card)
+            home = {**env, "AGAP_PROJECT": work, "AGAP_LOCKS_PROJECT": locks}
+            sup.start(f"keeper {card.id}", [*cli, "keeper", *logs.child_flags(verbose)], home)
+    schedules = None if no_workers else schedule_file()
+    if schedules is not None:
+        sup.start("cron", [*cli, "cron", "--file", str(schedules), *logs.child_flags(verbose)])
 
     click.echo(
         f"""
@@ -141,9 +209,12 @@ agap fabric is up on the embedded board ({state / "board.sqlite3"}).
   view      http://127.0.0.1:{board.port}/ (user jsonrpc, password: the token)
   workers   {", ".join(agents) or "none"} (model mode: {env["AGAP_MODEL_MODE"]})
   keeper    {"running" if "keeper" in sup.children else "not started"}
+  cron      {schedules or "not started (no schedule file)"}
+  hindsight {env["AGAP_HINDSIGHT_URL"]}{" (embedded stand-in, demo memories)" if memory else ""}
+  logs      {"warnings only (agap up -v for the daemons' INFO lines)" if verbose <= 0 else "verbose"}
 
 In another shell, paste these lines, then follow the tour in README.md:
-{shell_setup(board, env["AGAP_MODEL_MODE"])}
+{shell_setup(board, env["AGAP_MODEL_MODE"], memory.url if memory else "")}
   agap submit --target kimi --intent "Summarise the README" --ref "file://$PWD/README.md"
   agap ls
 
@@ -167,4 +238,6 @@ Ctrl-C stops everything.""",
     finally:
         click.echo("agap up: stopping workers and the board…", err=True)
         sup.stop()
+        if memory is not None:
+            memory.stop()
         board.stop()

@@ -71,6 +71,11 @@ VERSION = 1
 # A reference to a task by its numeric id: task:12, task:#12, kanboard://task/12/file/x.md
 _TASK_REF = re.compile(r"(?<![A-Za-z0-9_])(kanboard://task/|task:)(#?)(\d+)(?!\d)")
 _EPOCH_TAG = re.compile(r"^([0-9a-f]{16})/e(\d+)$")
+# A link on a card to a task's page or to one of its files (fabric.kanboard.weblinks).
+# File ids change on restore: such a link is pointed at the task's page, which lists them.
+_PAGE_LINK = re.compile(
+    r"\?controller=(?:TaskViewController|FileViewerController)&action=show&task_id=(\d+)(?:&file_id=\d+)?"
+)
 _COLUMNS = {c.value for c in COLUMN_ORDER}
 
 
@@ -195,14 +200,19 @@ def read_backup(path: Path) -> dict[str, Any]:
 
 
 def map_refs(text: str, id_map: dict[int, int]) -> str:
-    """``text`` with ``task:<old>`` and ``kanboard://task/<old>/…`` pointing at new ids
-    (references to tasks not in ``id_map`` are left alone)."""
+    """``text`` with ``task:<old>``, ``kanboard://task/<old>/…`` and the links to a task's
+    page or files pointing at new ids (references to tasks not in ``id_map`` are left
+    alone)."""
 
     def sub(m: re.Match[str]) -> str:
         new = id_map.get(int(m.group(3)))
         return m.group(0) if new is None else f"{m.group(1)}{m.group(2)}{new}"
 
-    return _TASK_REF.sub(sub, text)
+    def page(m: re.Match[str]) -> str:
+        new = id_map.get(int(m.group(1)))
+        return m.group(0) if new is None else f"?controller=TaskViewController&action=show&task_id={new}"
+
+    return _PAGE_LINK.sub(page, _TASK_REF.sub(sub, text))
 
 
 def _lock_names(doc: dict[str, Any]) -> list[str]:

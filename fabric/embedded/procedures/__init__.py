@@ -7,6 +7,7 @@ Importing this package imports every group, and each group registers its procedu
 
 # Imported for their side effect: each module registers its procedures.
 from fabric.embedded.procedures import (
+    activity,
     app,
     categories,
     columns,
@@ -21,6 +22,7 @@ from fabric.embedded.procedures import (
 )
 
 __all__ = [
+    "activity",
     "app",
     "categories",
     "columns",

@@ -6,6 +6,7 @@ import sqlite3
 from typing import Any
 
 from fabric.embedded import php
+from fabric.embedded.procedures.activity import caller, comment_event, deliver
 from fabric.embedded.procedures.base import Board, procedure, row_dict
 from fabric.embedded.procedures.users import APP_ROLES
 
@@ -26,10 +27,12 @@ def createComment(
         return False
     if not (php.is_integer(task_id) and php.is_integer(user_id)) or len(php.as_text(reference)) > 191:
         return False
+    if caller() and php.to_int(user_id) != caller():
+        return False  # a signed-in user comments only as themselves
     now = api.now()
     with api.store.write() as db:
         try:
-            return api.insert(
+            comment_id = api.insert(
                 db,
                 "comments",
                 {
@@ -44,6 +47,9 @@ def createComment(
             )
         except sqlite3.IntegrityError:
             return False  # the task is missing
+        event = comment_event(api, db, comment_id)
+    deliver(api, [event])
+    return comment_id
 
 
 @procedure

@@ -78,3 +78,39 @@ def addSwimlane(api: Board, project_id: Any, name: Any, description: Any = "") -
                 "description": php.as_text(description),
             },
         )
+
+
+@procedure
+def disableSwimlane(api: Board, project_id: Any, swimlane_id: Any) -> bool:
+    """Hide a lane from the board (its tasks with it). As Kanboard: position 0, the active
+    lanes renumbered from 1, and true even when no lane matched."""
+    with api.store.write() as db:
+        pid = php.to_int(project_id)
+        db.execute(
+            "UPDATE swimlanes SET is_active = 0, position = 0 WHERE id = ? AND project_id = ?",
+            (php.to_int(swimlane_id), pid),
+        )
+        active = db.execute(
+            "SELECT id FROM swimlanes WHERE project_id = ? AND is_active = 1 ORDER BY position, id", (pid,)
+        ).fetchall()
+        db.executemany(
+            "UPDATE swimlanes SET position = ? WHERE id = ?",
+            [(i, lane) for i, (lane,) in enumerate(active, start=1)],
+        )
+        return True
+
+
+@procedure
+def enableSwimlane(api: Board, project_id: Any, swimlane_id: Any) -> bool:
+    """Show a lane again, last (at the number of active lanes plus one); true even when
+    no lane matched, as Kanboard."""
+    with api.store.write() as db:
+        pid = php.to_int(project_id)
+        (last,) = db.execute(
+            "SELECT COUNT(*) + 1 FROM swimlanes WHERE project_id = ? AND is_active = 1", (pid,)
+        ).fetchone()
+        db.execute(
+            "UPDATE swimlanes SET is_active = 1, position = ? WHERE id = ? AND project_id = ?",
+            (last, php.to_int(swimlane_id), pid),
+        )
+        return True

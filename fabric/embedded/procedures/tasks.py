@@ -8,6 +8,7 @@ from typing import Any
 from fabric.embedded import flavour as fl
 from fabric.embedded import php
 from fabric.embedded.flavour import SqlError
+from fabric.embedded.procedures.activity import caller, deliver, move_events, record
 from fabric.embedded.procedures.app import COLORS
 from fabric.embedded.procedures.base import Board, procedure, row_dict, task_row
 from fabric.embedded.procedures.tags import save_tags, tag_list
@@ -157,6 +158,8 @@ def createTask(
         given.pop(k)
     if not php.given(project_id) or not php.given(title):
         return False
+    if caller() and not php.to_int(creator_id):
+        given["creator_id"] = caller()  # TaskProcedure: the signed-in user creates it
     now = api.now()
     values = _validate_task(given, now)
     if values is None:
@@ -176,7 +179,9 @@ def createTask(
             return 0  # a foreign key (project, column, swimlane) or NOT NULL failed
         if tag_names:
             save_tags(api, db, pid, task_id, tag_names)
-        return task_id
+        event = record(api, db, "task.create", task_id)
+    deliver(api, [event])
+    return task_id
 
 
 @procedure
@@ -270,27 +275,28 @@ def updateTask(
 
 @procedure
 def openTask(api: Board, task_id: Any) -> bool:
-    with api.store.write() as db:
-        return (
-            db.execute(
-                "UPDATE tasks SET is_active = 1, date_completed = 0, date_modification = ? WHERE id = ?",
-                (api.now(), php.to_int(task_id)),
-            ).rowcount
-            > 0
-        )
+    return _set_status(
+        api, task_id, "task.open", "is_active = 1, date_completed = 0, date_modification = ?", (api.now(),)
+    )
 
 
 @procedure
 def closeTask(api: Board, task_id: Any) -> bool:
     now = api.now()
+    return _set_status(
+        api, task_id, "task.close", "is_active = 0, date_completed = ?, date_modification = ?", (now, now)
+    )
+
+
+def _set_status(api: Board, task_id: Any, event: str, assignments: str, values: tuple[int, ...]) -> bool:
+    """TaskStatusModel::changeStatus: the update, then the event (with its activity row)."""
+    tid = php.to_int(task_id)
     with api.store.write() as db:
-        return (
-            db.execute(
-                "UPDATE tasks SET is_active = 0, date_completed = ?, date_modification = ? WHERE id = ?",
-                (now, now, php.to_int(task_id)),
-            ).rowcount
-            > 0
-        )
+        if db.execute(f"UPDATE tasks SET {assignments} WHERE id = ?", (*values, tid)).rowcount == 0:
+            return False
+        fired = record(api, db, event, tid)
+    deliver(api, [fired])
+    return True
 
 
 @procedure
@@ -342,21 +348,30 @@ def moveTaskPosition(
             if task["position"] == pos:
                 return False  # already there: Kanboard reports false
             _renumber(db, pid, task["id"], pos, col, lane)
-            return True
-        db.execute("SAVEPOINT move")
-        try:
-            _renumber(db, pid, task["id"], 0, task["column_id"], task["swimlane_id"])
-            _renumber(db, pid, task["id"], pos, col, lane)
             ok = True
-        except sqlite3.IntegrityError:
-            ok = False  # a missing column or swimlane: the renumbering is undone...
-            db.execute("ROLLBACK TO move")
-        db.execute("RELEASE move")
-        # ...but the timestamps are written anyway, as in Kanboard.
-        db.execute(
-            "UPDATE tasks SET date_moved = ?, date_modification = ? WHERE id = ?", (now, now, task["id"])
-        )
-        return ok
+        else:
+            ok = _move_across(db, task, pos, col, lane, now)
+        events = move_events(api, db, task, pos) if ok else []
+    deliver(api, list(events))
+    return ok
+
+
+def _move_across(
+    db: sqlite3.Connection, task: dict[str, Any], pos: int, col: int, lane: int, now: int
+) -> bool:
+    """Move a task to another column or swimlane; a missing target undoes the renumbering,
+    but the timestamps are written anyway, as in Kanboard."""
+    db.execute("SAVEPOINT move")
+    try:
+        _renumber(db, task["project_id"], task["id"], 0, task["column_id"], task["swimlane_id"])
+        _renumber(db, task["project_id"], task["id"], pos, col, lane)
+        ok = True
+    except sqlite3.IntegrityError:
+        ok = False
+        db.execute("ROLLBACK TO move")
+    db.execute("RELEASE move")
+    db.execute("UPDATE tasks SET date_moved = ?, date_modification = ? WHERE id = ?", (now, now, task["id"]))
+    return ok
 
 
 @procedure

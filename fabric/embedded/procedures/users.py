@@ -161,3 +161,61 @@ def assignable(db: sqlite3.Connection, project_id: Any, user_id: Any) -> bool:
         (php.to_int(project_id), php.to_int(user_id)),
     ).fetchone()
     return row is not None and row[0] != "project-viewer"
+
+
+@procedure
+def getMe(api: Board) -> dict[str, Any] | None:
+    """The logged-in user: answered by :mod:`fabric.embedded.permissions`, refused to the app."""
+    return None
+
+
+@procedure
+def updateUser(
+    api: Board, id: Any, username: Any = None, name: Any = None, email: Any = None, role: Any = None
+) -> bool:
+    """Change a user's username, name, e-mail or role (``agap init`` keeps name and
+    e-mail as the person's card says). As Kanboard: only given fields change; a taken
+    username, a bad e-mail or role is false; a missing user is true (nothing matched)."""
+    uid = php.to_int(id)
+    if not uid:
+        return False
+    values = {
+        k: php.as_text(v)
+        for k, v in (("username", username), ("name", name), ("email", email), ("role", role))
+        if v is not None
+    }
+    if "username" in values and len(values["username"]) > 191:
+        return False
+    if values.get("email") and not EMAIL.match(values["email"]):
+        return False
+    if "role" in values and values["role"] not in APP_ROLES:
+        return False
+    with api.store.write() as db:
+        if (
+            "username" in values
+            and db.execute(
+                f"SELECT 1 FROM users WHERE {api.eq('username')} AND id != ?", (values["username"], uid)
+            ).fetchone()
+        ):
+            return False
+        for key in ("name", "email"):
+            if key in values:
+                values[key] = api.fit("users", key, values[key])
+        if values:
+            sets = ", ".join(f"{k} = ?" for k in values)
+            db.execute(f"UPDATE users SET {sets} WHERE id = ?", (*values.values(), uid))
+        return True
+
+
+@procedure
+def removeUser(api: Board, user_id: Any) -> bool:
+    """UserModel::remove: the user's tasks and comments are unassigned, its memberships go.
+
+    Kanboard answers true even for an id that names no user (its updates succeed).
+    """
+    uid = php.to_int(user_id)
+    with api.store.write() as db:
+        db.execute("UPDATE tasks SET owner_id = 0 WHERE owner_id = ?", (uid,))
+        db.execute("UPDATE comments SET user_id = 0 WHERE user_id = ?", (uid,))
+        db.execute("DELETE FROM users WHERE id = ?", (uid,))
+    return True

@@ -1,0 +1,124 @@
+"""The receiver for Kanboard's webhook: a person's gesture is acted on at once.
+
+Kanboard POSTs ``{"event_name", "event_data", "event_author"}`` as JSON to its
+``webhook_url`` setting, with ``?token=<webhook_token>`` appended, for every task event
+(a move, a close, a comment, a new card), synchronously inside the request of the person
+who made it. So the receiver answers at once and only *pokes* the keeper's gesture job,
+which runs on the keeper's own thread; the job's interval stays as the safety net for a
+webhook that was lost or never configured.
+
+A request without the token is refused (401) before its body is read. Events without an
+author (the fabric's own calls, made with the application token) and events by an
+agent's own Kanboard user are not a person's: they poke nothing.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from fabric.errors import ConfigError
+from keeper.serving import BackgroundServer
+
+log = logging.getLogger("agap.keeper.hook")
+
+MAX_BODY = 1 << 20  # Kanboard's event data is a task and a comment or two
+
+
+class HookServer(BackgroundServer):
+    """Kanboard's webhook receiver on ``host:port`` (127.0.0.1 unless told otherwise).
+
+    ``poke()`` is called, off the request, for each event a person caused; ``ignore`` are
+    Kanboard usernames whose events are not a person's (the agents' own users).
+    """
+
+    thread_name = "keeper-hook"
+
+    def __init__(
+        self,
+        poke: Callable[[], None],
+        *,
+        token: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        ignore: Iterable[str] = (),
+    ) -> None:
+        if not token:
+            raise ConfigError(
+                "the webhook receiver needs a token",
+                where="AGAP_KEEPER_HOOK_TOKEN",
+                hint="set it, and the same value as Kanboard's webhook token (Settings > Webhooks)",
+            )
+        self.events = 0  # events received from a person
+        self.ignored = 0  # authenticated events that were not a person's
+        self._poke = poke
+        self._ignore = frozenset(ignore)
+        super().__init__(ThreadingHTTPServer((host, port), _handler(self, token)))
+
+    @property
+    def url(self) -> str:
+        """The URL to give Kanboard (it appends ``?token=…``)."""
+        return super().url + "/"
+
+    def received(self, payload: Any) -> None:
+        """Count an event and poke the keeper when a person caused it."""
+        author = payload.get("event_author") if isinstance(payload, dict) else None
+        if not isinstance(author, str) or not author or author in self._ignore:
+            self.ignored += 1
+            return
+        self.events += 1
+        log.debug("webhook: %s by %s", payload.get("event_name"), author)
+        self._poke()
+
+
+def _handler(server: HookServer, token: str) -> type[BaseHTTPRequestHandler]:
+    expected = token.encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("%s " + format, self.address_string(), *args)
+
+        def _reply(self, status: int, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            given = parse_qs(urlsplit(self.path).query).get("token", [""])[0].encode()
+            if not hmac.compare_digest(given, expected):
+                self.close_connection = True
+                self._reply(401, b"unauthorized\n")
+                return
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if length < 0 or length > MAX_BODY:
+                self.close_connection = True
+                self._reply(413, b"too large\n")
+                return
+            raw = self.rfile.read(length)
+            # Kanboard waits for this answer inside a person's request: answer first.
+            self._reply(200, b"ok\n")
+            try:
+                payload = json.loads(raw)
+            except (ValueError, UnicodeDecodeError):
+                return
+            server.received(payload)
+
+        def do_GET(self) -> None:
+            self._reply(405, b"POST only\n")
+
+    return Handler
+
+
+__all__ = ["HookServer"]

@@ -1,0 +1,104 @@
+"""Who made a gesture on the board, and whether they may.
+
+Kanboard writes a project activity row for everything a signed-in person does (a move, a
+close, a comment, a new card), never for the application token the fabric uses; the
+keeper reads the newest of them with its sweep (:func:`keeper.snapshot.take`). A row by an
+agent's own Kanboard user is not a person's.
+
+An approval or an answer counts only from the person the card waits on, or from one of
+their ``deputies`` (their human card).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from fabric.cards import CardSet
+from fabric.kanboard.principals import board_username
+from fabric.kanboard.rows import BoardActivity, BoardComment
+from fabric.task import Record, TaskSpec
+
+UNKNOWN = "human (Kanboard UI)"  # a gesture whose author the board's activity does not show
+GESTURE_KINDS = frozenset({"move", "close", "open"})
+
+
+@dataclass(frozen=True)
+class Act:
+    """A person's newest gesture on one card: who, what, when (the board's clock)."""
+
+    person: str
+    kind: str
+    at: int
+
+
+def acts_by_people(cards: CardSet, activity: Iterable[BoardActivity]) -> dict[int, Act]:
+    """Each card's newest move, close, open or creation by a person (activity is newest first)."""
+    agents = agent_usernames(cards)
+    found: dict[int, Act] = {}
+    for row in activity:
+        if not row.user_id or not row.username or row.username in agents or row.task_id in found:
+            continue
+        if row.kind in GESTURE_KINDS or row.kind == "create":
+            found[row.task_id] = Act(row.username, row.kind, row.at)
+    return found
+
+
+def agent_usernames(cards: CardSet) -> set[str]:
+    """Kanboard usernames an agent may act under: its card id, and a confined agent's own user."""
+    return {name for c in cards if not c.is_human for name in (c.id, board_username(c))}
+
+
+def person_id(cards: CardSet, username: str) -> str:
+    """The human card of a Kanboard username, else the username itself."""
+    for card in cards.humans():
+        if card.human is not None and card.human.username == username:
+            return card.id
+    return username
+
+
+def waits_on(cards: CardSet, rec: Record, spec: TaskSpec) -> str | None:
+    """The Kanboard username a gate, question or decision waits on (None: nobody's)."""
+    if rec.assignee:
+        return rec.assignee
+    card = cards.get(spec.target) if spec.target in cards else None
+    return card.human.username if card is not None and card.human is not None else None
+
+
+def allowed(cards: CardSet, owner: str | None, person: str) -> bool:
+    """True when ``person`` (a username) may approve or answer what waits on ``owner``."""
+    if owner is None or person == owner:
+        return True
+    for card in cards.humans():
+        if card.human is not None and card.human.username == owner:
+            return person in card.human.deputies
+    return False
+
+
+def who_may(cards: CardSet, owner: str) -> str:
+    """``owner`` and their deputies, for a refusal's comment."""
+    names = [owner]
+    for card in cards.humans():
+        if card.human is not None and card.human.username == owner:
+            names += card.human.deputies
+    return " or ".join(names)
+
+
+def latest_comment(comments: Iterable[BoardComment], since: float) -> BoardComment | None:
+    """The newest comment a person (not the application token) wrote since ``since``."""
+    mine = [c for c in comments if c.user_id != 0 and c.created_at >= int(since) and c.text.strip()]
+    return mine[-1] if mine else None
+
+
+__all__ = [
+    "GESTURE_KINDS",
+    "UNKNOWN",
+    "Act",
+    "acts_by_people",
+    "agent_usernames",
+    "allowed",
+    "latest_comment",
+    "person_id",
+    "waits_on",
+    "who_may",
+]

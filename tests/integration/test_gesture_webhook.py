@@ -1,0 +1,145 @@
+"""Kanboard's webhook to the keeper's receiver: a person's gesture is acted on at once.
+
+The embedded board calls its webhook as Kanboard does (the same payload, ``?token=``,
+synchronously in the person's request); the keeper's receiver answers at once and pokes
+the gesture job, whose own interval here is far too long to be what acted.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import requests
+
+from fabric.core import Fabric
+from fabric.embedded.server import EmbeddedBoard
+from fabric.errors import ConfigError
+from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.layout import Column, State
+from fabric.settings.keeper import KeeperConfig
+from keeper.daemon import Keeper
+from keeper.hook import HookServer
+from tests.helpers import wait_until
+
+TOKEN = "hook-secret-1"
+PASSWORD = "g-person-pass"
+
+
+class Recorder:
+    """Counts the keeper's pokes (the receiver calls it off the request)."""
+
+    def __init__(self) -> None:
+        self.pokes = 0
+
+    def __call__(self) -> None:
+        self.pokes += 1
+
+
+def person(fab: Fabric, board: EmbeddedBoard, name: str) -> KanboardClient:
+    """A project member signed in with a password: the board as Kanboard's UI shows it to them."""
+    uid = fab.port.call("createUser", {"username": name, "password": PASSWORD, "name": name.title()})
+    assert fab.port.call("addProjectUser", {"project_id": fab.board.layout.project_id, "user_id": uid})
+    return KanboardClient(board.url, PASSWORD, user=name)
+
+
+@pytest.fixture
+def keeper_with_hook(
+    http_fabric: Fabric, embedded_board: EmbeddedBoard
+) -> Iterator[tuple[Keeper, HookServer]]:
+    cfg = KeeperConfig()
+    slow = {job: 3600.0 for job in cfg.intervals}  # no sweep will come in time: only a poke can
+    keeper = Keeper.for_fabric(http_fabric, replace(cfg, intervals=slow, move_tolerance=5.0))
+    stop = threading.Event()
+    with HookServer(keeper.poke, token=TOKEN, ignore=["kimi"]) as hook:
+        embedded_board.set_webhook(hook.url + "kanboard", TOKEN)
+        t = threading.Thread(target=keeper.serve, args=(stop,), daemon=True)
+        t.start()
+        wait_until(lambda: keeper._sched is not None, timeout=10, what="the keeper's scheduler")
+        yield keeper, hook
+        stop.set()
+        t.join(10)
+
+
+def test_a_persons_move_is_acted_on_within_a_second(
+    http_fabric: Fabric, embedded_board: EmbeddedBoard, keeper_with_hook: tuple[Keeper, HookServer]
+) -> None:
+    fab = http_fabric
+    _, hook = keeper_with_hook
+    tid = fab.submit("summarise the week", target="kimi").task_id
+    lease = fab.ledger.claim(fab.board.read(tid), "w1", lease_seconds=300)
+    fab.ledger.complete(lease, "file:///r.md")
+    assert hook.events == 0, "the fabric's own calls (no author) poke nothing"
+    g = person(fab, embedded_board, "g_person")
+    layout = fab.board.layout
+    start = time.monotonic()
+    assert g.call(
+        "moveTaskPosition",
+        {
+            "project_id": layout.project_id,
+            "task_id": tid,
+            "column_id": layout.columns[Column.QUEUED],
+            "position": 1,
+            "swimlane_id": layout.swimlanes["kimi"],
+        },
+    )
+
+    def reopened() -> Any:
+        cur = fab.board.read(tid).current
+        return cur is not None and cur.state == State.QUEUED and cur.op == "reopen"
+
+    wait_until(reopened, timeout=10, what="the keeper to reopen the task")
+    assert time.monotonic() - start < 1.0
+    assert hook.events >= 1
+    cur = fab.board.read(tid).current
+    assert cur is not None and cur.by == "g_person"
+
+
+def test_the_receiver_refuses_a_request_without_the_token() -> None:
+    pokes = Recorder()
+    with HookServer(pokes, token=TOKEN) as hook:
+        assert hook.url.startswith("http://127.0.0.1:"), "loopback unless told otherwise"
+        body = {"event_name": "task.close", "event_data": {}, "event_author": "alvis"}
+        for url in (hook.url, hook.url + "?token=wrong"):
+            assert requests.post(url, json=body, timeout=5).status_code == 401
+        assert pokes.pokes == 0
+        ok = requests.post(hook.url + "?token=" + TOKEN, data=json.dumps(body), timeout=5)
+        assert ok.status_code == 200 and pokes.pokes == 1
+        unsigned = dict(body, event_author=None)  # the application token: nobody's gesture
+        assert requests.post(hook.url + "?token=" + TOKEN, json=unsigned, timeout=5).status_code == 200
+        assert pokes.pokes == 1
+
+
+def test_the_receiver_will_not_start_without_a_token() -> None:
+    with pytest.raises(ConfigError, match="needs a token"):
+        HookServer(Recorder(), token="")
+
+
+def test_the_embedded_board_posts_what_kanboard_posts(
+    http_fabric: Fabric, embedded_board: EmbeddedBoard
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    class Capture(HookServer):
+        def received(self, payload: Any) -> None:
+            seen.append(payload)
+
+    with Capture(lambda: None, token=TOKEN) as hook:
+        # A URL with a query already: Kanboard appends "&token=", and the receiver checks it.
+        embedded_board.set_webhook(hook.url + "hook?x=1", TOKEN)
+        g = person(http_fabric, embedded_board, "g_poster")
+        tid = http_fabric.submit("a card to close", target="kimi").task_id
+        assert g.call("closeTask", {"task_id": tid})
+    names = [p["event_name"] for p in seen]
+    assert "task.create" in names and "task.close" in names
+    close = next(p for p in seen if p["event_name"] == "task.close")
+    assert set(close) == {"event_name", "event_data", "event_author"}
+    assert close["event_author"] == "g_poster"
+    assert close["event_data"]["task_id"] == tid and close["event_data"]["task"]["id"] == tid
+    create = next(p for p in seen if p["event_name"] == "task.create")
+    assert create["event_author"] is None, "the application token has no author"
