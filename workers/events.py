@@ -9,14 +9,15 @@ A worker publishes its lifecycle after each ledger transition, subscribes to its
 queue's submit events to poll at once when one arrives (the poll interval stays as the
 safety net), and optionally serves a Kanboard webhook that only hints.
 
-Worker events map onto the schema as follows (E = the lease's epoch)::
+Worker events map onto the schema as follows (E = the lease's epoch; seq (E, n) is
+``E * SEQ_STRIDE + n + 1``; the wire ``event``, then ``data.kind``)::
 
-    started         -> started           seq (E, 0)
-    progress        -> progress          seq (E, 1), (E, 2), …
-    completed       -> completed         seq (E+1, 0), retained
-    failed          -> failed            seq (E+1, 0), retained (the task is dead)
-    input_required  -> input_required    seq (E+1, 0)
-    released        -> progress "requeued" seq (E+1, 0) (a retry or a clean stop)
+    started         -> started              started          seq (E, 0)
+    progress        -> progress             progress         seq (E, 1), (E, 2), …
+    completed       -> completed            completed        seq (E+1, 0), retained
+    failed          -> error                failed           seq (E+1, 0), retained (the task is dead)
+    input_required  -> permission_required  input_required   seq (E+1, 0)
+    released        -> progress "requeued"  progress         seq (E+1, 0) (a retry or a clean stop)
     fenced          -> nothing (a fenced owner is no longer the owner)
 """
 

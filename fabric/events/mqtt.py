@@ -1,6 +1,7 @@
 """MQTT transport (paho-mqtt 2.x): QoS 1, terminal events retained, one topic per task.
 
-Topics: ``<prefix>/task/<id>/events`` and ``<prefix>/queue/<queue>/submitted``. The
+Topics: ``<prefix>/jobs/<id>/events`` (seed 003's, with ``AGAP_EVENTS_PREFIX=python/mqtt``)
+and ``<prefix>/queue/<queue>/submitted``. The
 publisher keeps one connection and rebuilds it after any failure (a fresh client, so a
 message queued on a dead connection is never sent late from it). Subscriptions run
 paho's network thread, which reconnects by itself and re-subscribes in ``on_connect``;
@@ -39,14 +40,15 @@ class MqttTransport:
         self._client: mqtt.Client | None = None
 
     def topic_name(self, topic: Topic) -> str:
-        leaf = "events" if topic.kind == "task" else "submitted"
-        return f"{self.config.prefix}/{topic.kind}/{token(topic.name)}/{leaf}"
+        if topic.kind == "task":
+            return f"{self.config.prefix}/jobs/{token(topic.name)}/events"
+        return f"{self.config.prefix}/queue/{token(topic.name)}/submitted"
 
     def new_client(self, role: str) -> mqtt.Client:
         cfg = self.config
         client = mqtt.Client(
             CallbackAPIVersion.VERSION2,
-            client_id=f"{cfg.prefix}-{role}-{secrets.token_hex(6)}",
+            client_id=f"{token(cfg.prefix)}-{role}-{secrets.token_hex(6)}",
             clean_session=True,
         )
         if cfg.username:

@@ -1,8 +1,8 @@
 """NATS transport (nats-py): core subjects, with JetStream keeping terminal events.
 
-Subjects: ``<prefix>.task.<id>.ev`` (started, progress, …), ``<prefix>.task.<id>.end``
+Subjects: ``<prefix>.jobs.<id>.ev`` (started, progress, …), ``<prefix>.jobs.<id>.end``
 (terminal events) and ``<prefix>.queue.<queue>.submitted``. When JetStream is there,
-the publisher keeps a stream over ``<prefix>.task.*.end`` holding the last message per
+the publisher keeps a stream over ``<prefix>.jobs.*.end`` holding the last message per
 subject (MQTT's retained message, in JetStream terms) and publishes terminal events to
 it with an acknowledgement; a subscriber fetches that last message after every
 (re)connect. Without JetStream, terminal events are live only and watchers rely on the
@@ -94,10 +94,15 @@ class NatsTransport:
         return f"{token(self.config.prefix).upper()}_EVENTS"
 
     def subject(self, topic: Topic, *, terminal: bool = False) -> str:
-        p = self.config.prefix
+        p = self.subject_prefix
         if topic.kind == "queue":
             return f"{p}.queue.{token(topic.name)}.submitted"
-        return f"{p}.task.{token(topic.name)}.{'end' if terminal else 'ev'}"
+        return f"{p}.jobs.{token(topic.name)}.{'end' if terminal else 'ev'}"
+
+    @property
+    def subject_prefix(self) -> str:
+        """The prefix's levels as subject tokens (``python/mqtt`` → ``python.mqtt``)."""
+        return self.config.prefix.replace("/", ".")
 
     def connect_options(self, timeout: float) -> dict[str, Any]:
         cfg = self.config
@@ -107,7 +112,7 @@ class NatsTransport:
             "servers": [self.server],
             "connect_timeout": max(1, math.ceil(timeout)),
             "error_cb": _quiet,
-            "name": f"{cfg.prefix}-events",
+            "name": f"{token(cfg.prefix)}-events",
             "allow_reconnect": False,
             "max_reconnect_attempts": 1,
             "reconnect_time_wait": 0,
@@ -163,7 +168,7 @@ class NatsTransport:
         js = nc.jetstream(timeout=timeout)
         config = js_api.StreamConfig(
             name=self.stream,
-            subjects=[f"{self.config.prefix}.task.*.end"],
+            subjects=[f"{self.subject_prefix}.jobs.*.end"],
             max_msgs_per_subject=1,
             max_age=RETAIN_SECONDS,
             storage=js_api.StorageType.FILE,

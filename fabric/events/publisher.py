@@ -94,7 +94,7 @@ class Publisher:
                     topic,
                     payload,
                     retain=event.terminal and topic.kind == "task",
-                    what=f"{event.type} #{event.task_id} seq {event.seq}",
+                    what=f"{event.kind} #{event.task_id} seq {event.seq}",
                 )
                 and ok
             )
@@ -164,7 +164,7 @@ class Publisher:
             try:
                 self.send(event, also=also)
             except Exception:  # a bug here must not kill the sender
-                log.exception("publishing %s for task #%s failed", event.type, event.task_id)
+                log.exception("publishing %s for task #%s failed", event.kind, event.task_id)
             finally:
                 with self._cond:
                     self._busy = False

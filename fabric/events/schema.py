@@ -1,9 +1,26 @@
-"""Live event schema, version 1: what a worker tells watchers about one task.
+"""Live event schema, version 1: seed 003's wire schema, what watchers learn about one task.
 
-An event is advisory: the board stays the authority. Each event names its task, the
-epoch whose record it reports, and a ``seq`` that orders all events of the task::
+Every payload is one JSON object with exactly these seven fields::
 
-    seq = epoch * SEQ_STRIDE + counter
+    schema_version  1
+    seq             the ordering number (below), 1 or more
+    job_id          the task id, as a decimal string ("42")
+    event           started, progress, permission_required, completed or error
+    timestamp       ISO-8601 UTC with a trailing Z (advisory: never used for timeouts)
+    detail          one short line, with local paths and secret-looking words removed
+    data            small scalar metadata: ``kind``, the fabric's own name for the event,
+                    then e.g. ``queue``, ``attempt``, ``result_ref``; on the wire also
+                    ``hmac_sig``, the signature (:mod:`.signing`)
+
+The fabric's kinds map onto the five wire events (:data:`WIRE_EVENT`): ``submitted``
+(and a requeue) is progress, ``input_required`` is permission_required, ``failed`` and
+``canceled`` are error. ``completed`` and ``error`` are terminal. A payload without
+``data.kind`` (a publisher that knows only the seed) gets the kind its event implies.
+
+An event is advisory: the board stays the authority. ``seq`` orders all events of the
+task and names the epoch whose record it reports::
+
+    seq = epoch * SEQ_STRIDE + counter + 1
 
 The epoch is the ledger's: every transition wins the next epoch, and exactly one actor
 wins it, so the epoch-major part never collides across owners and a higher epoch always
@@ -11,8 +28,9 @@ wins. The counter orders events inside one epoch; only the owner of a working ep
 emits more than one event in it (``started`` is counter 0, then ``progress`` 1, 2, …),
 so an in-process counter is enough. Events that report a transition (``completed``,
 ``failed``, ``input_required``, ``canceled``, a requeue) carry the epoch the transition
-wrote, with counter 0. Watchers keep the highest seq they accepted and ignore anything
-at or below it: duplicates and late deliveries from older epochs fall away.
+wrote, with counter 0. The ``+ 1`` makes the first event of a task (``submitted``,
+epoch 0) seq 1. Watchers keep the highest seq they accepted and ignore anything at or
+below it: duplicates and late deliveries from older epochs fall away.
 """
 
 from __future__ import annotations
@@ -22,18 +40,21 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator, model_validator
 
 SCHEMA_VERSION: Literal[1] = 1
-SEQ_STRIDE = 1_000_000  # counters per epoch: seq 3000007 is epoch 3, counter 7
+SEQ_STRIDE = 1_000_000  # seqs per epoch: seq 3000008 is epoch 3, counter 7
 DETAIL_MAX = 200
 DATA_MAX_ITEMS = 16
 DATA_VALUE_MAX = 200
+KIND_FIELD = "kind"  # in data: the fabric's own name for the event
 
 Scalar = str | int | float | bool | None
 
 
 class EventType(StrEnum):
+    """The fabric's kinds of event (``data.kind``)."""
+
     SUBMITTED = "submitted"
     STARTED = "started"
     PROGRESS = "progress"
@@ -43,14 +64,42 @@ class EventType(StrEnum):
     CANCELED = "canceled"
 
 
-TERMINAL_EVENTS = frozenset({EventType.COMPLETED, EventType.FAILED, EventType.CANCELED})
+class WireEvent(StrEnum):
+    """Seed 003's event names (the ``event`` field)."""
+
+    STARTED = "started"
+    PROGRESS = "progress"
+    PERMISSION_REQUIRED = "permission_required"
+    COMPLETED = "completed"
+    ERROR = "error"
+
+
+WIRE_EVENT: dict[EventType, WireEvent] = {
+    EventType.SUBMITTED: WireEvent.PROGRESS,
+    EventType.STARTED: WireEvent.STARTED,
+    EventType.PROGRESS: WireEvent.PROGRESS,
+    EventType.INPUT_REQUIRED: WireEvent.PERMISSION_REQUIRED,
+    EventType.COMPLETED: WireEvent.COMPLETED,
+    EventType.FAILED: WireEvent.ERROR,
+    EventType.CANCELED: WireEvent.ERROR,
+}
+# The kind a payload without data.kind has: what its event means to the fabric.
+DEFAULT_KIND: dict[WireEvent, EventType] = {
+    WireEvent.STARTED: EventType.STARTED,
+    WireEvent.PROGRESS: EventType.PROGRESS,
+    WireEvent.PERMISSION_REQUIRED: EventType.INPUT_REQUIRED,
+    WireEvent.COMPLETED: EventType.COMPLETED,
+    WireEvent.ERROR: EventType.FAILED,
+}
+TERMINAL_EVENTS = frozenset({WireEvent.COMPLETED, WireEvent.ERROR})
+_KINDS = frozenset(k.value for k in EventType)
 
 
 def make_seq(epoch: int, counter: int) -> int:
     """The ordering number of event ``counter`` within ``epoch``."""
     if not 0 <= counter < SEQ_STRIDE:
         raise ValueError(f"counter {counter} is outside 0..{SEQ_STRIDE - 1}")
-    return epoch * SEQ_STRIDE + counter
+    return epoch * SEQ_STRIDE + counter + 1
 
 
 # -- keeping details safe to publish -------------------------------------------------
@@ -100,20 +149,19 @@ def utc_stamp(at: float | None = None) -> str:
 
 
 class Event(BaseModel):
-    """One live event (schema v1). The wire form adds ``sig``; see :mod:`.signing`."""
+    """One live event, field for field as on the wire (without ``data.hmac_sig``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    v: Literal[1] = SCHEMA_VERSION
-    task_id: int = Field(ge=1)
-    seq: int = Field(ge=0)
-    epoch: int = Field(ge=0)
-    type: EventType
-    at: str
-    detail: str = Field(default="", max_length=DETAIL_MAX)
+    schema_version: Literal[1] = SCHEMA_VERSION
+    seq: StrictInt = Field(ge=1)
+    job_id: StrictStr = Field(pattern=r"^[1-9][0-9]{0,17}$")
+    event: WireEvent
+    timestamp: StrictStr
+    detail: StrictStr = Field(default="", max_length=DETAIL_MAX)
     data: dict[str, Scalar] = Field(default_factory=dict)
 
-    @field_validator("at")
+    @field_validator("timestamp")
     @classmethod
     def _utc(cls, value: str) -> str:
         if not value.endswith("Z"):
@@ -132,18 +180,35 @@ class Event(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _seq_in_epoch(self) -> Event:
-        if self.seq // SEQ_STRIDE != self.epoch:
-            raise ValueError(f"seq {self.seq} is not in epoch {self.epoch}")
+    def _kind_fits_event(self) -> Event:
+        kind = self.data.get(KIND_FIELD)
+        if kind is None:
+            return self
+        if not isinstance(kind, str) or kind not in _KINDS or WIRE_EVENT[EventType(kind)] != self.event:
+            raise ValueError(f"data.kind {kind!r} is not a kind of {self.event.value!r} event")
         return self
 
     @property
+    def task_id(self) -> int:
+        return int(self.job_id)
+
+    @property
+    def kind(self) -> EventType:
+        """The fabric's name for the event (``data.kind``, else what ``event`` implies)."""
+        kind = self.data.get(KIND_FIELD)
+        return EventType(kind) if isinstance(kind, str) else DEFAULT_KIND[self.event]
+
+    @property
+    def epoch(self) -> int:
+        return (self.seq - 1) // SEQ_STRIDE
+
+    @property
     def counter(self) -> int:
-        return self.seq % SEQ_STRIDE
+        return (self.seq - 1) % SEQ_STRIDE
 
     @property
     def terminal(self) -> bool:
-        return self.type in TERMINAL_EVENTS
+        return self.event in TERMINAL_EVENTS
 
     @classmethod
     def make(
@@ -151,21 +216,21 @@ class Event(BaseModel):
         task_id: int,
         epoch: int,
         counter: int,
-        type: EventType | str,
+        kind: EventType | str,
         detail: str = "",
         data: dict[str, Scalar] | None = None,
         *,
         at: float | None = None,
     ) -> Event:
         """Build an event, cleaning ``detail`` so it is safe to publish."""
+        kind = EventType(kind)
         return cls(
-            task_id=task_id,
             seq=make_seq(epoch, counter),
-            epoch=epoch,
-            type=EventType(type),
-            at=utc_stamp(at),
+            job_id=str(int(task_id)),
+            event=WIRE_EVENT[kind],
+            timestamp=utc_stamp(at),
             detail=safe_detail(detail),
-            data=dict(data or {}),
+            data={KIND_FIELD: kind.value, **(data or {})},
         )
 
     def body(self) -> dict[str, Any]:
@@ -175,11 +240,14 @@ class Event(BaseModel):
 
 __all__ = [
     "DETAIL_MAX",
+    "KIND_FIELD",
     "SCHEMA_VERSION",
     "SEQ_STRIDE",
     "TERMINAL_EVENTS",
+    "WIRE_EVENT",
     "Event",
     "EventType",
+    "WireEvent",
     "make_seq",
     "publishable_ref",
     "safe_detail",

@@ -22,7 +22,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabric.errors import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE
-from fabric.events.schema import Event, EventType
+from fabric.events.schema import (
+    KIND_FIELD,
+    SCHEMA_VERSION,
+    WIRE_EVENT,
+    Event,
+    EventType,
+    WireEvent,
+    make_seq,
+    utc_stamp,
+)
 from fabric.events.signing import Dropped, open_sealed
 from fabric.events.transport import Signal, Subscription, Transport, queue_topic, task_topic
 from fabric.kanboard.layout import State
@@ -35,16 +44,13 @@ EXIT_COMPLETED = EXIT_OK
 # EXIT_FAILED: failed or canceled; EXIT_TIMEOUT: the wait ran out
 EXIT_UNAVAILABLE = EXIT_UNREACHABLE  # broker away and the board did not answer either
 
-EXIT_OF_EVENT = {
-    EventType.COMPLETED: EXIT_COMPLETED,
-    EventType.FAILED: EXIT_FAILED,
-    EventType.CANCELED: EXIT_FAILED,
-}
+EXIT_OF_EVENT = {WireEvent.COMPLETED: EXIT_COMPLETED, WireEvent.ERROR: EXIT_FAILED}
 EVENT_OF_STATE = {
     State.DONE: EventType.COMPLETED,
     State.CLOSED: EventType.COMPLETED,
     State.DEAD: EventType.FAILED,
     State.CANCELED: EventType.CANCELED,
+    State.DROPPED: EventType.FAILED,
 }
 
 
@@ -98,16 +104,31 @@ class BoardStatus:
     def final_event(self) -> EventType | None:
         return EVENT_OF_STATE.get(self.state)
 
-    def line(self, task_id: int) -> dict[str, Any]:
+    def line(self, task_id: int, kind: EventType) -> dict[str, Any]:
+        """The watch line for what the board says: the keys of a live line (:func:`live_line`).
+
+        Not an :class:`Event`: nothing here is published, so the reason and the result
+        ref print as the board has them. ``seq`` is that of the event the transition
+        that wrote this record publishes.
+        """
+        data: dict[str, Any] = {KIND_FIELD: kind.value, "state": self.state.value}
+        if self.result_ref:
+            data["result_ref"] = self.result_ref
         return {
             "source": "board",
-            "task_id": task_id,
-            "state": self.state.value,
-            "epoch": self.epoch,
-            "event": self.final_event.value if self.final_event else None,
-            "result_ref": self.result_ref,
-            "reason": self.reason,
+            "schema_version": SCHEMA_VERSION,
+            "seq": make_seq(self.epoch, 0),
+            "job_id": str(task_id),
+            "event": WIRE_EVENT[kind].value,
+            "timestamp": utc_stamp(),
+            "detail": self.reason or kind.value,
+            "data": data,
         }
+
+
+def live_line(event: Event) -> dict[str, Any]:
+    """The watch line for an accepted live event: its fields, as sent (minus the signature)."""
+    return {"source": "broker", **event.body()}
 
 
 BoardCheck = Callable[[], BoardStatus]  # raises BoardError when the board is away
@@ -230,10 +251,10 @@ class _Watch:
             log.warning("task #%s: the board does not answer (%s); following the broker", self.task_id, exc)
             self.next_board = now + (0.5 if self.broker == "connecting" else self.opts.board_poll)
             return None
-        if status.final_event is not None:
-            self.emit(status.line(self.task_id))
+        if (kind := status.final_event) is not None:
+            self.emit(status.line(self.task_id, kind))
             self.result.reason = f"board: {status.state.value}"
-            return EXIT_OF_EVENT[status.final_event]
+            return EXIT_OF_EVENT[WIRE_EVENT[kind]]
         if self.board_epoch is not None and status.epoch > self.board_epoch:
             self.last_activity = now  # the task moved: that is activity too
         self.board_epoch = status.epoch
@@ -294,10 +315,10 @@ class _Watch:
             return False
         self.result.events += 1
         self.last_activity = self.clock()
-        self.emit({"source": "broker", **event.body()})
+        self.emit(live_line(event))
         if event.terminal:
-            self.result.code = EXIT_OF_EVENT[event.type]
-            self.result.reason = f"event: {event.type.value}"
+            self.result.code = EXIT_OF_EVENT[event.event]
+            self.result.reason = f"event: {event.kind.value}"
             return True
         return False
 
@@ -332,7 +353,7 @@ class QueueWaker:
         except Dropped as exc:
             log.debug("queue %s: ignored a wake-up payload (%s)", self.queue, exc.reason)
             return
-        if event.type == EventType.SUBMITTED and event.data.get("queue") in (None, self.queue):
+        if event.kind == EventType.SUBMITTED and event.data.get("queue") in (None, self.queue):
             self._fire()
 
     def _fire(self) -> None:
@@ -354,5 +375,6 @@ __all__ = [
     "TaskStream",
     "WatchOptions",
     "WatchResult",
+    "live_line",
     "watch",
 ]

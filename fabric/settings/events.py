@@ -28,7 +28,8 @@ from fabric.errors import ConfigError
 from fabric.settings import registry
 
 MIN_SECRET = 16
-_PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# One to four levels, so a seed-003 subscriber's topics (python/mqtt/jobs/<id>/events) fit.
+_PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,64}(/[A-Za-z0-9_-]{1,64}){0,3}$")
 
 Scheme = Literal["mqtt", "nats"]
 _SCHEMES: dict[str, tuple[Scheme, bool, int]] = {
@@ -112,7 +113,7 @@ class EventsConfig:
             raise ConfigError(
                 f"bad topic prefix {prefix!r}",
                 where="AGAP_EVENTS_PREFIX",
-                hint="letters, digits, '_' and '-' only (1-64)",
+                hint="1 to 4 levels of letters, digits, '_' and '-' (1-64 each), separated by '/'",
             )
         webhook = None
         if hook := registry.get_str("AGAP_EVENTS_WEBHOOK", env).strip():

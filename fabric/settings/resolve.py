@@ -4,8 +4,8 @@ Resolution order (first wins):
 
 1. the process environment;
 2. an env file named by ``AGAP_ENV_FILE`` — a missing or malformed file is an error
-   (fail closed), never a silent fallback;
-3. a project file, ``.agap.env``, found by walking up from the working directory.
+   (fail closed), never a silent fallback — and then no other file;
+3. else a project file, ``.agap.env``, found by walking up from the working directory.
 
 Files hold ``KEY=VALUE`` lines (``#`` comments, optional ``export``, optional quotes).
 The CLI applies them to its own environment at start (:func:`apply_config_files`), so
@@ -126,28 +126,26 @@ class Resolved:
 
 
 def resolve(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Resolved:
-    """Merge the environment, the named env file and the project file, in that order."""
+    """Merge the environment and one env file: the named one, else the project file.
+
+    A named file is the only file: ``.agap.env`` discovery is off then, so a file left
+    in a parent directory never fills in what the named file leaves out.
+    """
     env = dict(os.environ if environ is None else environ)
     out = Resolved(dict(env), {k: "environment" for k in env})
-    layers: list[tuple[str, dict[str, str]]] = []
     named = registry.get_str(ENV_FILE_VAR, env)
-    if named:
-        path = Path(named).expanduser()
-        if not path.is_file():
-            raise ConfigError(
-                f"{ENV_FILE_VAR} names a file that does not exist",
-                where=str(path),
-                hint="create it, fix the path, or unset the variable",
-            )
-        layers.append((str(path), read_env_file(path)))
-    project = find_project_file((cwd or Path.cwd()).resolve())
-    if project is not None:
-        layers.append((str(project), read_env_file(project)))
-    for source, values in layers:
-        for key, value in values.items():
+    path = Path(named).expanduser() if named else find_project_file((cwd or Path.cwd()).resolve())
+    if named and path is not None and not path.is_file():
+        raise ConfigError(
+            f"{ENV_FILE_VAR} names a file that does not exist",
+            where=str(path),
+            hint="create it, fix the path, or unset the variable",
+        )
+    if path is not None:
+        for key, value in read_env_file(path).items():
             if key not in out.values:
                 out.values[key] = value
-                out.sources[key] = source
+                out.sources[key] = str(path)
     return out
 
 
@@ -171,22 +169,41 @@ def effective() -> Resolved:
     return _applied if _applied is not None else resolve()
 
 
-_warned: set[str] = set()
+# The schemes that carry no TLS, and what to use instead.
+_PLAIN_SCHEMES = {
+    "http": "use an https:// URL",
+    "ws": "use a wss:// URL",
+    "mqtt": "use mqtts:// (or set AGAP_EVENTS_TLS=1)",
+    "tcp": "use mqtts:// (or set AGAP_EVENTS_TLS=1)",
+    "nats": "use tls:// (or set AGAP_EVENTS_TLS=1)",
+}
+_warned_at: set[tuple[str, str]] = set()  # (what, where): each warns once per process
 
 
-def warn_if_plaintext(url: str, what: str) -> bool:
-    """Warn (once) when ``url`` reaches a non-loopback host without TLS."""
-    if not url:
+def warn_if_plaintext(url: str, what: str, *, tls: bool = False) -> bool:
+    """Warn once on stderr when ``url`` reaches a non-loopback host without TLS.
+
+    The one check for the board, the events broker and the LiteLLM proxy: every command
+    that connects to one calls it first (and ``agap config show`` for all three).
+    ``tls`` says TLS is on by other means (``AGAP_EVENTS_TLS`` for an mqtt:// URL).
+    Host names are judged as written, never resolved: only an IP loopback address and
+    ``localhost`` count as loopback.
+    """
+    if not url or tls:
         return False
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    plain = parts.scheme in ("http", "mqtt", "nats", "ws")
-    if not plain or _is_loopback(host) or url in _warned:
+    scheme, host = parts.scheme.lower(), parts.hostname or ""
+    hint = _PLAIN_SCHEMES.get(scheme)
+    try:
+        where = f"{scheme}://{host}" + (f":{parts.port}" if parts.port else "")
+    except ValueError:  # a bad port: the reader of the URL reports it
         return False
-    _warned.add(url)
+    if hint is None or _is_loopback(host) or (what, where) in _warned_at:
+        return False
+    _warned_at.add((what, where))
     sys.stderr.write(
-        f"agap: warning: {what} at {host} is reached without TLS ({parts.scheme}://);"
-        " tokens and tasks cross the network in clear text\n"
+        f"agap: warning: {what} at {where} is reached without TLS, so tokens and tasks cross"
+        f" the network in clear text; {hint}\n"
     )
     return True
 
@@ -216,6 +233,9 @@ class Settings:
     project: str = registry.get_str("AGAP_PROJECT", {})
     locks_project: str = registry.get_str("AGAP_LOCKS_PROJECT", {})
     actor: str = registry.get_str("AGAP_ACTOR", {})
+    web_url: str = ""  # KANBOARD_WEB_URL; "" = derived from board_url (fabric.kanboard.weblinks)
+    board_user: str = ""  # AGAP_BOARD_USER: sign in as this user, not with the app token
+    board_password: str = field(default="", repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -229,6 +249,9 @@ class Settings:
             project=registry.get_str("AGAP_PROJECT", e),
             locks_project=registry.get_str("AGAP_LOCKS_PROJECT", e),
             actor=registry.get_str("AGAP_ACTOR", e),
+            web_url=registry.get_str("KANBOARD_WEB_URL", e, fallback=""),
+            board_user=registry.get_str("AGAP_BOARD_USER", e, fallback=""),
+            board_password=registry.get_str("AGAP_BOARD_PASSWORD", e, fallback=""),
         )
 
     def require_board(self) -> tuple[str, str]:
@@ -238,7 +261,12 @@ class Settings:
                 "KANBOARD_URL is not set",
                 hint="start the embedded board with `agap board serve` and export what it prints",
             )
-        if not self.board_token:
+        if self.board_user and not self.board_password:
+            raise ConfigError(
+                f"AGAP_BOARD_USER is {self.board_user!r} but AGAP_BOARD_PASSWORD is not set",
+                hint="set the user's password, or unset AGAP_BOARD_USER to use the application token",
+            )
+        if not self.board_token and not self.board_user:
             raise ConfigError(
                 "KANBOARD_API_TOKEN is not set",
                 hint="use the token `agap board serve` printed, or Kanboard's API token",

@@ -555,3 +555,90 @@ def test_with_the_board_down_sync_calls_still_answer_and_are_journaled_later(
         assert view.spec is not None and view.spec.action_id == mid
     finally:
         revived.stop()
+
+
+# -- spec fidelity ------------------------------------------------------------------------------
+
+
+def rpc(e: Env, method: str, params: dict[str, Any], token: str = ALICE) -> dict[str, Any]:
+    """One JSON-RPC call on the wire (what a client other than the SDK sends)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {token}"}
+    out: dict[str, Any] = httpx.post(e.url, json=body, headers=headers, timeout=30).json()
+    return out
+
+
+def wire_message(text: str, **kw: Any) -> dict[str, Any]:
+    parts = kw.pop("parts", [{"text": text}])
+    return {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": parts, **kw}
+
+
+def test_list_tasks_is_ordered_by_the_last_status_change_newest_first(a2a: Env) -> None:
+    async def go() -> tuple[list[str], list[str]]:
+        async with await a2a.client() as c:
+            first = await c.send(text_message("created first"), return_immediately=True)
+            second = await c.send(text_message("created second"))
+            third = await c.send(text_message("created third"))
+            await c.cancel(first.id)  # the most recent status change
+            listed = await c.list()
+            return [first.id, second.id, third.id], [t.id for t in listed.tasks]
+
+    (first, second, third), order = run(go())
+    assert order == [first, third, second]
+    stamps = [t["status"]["timestamp"] for t in rpc(a2a, "ListTasks", {})["result"]["tasks"]]
+    assert stamps == sorted(stamps, reverse=True)
+
+
+@pytest.mark.parametrize("status", ["TASK_STATE_BOGUS", 42, "completed"])
+def test_an_unknown_status_filter_is_invalid_params(a2a: Env, status: object) -> None:
+    out = rpc(a2a, "ListTasks", {"status": status})
+    assert out["error"]["code"] == -32602 and "unknown task state" in out["error"]["message"]
+    assert "result" in rpc(a2a, "ListTasks", {"status": "TASK_STATE_COMPLETED"})
+
+
+def test_a_negative_history_length_is_invalid_params(a2a: Env) -> None:
+    sent = rpc(a2a, "SendMessage", {"message": wire_message("hi")})["result"]["task"]
+    for method, params in (
+        ("GetTask", {"id": sent["id"], "historyLength": -1}),
+        ("ListTasks", {"historyLength": -1}),
+        ("SendMessage", {"message": wire_message("x"), "configuration": {"historyLength": -1}}),
+    ):
+        assert rpc(a2a, method, params)["error"]["code"] == -32602, method
+    assert rpc(a2a, "GetTask", {"id": sent["id"], "historyLength": 0})["result"]["id"] == sent["id"]
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [{"text": "see the data"}, {"data": {"k": 1}}],
+        [{"raw": base64.b64encode(b"\x89PNG").decode(), "mediaType": "image/png"}],
+    ],
+)
+def test_a_non_text_part_is_content_type_not_supported(a2a: Env, parts: list[dict[str, Any]]) -> None:
+    out = rpc(a2a, "SendMessage", {"message": wire_message("", parts=parts)})
+    assert out["error"]["code"] == -32005, out
+    assert a2a.stub.chat_requests() == []
+
+
+def test_the_card_is_served_with_cache_control(a2a: Env) -> None:
+    r = httpx.get(f"{a2a.url}/.well-known/agent-card.json")
+    assert r.status_code == 200 and "max-age=" in r.headers["cache-control"]
+    again = httpx.get(f"{a2a.url}/.well-known/agent-card.json", headers={"If-None-Match": r.headers["etag"]})
+    assert again.status_code == 304
+
+
+def test_an_answer_reusing_a_used_message_id_is_refused_not_dropped(a2a: Env) -> None:
+    asked = rpc(a2a, "SendMessage", {"message": wire_message("[ask] book a table")})["result"]["task"]
+    assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    first_id = asked["history"][0]["messageId"]
+    reused = rpc(
+        a2a, "SendMessage", {"message": wire_message("Paris", messageId=first_id, taskId=asked["id"])}
+    )
+    assert reused["error"]["code"] == -32602 and "already used" in reused["error"]["message"]
+    answer = wire_message("Paris", taskId=asked["id"])
+    done = rpc(a2a, "SendMessage", {"message": answer})["result"]["task"]
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED"
+    again = rpc(a2a, "SendMessage", {"message": answer})["result"]["task"]  # a retry: the same task
+    assert again["id"] == asked["id"] and len(a2a.stub.chat_requests()) == 2
+    other = rpc(a2a, "SendMessage", {"message": {**answer, "parts": [{"text": "Rome"}]}})
+    assert other["error"]["code"] == -32602 and "already used" in other["error"]["message"]

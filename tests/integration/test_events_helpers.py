@@ -28,7 +28,9 @@ from fabric.cards import CardSet, load_cards
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.events.brokers import open_transport
+from fabric.events.schema import SEQ_STRIDE
 from fabric.events.subscriber import BoardStatus, WatchOptions, WatchResult, watch
+from fabric.events.transport import token
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.taskboard import TaskBoard
 from fabric.ledger import Ledger
@@ -88,7 +90,7 @@ def purge_nats_stream(host: str, port: int, prefix: str) -> None:
         )
         try:
             with contextlib.suppress(Exception):
-                await nc.jetstream(timeout=2).purge_stream(f"{prefix.upper()}_EVENTS")
+                await nc.jetstream(timeout=2).purge_stream(f"{token(prefix).upper()}_EVENTS")
         finally:
             await nc.close()
 
@@ -139,7 +141,7 @@ def clear_mqtt_retained(host: str, port: int, prefix: str, task_ids: list[int]) 
         c.connect(host, port)
         c.loop_start()
         for tid in task_ids:
-            c.publish(f"{prefix}/task/{tid}/events", b"", qos=1, retain=True).wait_for_publish(2)
+            c.publish(f"{prefix}/jobs/{tid}/events", b"", qos=1, retain=True).wait_for_publish(2)
         c.disconnect()
         c.loop_stop()
 
@@ -319,6 +321,11 @@ def make_worker(
     )
 
 
+def epoch_of(line: dict[str, Any]) -> int:
+    """The epoch a watch line reports (seq is epoch-major: fabric/events/schema.py)."""
+    return (int(line["seq"]) - 1) // SEQ_STRIDE
+
+
 class Watching:
     """``watch`` in a thread, collecting its lines."""
 
@@ -371,5 +378,6 @@ class Watching:
         assert self.result is not None
         return self.result
 
-    def types(self) -> list[str | None]:
-        return [line.get("type") or line.get("event") for line in self.lines]
+    def types(self) -> list[str]:
+        """The fabric's kinds of the lines seen (``data.kind``), live or from the board."""
+        return [line["data"]["kind"] for line in self.lines]

@@ -90,8 +90,8 @@ def test_watch_falls_back_to_the_board_when_the_broker_dies_mid_task(
         result = w.join(20)
     att.close(timeout=5)
     assert result.code == EXIT_COMPLETED
-    assert w.lines[0]["source"] == "broker" and w.lines[0]["type"] == "started"
-    assert w.lines[-1]["source"] == "board" and w.lines[-1]["state"] == "done"
+    assert w.lines[0]["source"] == "broker" and w.lines[0]["event"] == "started"
+    assert w.lines[-1]["source"] == "board" and w.lines[-1]["data"]["state"] == "done"
     assert state_of(fab, tid) == State.DONE
 
 
@@ -114,7 +114,7 @@ def test_watch_rejoins_the_broker_when_it_comes_back(own_broker: OwnBroker, fab:
         result = w.join(20)
     att.close(timeout=5)
     assert result.code == EXIT_COMPLETED
-    assert w.lines[-1]["source"] == "broker" and w.lines[-1]["type"] == "completed"
+    assert w.lines[-1]["source"] == "broker" and w.lines[-1]["event"] == "completed"
 
 
 def test_exit_3_only_when_the_broker_and_the_board_are_both_away(

@@ -41,7 +41,7 @@ def test_publish_reaches_a_subscriber_in_order(shared_broker: Broker) -> None:
             sig = got.get(timeout=30)
             if sig.kind == "msg":
                 seqs.append(json.loads(sig.payload)["seq"])
-        assert seqs == [1_000_000 + i for i in range(20)]
+        assert seqs == [1_000_001 + i for i in range(20)]
         assert pub.stats.published == 20 and pub.stats.skipped == 0
     finally:
         sub.close()
@@ -67,7 +67,7 @@ def test_a_late_subscriber_gets_the_retained_terminal_event_only(shared_broker: 
                 continue
             if sig.kind == "msg":
                 payloads.append(json.loads(sig.payload))
-        assert [p["type"] for p in payloads] == ["completed"]
+        assert [p["event"] for p in payloads] == ["completed"]
         # Anything else kept would have come with the subscription, before a message sent now.
         marker = open_transport(cfg)
         try:
@@ -109,11 +109,11 @@ def test_watch_ignores_duplicates_and_late_deliveries(shared_broker: Broker, fab
     finally:
         transport.close()
     assert result.code == EXIT_COMPLETED
-    assert [(line["type"], line["seq"]) for line in w.lines] == [
-        ("started", 1_000_000),
-        ("progress", 1_000_001),
-        ("progress", 1_000_003),
-        ("completed", 2_000_000),
+    assert [(line["event"], line["seq"]) for line in w.lines] == [
+        ("started", 1_000_001),
+        ("progress", 1_000_002),
+        ("progress", 1_000_004),
+        ("completed", 2_000_001),
     ]
     assert result.dropped == {"duplicate or out of order": 3}
 
@@ -130,8 +130,8 @@ def test_tampered_unsigned_foreign_and_stale_events_are_dropped(shared_broker: B
         good = ev(tid, 2, 0, EventType.COMPLETED, "the real one")
         body = json.loads(seal(good, cfg.secret))
         tampered = dict(body, detail="forged")
-        unsigned = {k: v for k, v in body.items() if k != "sig"}
-        wrong_version = dict(body, v=2)
+        unsigned = dict(body, data={k: v for k, v in body["data"].items() if k != "hmac_sig"})
+        wrong_version = dict(body, schema_version=2)
         other_key = json.loads(seal(good, b"another-secret-entirely-000"))
         foreign = json.loads(seal(ev(tid + 1000, 2, 0, EventType.COMPLETED), cfg.secret))
         stale = json.loads(seal(ev(tid, 0, 0, EventType.FAILED, "old"), cfg.secret))
@@ -176,7 +176,7 @@ def test_a_late_watch_sees_the_retained_terminal_event_with_the_board_away(share
     result = w.join(30)
     # At once, not after the watch's 30 s timeouts (the bound is generous for a busy machine).
     assert result.code == EXIT_COMPLETED and time.monotonic() - started < 15
-    assert [(line["source"], line["type"]) for line in w.lines] == [("broker", "completed")]
+    assert [(line["source"], line["event"]) for line in w.lines] == [("broker", "completed")]
 
 
 def test_a_finished_task_returns_at_once_from_the_board(shared_broker: Broker, fab: Fabric) -> None:
@@ -187,4 +187,4 @@ def test_a_finished_task_returns_at_once_from_the_board(shared_broker: Broker, f
     w = Watching(tid, board_check(fab, tid), shared_broker.config)
     result = w.join(30)
     assert result.code == EXIT_COMPLETED and time.monotonic() - started < 15  # not the 30 s timeouts
-    assert w.lines[0]["source"] == "board" and w.lines[0]["state"] == State.DONE.value
+    assert w.lines[0]["source"] == "board" and w.lines[0]["data"]["state"] == State.DONE.value

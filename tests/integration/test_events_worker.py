@@ -26,6 +26,7 @@ from tests.integration.test_events_helpers import (
     Idling,
     Watching,
     board_check,
+    epoch_of,
     make_worker,
 )
 from workers.events import WebhookHint, attach_worker
@@ -59,9 +60,9 @@ def test_a_worker_publishes_its_lifecycle_in_order(shared_broker: Broker, fab: F
     assert w.types() == ["started", "progress", "progress", "progress", "completed"]
     seqs = [line["seq"] for line in w.lines]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
-    assert [line["epoch"] for line in w.lines] == [1, 1, 1, 1, 2]
+    assert [epoch_of(line) for line in w.lines] == [1, 1, 1, 1, 2]
     done = w.lines[-1]
-    assert done["data"] == {"result_ref": f"kanboard://task/{tid}/file/r.md"}
+    assert done["data"] == {"kind": "completed", "result_ref": f"kanboard://task/{tid}/file/r.md"}
     assert state_of(fab, tid) == State.DONE
 
 
@@ -79,7 +80,8 @@ def test_a_dead_letter_is_published_as_failed(shared_broker: Broker, fab: Fabric
         result = w.join()
     att.close()
     assert result.code == EXIT_FAILED
-    assert w.lines[-1]["type"] == "failed" and "/home" not in w.lines[-1]["detail"]
+    last = w.lines[-1]
+    assert (last["event"], last["data"]["kind"]) == ("error", "failed") and "/home" not in last["detail"]
 
 
 def test_cancel_through_the_hooked_ledger_is_published(shared_broker: Broker, fab: Fabric) -> None:
@@ -93,7 +95,8 @@ def test_cancel_through_the_hooked_ledger_is_published(shared_broker: Broker, fa
     result = w.join()
     assert result.code == EXIT_FAILED
     assert w.lines[-1]["source"] == "broker"
-    assert (w.lines[-1]["type"], w.lines[-1]["epoch"]) == ("canceled", 1)
+    last = w.lines[-1]
+    assert (last["event"], last["data"]["kind"], epoch_of(last)) == ("error", "canceled", 1)
     assert pub.flush(2)
 
 
@@ -227,7 +230,7 @@ def test_agap_watch_prints_json_lines_and_exits_by_outcome(shared_broker: Broker
         att.close()
     out, err = stdout.close(), stderr.close()
     lines = [json.loads(line) for line in out.splitlines()]
-    assert lines and lines[-1]["type"] == "completed", lines
+    assert lines and lines[-1]["event"] == "completed", lines
     assert lines[-1]["source"] == "broker"
     assert "subscribed to live events" in err  # logs on stderr, never on stdout
     # a finished task: at once, from the board (waiting for events would take the 600 s
@@ -235,7 +238,10 @@ def test_agap_watch_prints_json_lines_and_exits_by_outcome(shared_broker: Broker
     again = _watch_cli(fab, shared_broker, tid)
     out, err = again.communicate(timeout=60)
     assert again.returncode == 0, err
-    assert json.loads(out.splitlines()[0])["source"] == "board"
+    board_line = json.loads(out.splitlines()[0])
+    assert board_line["source"] == "board" and board_line["event"] == "completed"
+    assert board_line.keys() == lines[-1].keys()  # one line shape, live or from the board
+    assert board_line["seq"] == lines[-1]["seq"]  # the record the live terminal event reported
 
 
 def test_agap_watch_times_out_with_exit_8(shared_broker: Broker, fab: Fabric) -> None:

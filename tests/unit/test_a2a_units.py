@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 from a2a.server.context import ServerCallContext
-from a2a.types.a2a_pb2 import Task, TaskState, TaskStatus
+from a2a.types.a2a_pb2 import Task, TaskPushNotificationConfig, TaskState, TaskStatus
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 from fabric.apps.a2a import convert as cv
 from fabric.apps.a2a import store as st
 from fabric.apps.a2a.auth import BearerGate, TokenTable, load_tokens
-from fabric.apps.a2a.push import PushPolicy, RetryingPushSender
+from fabric.apps.a2a.push import DurablePushConfigs, PushPolicy, RetryingPushSender
 from fabric.cards import CardSet
 from fabric.errors import ConfigError
 from fabric.kanboard.layout import State
@@ -113,7 +113,10 @@ def test_a_message_id_names_one_task_per_caller(tmp_path: Path) -> None:
     again = store.claim_message(_row("s-2", "m1"))
     assert again is not None and again.task_id == "s-1"
     assert store.claim_message(_row("s-3", "m1", caller="bob")) is None
-    assert store.note_message("alice", "m2", "s-1") and not store.note_message("alice", "m2", "s-1")
+    answer = st.message_digest("s-1", "Paris", [])
+    assert store.note_message("alice", "m2", "s-1", answer) is None
+    assert store.note_message("alice", "m2", "s-1", answer) == answer  # a retry: same digest
+    assert store.note_message("alice", "m1", "s-1", answer) == st.message_digest("", "hi", [])
     rows, total = store.list_for("alice", "kimi")
     assert total == 1 and rows[0].task_id == "s-1"
     assert store.list_for("bob", "kimi")[1] == 1
@@ -134,6 +137,49 @@ def test_working_rows_survive_a_restart_and_terminal_ones_queue_for_the_journal(
     done.journal = st.J_DONE
     store.save(done)
     assert store.prune(older_than=1e12) == 1 and store.get("s-2") is None
+
+
+def test_push_configs_survive_a_restart_until_their_task_end_is_pushed(tmp_path: Path) -> None:
+    path = tmp_path / "a2a.sqlite3"
+    configs = DurablePushConfigs(st.CallStore(path))
+    ctx = ServerCallContext()
+    cfg = TaskPushNotificationConfig(url="https://hooks.example/a", token="t")
+    cfg.authentication.scheme, cfg.authentication.credentials = "Bearer", "secret"
+    stored = asyncio.run(configs.set_info("7-abc", cfg, ctx))
+    assert stored.id == "7-abc" and stored.task_id == "7-abc"
+    asyncio.run(
+        configs.set_info("7-abc", TaskPushNotificationConfig(id="b", url="https://hooks.example/b"), ctx)
+    )
+    configs.store.close()
+    store = st.CallStore(path)  # a restart
+    again = DurablePushConfigs(store)
+    got = asyncio.run(again.get_info_for_dispatch("7-abc"))
+    assert [(c.id, c.url) for c in got] == [
+        ("7-abc", "https://hooks.example/a"),
+        ("b", "https://hooks.example/b"),
+    ]
+    assert got[0].authentication.credentials == "secret"
+    assert store.open_pushes() == ["7-abc"]
+    store.push_finished("7-abc")
+    assert store.open_pushes() == [] and len(asyncio.run(again.get_info("7-abc", ctx))) == 2
+    asyncio.run(again.delete_info("7-abc", ctx, "b"))
+    assert [c.id for c in asyncio.run(again.get_info("7-abc", ctx))] == ["7-abc"]
+
+
+def test_an_index_written_before_digests_gains_the_column(tmp_path: Path) -> None:
+    import sqlite3  # only this test writes an old-layout index by hand
+
+    path = tmp_path / "a2a.sqlite3"
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE messages (caller TEXT, message_id TEXT, task_id TEXT, PRIMARY KEY (caller, message_id))"
+    )
+    db.execute("INSERT INTO messages VALUES ('alice', 'm1', 's-1')")
+    db.commit()
+    db.close()
+    store = st.CallStore(path)
+    assert store.note_message("alice", "m1", "s-1", "d") == ""  # unknown digest: taken as a retry
+    assert store.note_message("alice", "m2", "s-1", "d") is None
 
 
 # -- conversions ----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""One resolution order for settings: environment, then AGAP_ENV_FILE, then .agap.env."""
+"""One resolution order for settings: environment, then AGAP_ENV_FILE or else .agap.env."""
 
 from __future__ import annotations
 
@@ -9,11 +9,16 @@ import pytest
 from click.testing import CliRunner
 
 from fabric.apps.cli import main
+from fabric.cards import load_cards
 from fabric.errors import ConfigError
+from fabric.settings import resolve as resolve_module
+from fabric.settings.events import EventsConfig
 from fabric.settings.resolve import apply_config_files, resolve, warn_if_plaintext
 
+ROOT = Path(__file__).resolve().parents[2]
 
-def test_environment_beats_the_env_file_beats_the_project_file(tmp_path: Path) -> None:
+
+def test_environment_beats_the_env_file_and_a_named_file_is_the_only_file(tmp_path: Path) -> None:
     project = tmp_path / "repo"
     deep = project / "a" / "b"
     deep.mkdir(parents=True)
@@ -26,10 +31,23 @@ def test_environment_beats_the_env_file_beats_the_project_file(tmp_path: Path) -
     r = resolve(env, cwd=deep)
     assert r.values["AGAP_STATE_DIR"] == "/from/env" and r.sources["AGAP_STATE_DIR"] == "environment"
     assert r.values["AGAP_ACTOR"] == "from-file" and r.sources["AGAP_ACTOR"] == str(named)
-    assert r.values["AGAP_PROJECT"] == "P" and r.sources["AGAP_PROJECT"] == str(project / ".agap.env")
+    # the project file is not read at all: nothing of it fills in what the named file lacks
+    assert "AGAP_PROJECT" not in r.values and "KANBOARD_URL" not in r.values
+    assert set(r.sources.values()) == {"environment", str(named)}
     target = dict(env)
     apply_config_files(target, cwd=deep)
     assert target["AGAP_ACTOR"] == "from-file" and target["AGAP_STATE_DIR"] == "/from/env"
+    assert "AGAP_PROJECT" not in target
+
+
+def test_without_a_named_file_the_project_file_is_found_walking_up(tmp_path: Path) -> None:
+    project = tmp_path / "repo"
+    deep = project / "a" / "b"
+    deep.mkdir(parents=True)
+    (project / ".agap.env").write_text("AGAP_ACTOR=from-project\nAGAP_PROJECT=P\n")
+    r = resolve({"AGAP_ACTOR": "from-env", "AGAP_ENV_FILE": ""}, cwd=deep)
+    assert r.values["AGAP_ACTOR"] == "from-env"
+    assert r.values["AGAP_PROJECT"] == "P" and r.sources["AGAP_PROJECT"] == str(project / ".agap.env")
 
 
 def test_a_named_env_file_that_is_missing_fails_closed(tmp_path: Path) -> None:
@@ -76,11 +94,72 @@ def test_the_cli_fails_closed_on_a_missing_env_file(tmp_path: Path) -> None:
     assert "AGAP_ENV_FILE names a file that does not exist" in result.output
 
 
-def test_plaintext_to_a_remote_host_warns_loopback_does_not(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture
+def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with nothing warned yet (a process warns once per target)."""
+    monkeypatch.setattr(resolve_module, "_warned_at", set())
+
+
+def test_plaintext_to_a_remote_host_warns_once_loopback_does_not(
+    capsys: pytest.CaptureFixture[str], fresh_warnings: None
+) -> None:
     assert not warn_if_plaintext("http://127.0.0.1:8765/jsonrpc.php", "the board")
+    assert not warn_if_plaintext("http://localhost:8765/jsonrpc.php", "the board")
     assert not warn_if_plaintext("https://kanboard.lan/jsonrpc.php", "the board")
     assert not warn_if_plaintext("mqtts://broker.lan:8883", "the broker")
+    assert not warn_if_plaintext("mqtt://broker.lan:1883", "the broker", tls=True)  # AGAP_EVENTS_TLS
     assert warn_if_plaintext("http://kanboard.lan/jsonrpc.php", "the board")
-    assert warn_if_plaintext("mqtt://10.0.0.5:1883", "the events broker")
+    assert not warn_if_plaintext("http://kanboard.lan/other.php", "the board")  # once per target
+    assert warn_if_plaintext("mqtt://user:pw@10.0.0.5:1883", "the events broker")
+    assert warn_if_plaintext("nats://10.0.0.6", "the events broker")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "agap: warning: the board at http://kanboard.lan is reached without TLS, so tokens and"
+        " tasks cross the network in clear text; use an https:// URL",
+        "agap: warning: the events broker at mqtt://10.0.0.5:1883 is reached without TLS, so tokens"
+        " and tasks cross the network in clear text; use mqtts:// (or set AGAP_EVENTS_TLS=1)",
+        "agap: warning: the events broker at nats://10.0.0.6 is reached without TLS, so tokens and"
+        " tasks cross the network in clear text; use tls:// (or set AGAP_EVENTS_TLS=1)",
+    ]  # one line each: what, where, what to do; never the credentials
+
+
+def test_the_commands_that_connect_warn_before_connecting(
+    capsys: pytest.CaptureFixture[str], fresh_warnings: None
+) -> None:
+    """The broker and the proxy warn where they are opened; nothing here connects.
+
+    192.0.2.0/24 is TEST-NET-1: no connection to it is attempted (a transport connects
+    on first use, a model client on its first call). The board's check, in
+    ``Settings.require_board``, is exercised through real commands in
+    tests/integration/test_plaintext_warnings.py.
+    """
+    from fabric.events.brokers import open_transport  # heavy (nats, paho): only this test
+    from workers.answer import client_for  # the one model-call path (a2a, workers, eval)
+
+    cfg = EventsConfig.from_env({"AGAP_EVENTS_URL": "mqtt://192.0.2.10:1883", "AGAP_EVENTS_SECRET": "s" * 16})
+    assert cfg is not None
+    open_transport(cfg).close()
+    tls = EventsConfig.from_env(
+        {"AGAP_EVENTS_URL": "nats://192.0.2.11", "AGAP_EVENTS_SECRET": "s" * 16, "AGAP_EVENTS_TLS": "1"}
+    )
+    assert tls is not None
+    open_transport(tls).close()  # TLS by AGAP_EVENTS_TLS: no warning
+    card = load_cards(ROOT / "cards").get("kimi")
+    env = {
+        "AGAP_MODEL_MODE": "gateway",
+        "AGAP_LITELLM_URL": "http://192.0.2.12:4000",
+        "AGAP_LITELLM_KEY": "k",
+    }
+    client_for(card, env)
     err = capsys.readouterr().err
-    assert "kanboard.lan" in err and "without TLS" in err and "10.0.0.5" in err
+    assert err.count("agap: warning:") == 2, err
+    assert "the events broker at mqtt://192.0.2.10:1883" in err and "192.0.2.11" not in err
+    assert "the LiteLLM proxy at http://192.0.2.12:4000" in err and "use an https:// URL" in err
+
+
+def test_config_show_takes_agap_events_tls_into_account(fresh_warnings: None) -> None:
+    env = {"AGAP_EVENTS_URL": "mqtt://192.0.2.20:1883", "AGAP_ENV_FILE": None}
+    with_tls = CliRunner().invoke(main, ["config", "show"], env={**env, "AGAP_EVENTS_TLS": "1"})
+    assert with_tls.exit_code == 0 and "warning" not in with_tls.stderr
+    plain = CliRunner().invoke(main, ["config", "show"], env={**env, "AGAP_EVENTS_TLS": "0"})
+    assert plain.exit_code == 0 and "events broker at mqtt://192.0.2.20:1883" in plain.stderr

@@ -1,4 +1,4 @@
-"""The v1 event: seq within epochs, safe details, and the wire signature."""
+"""The v1 event (seed 003's wire schema): seq within epochs, safe details, the signature."""
 
 from __future__ import annotations
 
@@ -8,31 +8,57 @@ import pytest
 from pydantic import ValidationError
 
 from fabric.events.schema import SEQ_STRIDE, Event, EventType, make_seq, publishable_ref, safe_detail
-from fabric.events.signing import Dropped, open_sealed, seal, task_key
+from fabric.events.signing import Dropped, canonical, open_sealed, seal, signature, task_token
 
 SECRET = b"unit-test-secret-0123456789"
 
 
 def test_seq_is_epoch_major() -> None:
-    assert make_seq(3, 7) == 3 * SEQ_STRIDE + 7
+    assert make_seq(3, 7) == 3 * SEQ_STRIDE + 8
+    assert make_seq(0, 0) == 1  # a task's first event (submitted) is seq 1
     assert make_seq(2, SEQ_STRIDE - 1) < make_seq(3, 0)
     with pytest.raises(ValueError):
         make_seq(1, SEQ_STRIDE)
     e = Event.make(5, 3, 7, "progress", "half way")
-    assert (e.seq, e.epoch, e.counter, e.terminal) == (3_000_007, 3, 7, False)
+    assert (e.seq, e.epoch, e.counter, e.terminal) == (3_000_008, 3, 7, False)
     assert Event.make(5, 4, 0, EventType.COMPLETED).terminal
+    assert Event.make(5, 4, 0, EventType.CANCELED).terminal
+
+
+def test_the_fabric_kinds_map_onto_the_seed_events() -> None:
+    wire = {k: Event.make(5, 1, 0, k).event.value for k in EventType}
+    assert wire == {
+        "submitted": "progress",
+        "started": "started",
+        "progress": "progress",
+        "input_required": "permission_required",
+        "completed": "completed",
+        "failed": "error",
+        "canceled": "error",
+    }
+    body = Event.make(5, 1, 0, "failed", "it broke").body()
+    assert set(body) == {"schema_version", "seq", "job_id", "event", "timestamp", "detail", "data"}
+    assert (body["schema_version"], body["job_id"], body["data"]) == (1, "5", {"kind": "failed"})
+    # a seed-only publisher sends no kind: the event says what it is
+    bare = Event.model_validate({**body, "data": {}})
+    assert (bare.kind, bare.terminal) == (EventType.FAILED, True)
 
 
 def test_an_event_whose_seq_is_outside_its_epoch_is_invalid() -> None:
     body = Event.make(5, 3, 7, "progress").body()
-    with pytest.raises(ValidationError):
-        Event.model_validate({**body, "epoch": 2})
-    with pytest.raises(ValidationError):
-        Event.model_validate({**body, "at": "2026-01-01T00:00:00+02:00"})
-    with pytest.raises(ValidationError):
-        Event.model_validate({**body, "extra": 1})
-    with pytest.raises(ValidationError):
-        Event.model_validate({**body, "type": "error"})
+    for bad in (
+        {"seq": 0},
+        {"seq": "3000008"},
+        {"job_id": 5},
+        {"job_id": "05"},
+        {"timestamp": "2026-01-01T00:00:00+02:00"},
+        {"extra": 1},
+        {"event": "failed"},  # a kind, not a wire event
+        {"data": {"kind": "completed"}},  # a kind of another event
+        {"data": {"kind": 3}},
+    ):
+        with pytest.raises(ValidationError):
+            Event.model_validate({**body, **bad})
 
 
 @pytest.mark.parametrize(
@@ -70,9 +96,11 @@ def test_only_non_local_result_refs_are_published() -> None:
 def test_sealed_events_open_again_and_carry_no_secret() -> None:
     e = Event.make(9, 1, 0, "started", "attempt 1", {"attempt": 1})
     wire = seal(e, SECRET)
-    assert SECRET not in wire and task_key(SECRET, 9).hex().encode() not in wire
+    assert SECRET not in wire and task_token(SECRET, 9).encode() not in wire
     assert open_sealed(wire, SECRET, expected_task=9) == e
-    assert task_key(SECRET, 9) != task_key(SECRET, 10)
+    assert task_token(SECRET, 9) != task_token(SECRET, 10)
+    assert len(task_token(SECRET, 9)) == 43  # 32 bytes, base64url without padding
+    assert wire.isascii() and wire == canonical(json.loads(wire))  # the wire is the canonical form
 
 
 def _reason(raw: bytes, expected: int | None = 9, secret: bytes = SECRET) -> str:
@@ -89,15 +117,16 @@ def test_bad_payloads_are_dropped_with_a_reason() -> None:
         return json.dumps(d).encode()
 
     assert _reason(dump({**body, "detail": "forged"})) == "bad signature"
-    assert _reason(dump({k: v for k, v in body.items() if k != "sig"})) == "unsigned"
-    assert _reason(dump({**body, "v": 2})) == "wrong version"
+    assert _reason(dump({**body, "data": {"kind": "completed"}})) == "unsigned"
+    assert _reason(dump({k: v for k, v in body.items() if k != "data"})) == "unsigned"
+    assert _reason(dump({**body, "schema_version": 2})) == "wrong version"
+    assert _reason(dump({**body, "schema_version": True})) == "wrong version"
     assert _reason(seal(e, b"some-other-secret-value")) == "bad signature"
     assert _reason(seal(e, SECRET), expected=10) == "unexpected task"
     assert _reason(b"\xff\xfe") == "not json"
     assert _reason(b"[1, 2]") == "not an object"
     assert _reason(b"x" * 10_000) == "oversized"
     # a field the signature covers but the schema refuses: signed garbage is still garbage
-    from fabric.events.signing import canonical, signature
-
-    odd = {**{k: v for k, v in body.items() if k != "sig"}, "seq": 5}
-    assert _reason(canonical({**odd, "sig": signature(SECRET, 9, odd)})) == "malformed"
+    odd = {**body, "data": {"kind": "completed"}, "seq": 0}
+    sig = signature(task_token(SECRET, 9), odd)
+    assert _reason(canonical({**odd, "data": {"kind": "completed", "hmac_sig": sig}})) == "malformed"

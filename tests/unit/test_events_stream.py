@@ -38,7 +38,7 @@ def test_nothing_changes_after_a_terminal_event() -> None:
     assert s.offer(sealed(4, 2, 0, "completed")) is not None
     assert s.offer(sealed(4, 2, 1, "progress")) is None
     assert s.offer(sealed(4, 5, 0, "failed")) is None
-    assert s.terminal is not None and s.terminal.type == EventType.COMPLETED
+    assert s.terminal is not None and s.terminal.kind == EventType.COMPLETED
     assert s.dropped == {"after terminal": 2}
 
 
@@ -99,21 +99,21 @@ def test_worker_events_map_onto_the_schema() -> None:
     listener("input_required", lease(7), "which one?")
     listener("started", lease(9), "")
     listener("failed", lease(9), "attempts exhausted")
-    got = [(e.type.value, e.epoch, e.counter) for e in pub.events]
+    got = [(e.event.value, e.kind.value, e.epoch, e.counter) for e in pub.events]
     assert got == [
-        ("started", 1, 0),
-        ("progress", 1, 1),
-        ("progress", 1, 2),
-        ("completed", 2, 0),
-        ("started", 5, 0),
-        ("progress", 6, 0),
-        ("started", 7, 0),
-        ("input_required", 8, 0),
-        ("started", 9, 0),
-        ("failed", 10, 0),
+        ("started", "started", 1, 0),
+        ("progress", "progress", 1, 1),
+        ("progress", "progress", 1, 2),
+        ("completed", "completed", 2, 0),
+        ("started", "started", 5, 0),
+        ("progress", "progress", 6, 0),
+        ("started", "started", 7, 0),
+        ("permission_required", "input_required", 8, 0),
+        ("started", "started", 9, 0),
+        ("error", "failed", 10, 0),
     ]
-    assert pub.events[3].data == {"result_ref": "kanboard://task/7/file/r.md"}
-    assert pub.events[5].data == {"requeued": True}
+    assert pub.events[3].data == {"kind": "completed", "result_ref": "kanboard://task/7/file/r.md"}
+    assert pub.events[5].data == {"kind": "progress", "requeued": True}
     seqs = [e.seq for e in pub.events]
     assert seqs == sorted(seqs)
 
@@ -121,7 +121,7 @@ def test_worker_events_map_onto_the_schema() -> None:
 def test_a_local_result_path_is_not_published() -> None:
     pub = Captured()
     WorkerEvents(pub)("completed", lease(1), "file:///home/me/out.md")
-    assert pub.events[0].data == {} and "/home" not in pub.events[0].detail
+    assert pub.events[0].data == {"kind": "completed"} and "/home" not in pub.events[0].detail
 
 
 def test_topics_are_safe_tokens() -> None:
@@ -163,10 +163,13 @@ def test_config_from_the_environment() -> None:
         ({"AGAP_EVENTS_URL": "mqtt://x"}, "AGAP_EVENTS_SECRET is not"),
         ({"AGAP_EVENTS_URL": "mqtt://x", "AGAP_EVENTS_SECRET": "short"}, "too short"),
         ({"AGAP_EVENTS_URL": "amqp://x", "AGAP_EVENTS_SECRET": "s" * 16}, "scheme"),
-        (
-            {"AGAP_EVENTS_URL": "mqtt://x", "AGAP_EVENTS_SECRET": "s" * 16, "AGAP_EVENTS_PREFIX": "a/b"},
-            "prefix",
-        ),
+        *[
+            (
+                {"AGAP_EVENTS_URL": "mqtt://x", "AGAP_EVENTS_SECRET": "s" * 16, "AGAP_EVENTS_PREFIX": bad},
+                "prefix",
+            )
+            for bad in ("a/+", "a//b", "/a", "a/b/c/d/e", "a.b", "#")
+        ],
     ],
 )
 def test_bad_config_is_refused_clearly(env: dict[str, str], match: str) -> None:
@@ -197,17 +200,17 @@ def test_without_a_broker_watch_follows_the_board() -> None:
         3, board=lambda: next(states), emit=lines.append, transport=None, secret=None, options=opts
     )
     assert (result.code, result.board_checks) == (1, 3)
-    assert lines == [
-        {
-            "source": "board",
-            "task_id": 3,
-            "state": "canceled",
-            "epoch": 2,
-            "event": "canceled",
-            "result_ref": None,
-            "reason": "stop",
-        }
-    ]
+    (line,) = lines
+    assert str(line.pop("timestamp")).endswith("Z")
+    assert line == {
+        "source": "board",
+        "schema_version": 1,
+        "seq": 2_000_001,
+        "job_id": "3",
+        "event": "error",
+        "detail": "stop",
+        "data": {"kind": "canceled", "state": "canceled"},
+    }
 
     def away() -> BoardStatus:
         raise BoardUnavailable("down")

@@ -8,7 +8,11 @@
 * :mod:`fabric.apps.a2a.handler` — the SDK's request handler per agent: get, list, cancel,
   push configs, subscribe; :mod:`fabric.apps.a2a.send` — ``SendMessage``: new messages,
   dedupe of retries, follow-ups to input-required tasks;
-* :mod:`fabric.apps.a2a.client` — the SDK client with a bearer token (``agap a2a call``).
+* :mod:`fabric.apps.a2a.admission` — sync calls checked and counted in the agent's a(t);
+  :mod:`fabric.apps.a2a.push` — push targets, durable configs, delivery with retries;
+  :mod:`fabric.apps.a2a.checks` — request checks the SDK's parsing cannot make;
+* :mod:`fabric.apps.a2a.client` — the SDK client with a bearer token and optional client
+  certificate (``agap a2a call``).
 
 Importing this package needs the ``a2a`` extra (``a2a-sdk[http-server]``, ``uvicorn``);
 the rest of the fabric never imports it.

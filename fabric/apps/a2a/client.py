@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import Sequence
@@ -54,6 +55,20 @@ TERMINAL = frozenset(
     }
 )
 INTERRUPTED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
+
+
+def tls_context(
+    cacert: str | None = None, client_cert: str | None = None, client_key: str | None = None
+) -> ssl.SSLContext:
+    """The TLS settings of a client: the CA to trust, and a certificate to present (mTLS).
+
+    One :class:`ssl.SSLContext` passed as httpx's ``verify``: httpx ignores ``cert`` when
+    ``verify`` is a path, so a CA bundle plus a client certificate must travel together.
+    """
+    ctx = ssl.create_default_context(cafile=cacert)
+    if client_cert:
+        ctx.load_cert_chain(client_cert, client_key)
+    return ctx
 
 
 class BearerCredentials(CredentialService):
@@ -123,13 +138,13 @@ class FabricA2AClient:
         *,
         timeout: float = 300.0,
         streaming: bool = False,
-        verify: Any = True,
-        cert: Any = None,
+        verify: ssl.SSLContext | bool = True,
     ) -> FabricA2AClient:
+        """``verify``: an :class:`ssl.SSLContext` (see :func:`tls_context`), or a bool."""
         # TCP_NODELAY: without it, back-to-back calls on a kept-alive connection wait
         # ~40 ms for a delayed ACK (Nagle holds the request body behind its headers).
         transport = httpx.AsyncHTTPTransport(
-            verify=verify, cert=cert, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+            verify=verify, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
         )
         http = httpx.AsyncClient(timeout=timeout, transport=transport)
         try:

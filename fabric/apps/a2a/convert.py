@@ -47,6 +47,7 @@ STATE_MAP: dict[State, int] = {
     State.CLOSED: TaskState.TASK_STATE_COMPLETED,
     State.DEAD: TaskState.TASK_STATE_FAILED,
     State.CANCELED: TaskState.TASK_STATE_CANCELED,
+    State.DROPPED: TaskState.TASK_STATE_FAILED,
 }
 SYNC_STATE_MAP: dict[str, int] = {
     st.WORKING: TaskState.TASK_STATE_WORKING,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
@@ -42,7 +43,7 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from a2a.utils.task import apply_history_length
+from a2a.utils.task import apply_history_length, validate_history_length
 
 from fabric.core import Fabric
 from fabric.kanboard.port import BoardError
@@ -57,6 +58,16 @@ from .service import FINAL_BOARD, A2AService, board_error
 
 MAX_PAGE = 100
 DEFAULT_PAGE = 50
+MAX_LISTED = 1000  # ListTasks orders at most this many of a caller's newest tasks
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """One task of a ``ListTasks`` answer, with what it was read from."""
+
+    task: Task
+    row: st.TaskRow
+    view: TaskView | None
 
 
 def _caller(context: ServerCallContext) -> str:
@@ -79,12 +90,14 @@ class FabricRequestHandler(RequestHandler):
     # -- SendMessage / SendStreamingMessage -----------------------------------------------
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
+        validate_history_length(params.configuration)
         task, _ = await self.sender.send(params, context, _caller(context))
         return apply_history_length(task, params.configuration)
 
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
+        validate_history_length(params.configuration)
         task, row = await self.sender.send(params, context, _caller(context), streaming=True)
         yield task
         async for event in self._follow(row, task):
@@ -123,37 +136,39 @@ class FabricRequestHandler(RequestHandler):
     # -- GetTask / ListTasks / CancelTask -----------------------------------------------------
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        validate_history_length(params)
         row = await self.s.find(params.id, _caller(context), self.agent)
         return apply_history_length(await self.s.task_of(row), params)
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        """The caller's tasks, most recent status change first (the spec's order).
+
+        An async task's last status change is on the board, so the order needs every
+        candidate's state: up to :data:`MAX_LISTED` rows are read (one board read),
+        sorted, filtered and cut to the page; only the page's results are fetched.
+        """
         caller = _caller(context)
+        validate_history_length(params)
         size, offset = _page(params)
-        filtered = bool(params.status) or params.HasField("status_timestamp_after")
-        rows, total = self.s.store.list_for(
-            caller,
-            self.agent,
-            context_id=params.context_id,
-            offset=0 if filtered else offset,
-            limit=1000 if filtered else size,
-        )
-        tasks = await self._tasks(rows, with_result=params.include_artifacts)
-        if filtered:
-            tasks = _filtered(tasks, params)
-            total = len(tasks)
-            tasks = tasks[offset : offset + size]
+        rows, _ = self.s.store.list_for(caller, self.agent, context_id=params.context_id, limit=MAX_LISTED)
+        listed = [x for x in await self._tasks(rows) if _wanted(x.task, params)]
+        listed.sort(key=lambda x: (x.task.status.timestamp.ToNanoseconds(), x.task.id), reverse=True)
+        total = len(listed)
         out = ListTasksResponse(
             page_size=size,
             total_size=total,
             next_page_token=str(offset + size) if offset + size < total else "",
         )
-        for t in tasks:
+        for x in listed[offset : offset + size]:
+            task = x.task
             if not params.include_artifacts:
-                t.ClearField("artifacts")
-            out.tasks.append(apply_history_length(t, params))
+                task.ClearField("artifacts")
+            elif x.view is not None:
+                task = await self.s.board_task(x.row, x.view, with_result=True)
+            out.tasks.append(apply_history_length(task, params))
         return out
 
-    async def _tasks(self, rows: list[st.TaskRow], *, with_result: bool) -> list[Task]:
+    async def _tasks(self, rows: list[st.TaskRow]) -> list[_Listed]:
         """The rows as tasks: sync ones from the row, async ones from the board (one read)."""
         ids = [r.board_task_id for r in rows if r.kind == st.ASYNC and r.board_task_id]
         views: dict[int, TaskView] = {}
@@ -162,16 +177,16 @@ class FabricRequestHandler(RequestHandler):
                 views = await self.s.board.run(lambda fab: fab.board.read_many(ids))
             except BoardError as exc:
                 raise board_error(exc) from None
-        tasks: list[Task] = []
+        out: list[_Listed] = []
         for r in rows:
             if r.kind == st.SYNC:
-                tasks.append(cv.sync_task(r))
+                out.append(_Listed(cv.sync_task(r), r, None))
                 continue
             view = views.get(r.board_task_id or 0)
             if view is None or view.current is None or view.uid != r.board_uid:
                 continue
-            tasks.append(await self.s.board_task(r, view, with_result=with_result))
-        return tasks
+            out.append(_Listed(await self.s.board_task(r, view, with_result=False), r, view))
+        return out
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
         caller = _caller(context)
@@ -274,14 +289,10 @@ def _page(params: ListTasksRequest) -> tuple[int, int]:
     return size, offset
 
 
-def _filtered(tasks: list[Task], params: ListTasksRequest) -> list[Task]:
-    """The tasks in the asked state, changed after the asked time (each when asked)."""
-    after = (
-        params.status_timestamp_after.ToNanoseconds() if params.HasField("status_timestamp_after") else None
-    )
-    return [
-        t
-        for t in tasks
-        if (not params.status or t.status.state == params.status)
-        and (after is None or t.status.timestamp.ToNanoseconds() > after)
-    ]
+def _wanted(task: Task, params: ListTasksRequest) -> bool:
+    """The task is in the asked state and changed after the asked time (each when asked)."""
+    if params.status and task.status.state != params.status:
+        return False
+    if params.HasField("status_timestamp_after"):
+        return bool(task.status.timestamp.ToNanoseconds() > params.status_timestamp_after.ToNanoseconds())
+    return True

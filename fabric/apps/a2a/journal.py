@@ -102,7 +102,7 @@ class Journal:
         uid = new_uid()
         task_id, won = board.create_task(
             spec,
-            description=render_description(spec, uid, key=board.seal_key),
+            description=render_description(spec, uid, key=board.seal_key, links=board.links),
             reference=receipt_reference(actor, row.message_id),
             receipt=receipt_lock(actor, row.message_id),
         )
@@ -196,9 +196,6 @@ class Journal:
                 lease,
                 ref,
                 files=[(name, blob)],
-                description=render_description(
-                    lease.spec, lease.uid, result_ref=ref, key=self.fab.board.seal_key
-                ),
                 extra_meta={META_COST: f"{cost_usd:.6f}"} if cost_usd else None,
             )
             return Journaled(lease.task_id, lease.uid, State.DONE)
@@ -254,6 +251,6 @@ def flush(store: st.CallStore, journal: Journal) -> int:
             log.warning("sync task %s: not journaled yet (%s)", row.task_id, exc.line())
             continue
         row.board_task_id, row.board_uid, row.journal = j.task_id, j.uid, st.J_DONE
-        store.save(row)
+        store.save(row, touch=False)
         done += 1
     return done

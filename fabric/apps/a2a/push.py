@@ -10,11 +10,24 @@
   ``token`` (``X-A2A-Notification-Token``). Retried with exponential backoff on
   connection errors, timeouts, 408, 429 and 5xx; other 4xx answers are final.
   At-least-once: receivers must be idempotent.
+* **Durability.** Configs live in the server's local index (:class:`DurablePushConfigs`
+  over :class:`~fabric.apps.a2a.store.CallStore`), with whether the task's terminal event
+  went out. A server killed with a task pending re-arms its watch at the next start and
+  delivers the end when it comes (see :meth:`A2AService.start`).
+
+  Why the local index and not the board (which is the authority on task *state*): a
+  config carries the receiver's credentials (``token``, ``authentication``), and board
+  metadata is readable by every board user and API token; a sync task has no board task
+  until it is journaled, after it ended; a URL plus credentials overflows the 255
+  characters a PostgreSQL/MySQL Kanboard keeps per metadata value; and only this server
+  delivers pushes, so a config is of no use to any other process. What the server owes
+  the receiver is recomputed from the board at restart (the task's current state).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import ipaddress
 import logging
 import random
@@ -24,7 +37,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import httpx
+from a2a.server.context import ServerCallContext
 from a2a.server.tasks import PushNotificationConfigStore, PushNotificationSender
+from a2a.server.tasks.push_notification_config_store import normalize_push_notification_config
 from a2a.server.tasks.push_notification_sender import PushNotificationEvent
 from a2a.types.a2a_pb2 import TaskPushNotificationConfig
 from a2a.utils.proto_utils import to_stream_response
@@ -33,6 +48,7 @@ from a2a.utils.push_url_validator import validate_push_notification_url
 from fabric.settings import registry
 
 from .convert import to_dict
+from .store import CallStore
 
 log = logging.getLogger("agap.a2a.push")
 
@@ -93,6 +109,41 @@ class PushPolicy:
             if infos and all(self._allowed_ip(str(i[4][0])) for i in infos):
                 return True
         return await validate_push_notification_url(url)
+
+
+class DurablePushConfigs(PushNotificationConfigStore):
+    """The SDK's push-config store interface over the local index (survives kill -9).
+
+    Configs are keyed by task only: every task operation is already scoped to its caller
+    (:meth:`A2AService.find`) before a config is read or written.
+    """
+
+    def __init__(self, store: CallStore) -> None:
+        self.store = store
+        self._json = importlib.import_module("google.protobuf.json_format")
+
+    def _parse(self, text: str) -> TaskPushNotificationConfig:
+        config = TaskPushNotificationConfig()
+        self._json.Parse(text, config)
+        return config
+
+    async def set_info(
+        self, task_id: str, notification_config: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        stored = normalize_push_notification_config(task_id, notification_config)
+        self.store.put_push(task_id, stored.id, self._json.MessageToJson(stored, indent=None))
+        return stored
+
+    async def get_info(self, task_id: str, context: ServerCallContext) -> list[TaskPushNotificationConfig]:
+        return [self._parse(t) for t in self.store.pushes(task_id)]
+
+    async def get_info_for_dispatch(self, task_id: str) -> list[TaskPushNotificationConfig]:
+        return [self._parse(t) for t in self.store.pushes(task_id)]
+
+    async def delete_info(
+        self, task_id: str, context: ServerCallContext, config_id: str | None = None
+    ) -> None:
+        self.store.drop_push(task_id, config_id)
 
 
 @dataclass

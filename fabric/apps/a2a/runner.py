@@ -4,7 +4,8 @@ The call is :mod:`workers.answer`, as the worker makes it: the same prompt (the 
 persona and the ask rule), the same client (the LiteLLM gateway, LiteLLM in process, or
 the demo model, by the same ``AGAP_MODEL_MODE`` rule), the same question convention
 (``QUESTION FOR HUMAN:``). Nothing here reads or writes the board, except resolving a
-``task:`` context ref the caller passed explicitly.
+``task:`` context ref the caller passed explicitly. The agent's a(t) admits and counts
+every call in the ledger its worker uses (:mod:`fabric.apps.a2a.admission`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fabric.cards import Card, CardSet
+from fabric.domains import Domains, ReadGuard, person_of
 from fabric.errors import FabricError
+from fabric.policy_file import PolicyConfig, policy_config
+from fabric.refusals import PolicyRefused
 from fabric.settings import registry
 from workers.answer import MODEL_MODES, Reply, ask, client_for, model_mode, task_messages
 from workers.llm import (
@@ -28,6 +32,9 @@ from workers.llm import (
 )
 from workers.prompt import persona_for
 from workers.refs import RefResolver, RefUnavailable, UnresolvableRef
+from workers.stores import store_readers
+
+from .admission import Admission
 
 log = logging.getLogger("agap.a2a.runner")
 
@@ -50,13 +57,23 @@ class Runner:
         env: Mapping[str, str] | None = None,
         *,
         resolve_task: Callable[[int], str] | None = None,
+        state_dir: Path | None = None,
     ) -> None:
         self.cards = cards
         self.env = dict(registry.environ(env))
+        # a(t) shared with the agent's worker (the endpoint's ledger under state_dir).
+        self.admission = Admission(cards, self.env, state_dir)
         self._clients: dict[str, ModelClient] = {}
         self._lock = threading.Lock()
         roots = [Path(p) for p in registry.get_list("AGAP_REF_ROOTS", self.env)]
-        self.refs = RefResolver(roots=roots, resolve_task=resolve_task)
+        self.refs = RefResolver(roots=roots, resolve_task=resolve_task, schemes=store_readers(self.env))
+
+    def _guarded(self, card: Card, caller: str) -> RefResolver:
+        """The resolver with the privacy check of ``card`` working for ``caller``."""
+        cfg = policy_config(self.cards.directory) if self.cards.directory else PolicyConfig()
+        person = person_of(self.cards, caller)
+        guard = ReadGuard(Domains(self.cards, cfg), card, (person.id,) if person else ())
+        return replace(self.refs, guard=guard)
 
     def mode(self, card: Card) -> str:
         return model_mode(card, self.env)
@@ -66,10 +83,12 @@ class Runner:
         return card.kind != "human" and self.mode(card) in MODEL_MODES
 
     def client(self, card: Card) -> ModelClient:
+        # By model too: a persona's backbone is chosen per call, each with its endpoint.
+        key = f"{card.id}/{card.runtime.model or ''}"
         with self._lock:
-            c = self._clients.get(card.id)
+            c = self._clients.get(key)
             if c is None:
-                c = self._clients[card.id] = client_for(card, self.env)
+                c = self._clients[key] = client_for(card, self.env)
             return c
 
     def prepare(self, agent: str) -> None:
@@ -87,12 +106,18 @@ class Runner:
         key: str,
         conversation: Sequence[tuple[str, str]] = (),
         metadata: Mapping[str, object] = ({}),
+        caller: str = "",
     ) -> Answer:
-        """One model call for ``agent``; errors become a failed :class:`Answer`."""
+        """One model call for ``agent`` on behalf of ``caller``; errors become a failed
+        :class:`Answer`. The refs pass the privacy check of ``agent`` working for the
+        person ``caller`` is (if any), where they are read; with no board here, a ref
+        whose domain needs the board (a task, a file under a task's folder) is refused."""
         card = self.cards.get(agent)
         try:
-            messages = task_messages(self.refs, intent, refs, persona_for(card, self.cards), conversation)
-        except (UnresolvableRef, RefUnavailable) as exc:
+            messages = task_messages(
+                self._guarded(card, caller), intent, refs, persona_for(card, self.cards), conversation
+            )
+        except (UnresolvableRef, RefUnavailable, PolicyRefused) as exc:
             return Answer("failed", exc.line())
         md = {"agent": card.id, "queue": card.queue_name, "tags": ["a2a:sync"], **dict(metadata)}
         reply = self._ask(card, messages, md, key)
@@ -105,7 +130,9 @@ class Runner:
     ) -> Reply | Answer:
         """The model call; every failure is a failed :class:`Answer` with a line for the caller."""
         try:
-            return ask(card, self.client(card), messages, metadata=metadata, key=key)
+            return self.admission.call(
+                card, lambda chosen: ask(chosen, self.client(chosen), messages, metadata=metadata, key=key)
+            )
         except RateLimited as exc:
             return Answer("failed", f"rate limited by the model provider ({exc.hint})")
         except ModelUnavailable as exc:

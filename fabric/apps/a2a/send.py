@@ -15,7 +15,13 @@ from dataclasses import dataclass
 
 from a2a.server.context import ServerCallContext
 from a2a.types.a2a_pb2 import Message, SendMessageRequest, Task, TaskPushNotificationConfig
-from a2a.utils.errors import A2AError, InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
+from a2a.utils.errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    InvalidParamsError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
 
 from fabric.core import Fabric
 from fabric.kanboard.layout import State
@@ -67,6 +73,7 @@ class Sender:
         context_id = m.message.context_id or cv.new_sync_id()[2:]
         if async_mode:
             return await self._send_async(m, context_id)
+        await self._check_parked()
         return await self._send_sync(m, context_id, streaming=streaming)
 
     async def _push_config(self, params: SendMessageRequest) -> TaskPushNotificationConfig | None:
@@ -85,6 +92,14 @@ class Sender:
                 message=f"{self.agent} is worked outside the fabric's model path "
                 f"({card.runtime.mode}); send with returnImmediately: true"
             )
+
+    async def _check_parked(self) -> None:
+        """A parked agent refuses a sync call at once, saying why and when it frees."""
+        # Off the loop: the check takes the ledger's file lock, and may probe a sleeping node.
+        card = self.s.cards.get(self.agent)
+        parked = await asyncio.to_thread(self.s.runner.admission.parked, card)
+        if parked is not None:
+            raise UnsupportedOperationError(message=parked.line(), data=parked.data())
 
     async def _retried(self, m: Incoming, task_id: str, *, async_mode: bool) -> tuple[Task, st.TaskRow]:
         """A message id seen before: the task it made (a sync call once it has finished)."""
@@ -134,7 +149,14 @@ class Sender:
         row = await self.s.find(m.message.task_id, m.caller, self.agent)
         if m.message.context_id and m.message.context_id != row.context_id:
             raise InvalidParamsError(message="contextId does not match the task's context")
-        if not self.s.store.note_message(m.caller, m.message.message_id, row.task_id):
+        digest = st.message_digest(row.task_id, m.intent, m.refs)
+        seen = self.s.store.note_message(m.caller, m.message.message_id, row.task_id, digest)
+        if seen is not None:
+            if seen not in ("", digest):  # never drop an answer while saying it was taken
+                raise InvalidParamsError(
+                    message="this messageId was already used for a different message; "
+                    "send the answer with a new messageId"
+                )
             # A retried follow-up: the answer was already taken.
             if row.kind == st.SYNC:
                 row = await self.s.wait_sync(row)
@@ -153,6 +175,7 @@ class Sender:
         """The sync call again, with the caller's answer in its conversation."""
         if row.state != st.INPUT_REQUIRED:
             raise not_waiting(row.state in st.SYNC_TERMINAL)
+        await self._check_parked()
         row.conversation = [*row.conversation, ("answer", text)]
         row.state = st.WORKING
         self.s.store.save(row)
@@ -192,9 +215,19 @@ def _checked(msg: Message) -> tuple[str, list[str]]:
     """The message's text and refs; a message without an id or text, or a bad ref, is refused."""
     if not msg.message_id:
         raise InvalidParamsError(message="message.messageId is required")
+    kinds = {p.WhichOneof("content") for p in msg.parts}
+    if kinds - {"text", "url"}:
+        # The card declares text/plain input; a URL part is a context ref (by reference).
+        unsupported = ", ".join(sorted(k or "empty" for k in kinds - {"text", "url"}))
+        raise ContentTypeNotSupportedError(
+            message=f"unsupported part ({unsupported}): this agent takes text parts, "
+            "and URL parts as context refs"
+        )
     intent, refs = cv.message_text(msg), cv.message_refs(msg)
     if not intent:
-        raise InvalidParamsError(message="the message has no text part")
+        if msg.parts:
+            raise ContentTypeNotSupportedError(message="the message has no text part: this agent takes text")
+        raise InvalidParamsError(message="the message has no parts")
     if cv.bad_refs(refs):
         raise InvalidParamsError(message=f"not a URI: {cv.bad_refs(refs)[0]!r}")
     return intent, refs

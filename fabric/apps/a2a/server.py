@@ -39,12 +39,17 @@ from fabric.settings.resolve import Settings
 
 from . import convert as cv
 from .auth import BearerGate, TokenTable
+from .checks import EnumGuard
 from .handler import FabricRequestHandler
 from .runner import Runner
 from .service import A2AService, ServiceConfig
 from .store import CallStore
 
 log = logging.getLogger("agap.a2a")
+
+# A card changes only when its fabric card does (a restart): five minutes of caching costs
+# a client little staleness, and the SDK's ETag makes every revalidation a 304.
+CARD_CACHE = "public, max-age=300"
 
 
 def fabric_version() -> str:
@@ -56,7 +61,15 @@ def fabric_version() -> str:
 
 @dataclass(frozen=True)
 class TlsConfig:
-    """TLS for the listener; with ``client_ca`` every client must show a certificate."""
+    """TLS for the listener; with ``client_ca`` every client must show a certificate.
+
+    mTLS is a gate in front of the bearer gate, not a replacement: a connection without a
+    certificate signed by ``client_ca`` fails in the TLS handshake and never reaches the
+    app, and a request on a verified connection still needs its caller's bearer token.
+    The token names the caller (every task is scoped to it); uvicorn does not hand the
+    peer certificate to the app, so the certificate cannot (A2A.md: "bearer identity on
+    top of mTLS").
+    """
 
     cert: Path
     key: Path
@@ -82,16 +95,19 @@ def build_app(
         cards[agent] = a2a_card
         handler = FabricRequestHandler(service, agent, a2a_card)
         path = f"/{agent}{AGENT_CARD_WELL_KNOWN_PATH}"
-        routes += create_agent_card_routes(a2a_card, card_url=path)
-        routes += create_jsonrpc_routes(handler, rpc_url=f"/{agent}")
+        routes += create_agent_card_routes(a2a_card, card_url=path, cache_control=CARD_CACHE)
+        # Clients that join the interface URL with "/" (the TCK does) post to "/<id>/":
+        # answer there too rather than with a redirect that a POST does not follow.
+        for rpc_url in (f"/{agent}", f"/{agent}/"):
+            routes += create_jsonrpc_routes(handler, rpc_url=rpc_url)
         public.append(path)
     if len(agents) == 1:
-        routes += create_agent_card_routes(cards[agents[0]])
+        routes += create_agent_card_routes(cards[agents[0]], cache_control=CARD_CACHE)
         public.append(AGENT_CARD_WELL_KNOWN_PATH)
     app = Starlette(
         routes=routes,
         lifespan=service.lifespan,
-        middleware=[Middleware(BearerGate, tokens=tokens, public_paths=public)],
+        middleware=[Middleware(BearerGate, tokens=tokens, public_paths=public), Middleware(EnumGuard)],
     )
     app.state.a2a_cards = cards
     app.state.a2a_service = service
@@ -117,7 +133,7 @@ def make_service(
     return A2AService(
         cards=cards,
         store=CallStore(path),
-        runner=Runner(cards, env),
+        runner=Runner(cards, env, state_dir=settings.state_dir),
         connect=connect,
         env=env,
         config=config or ServiceConfig(),
@@ -169,13 +185,14 @@ class ServerThread:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
+        tls: TlsConfig | None = None,
     ) -> None:
         self.sock = bind(host, port)
         self.host, self.port = self.sock.getsockname()[:2]
-        self.url = f"http://{self.host}:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://{self.host}:{self.port}"
         self.service = service
-        self.app = build_app(service, agents, tokens, self.url)
-        self.server = uvicorn.Server(uvicorn_config(self.app, self.sock, tls=None))
+        self.app = build_app(service, agents, tokens, self.url, mtls=bool(tls and tls.client_ca))
+        self.server = uvicorn.Server(uvicorn_config(self.app, self.sock, tls=tls))
         self.thread = threading.Thread(target=self._run, name="a2a-server", daemon=True)
 
     def _run(self) -> None:

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
-from a2a.server.tasks import InMemoryPushNotificationConfigStore
 from a2a.types.a2a_pb2 import Message, Task
 from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, TaskNotFoundError
 
@@ -53,13 +52,13 @@ from workers.results import AttachmentStore
 from . import convert as cv
 from . import store as st
 from .journal import Journal, actor_for, flush, reconcile
-from .push import PushPolicy, RetryingPushSender
+from .push import DurablePushConfigs, PushPolicy, RetryingPushSender
 from .runner import Answer, Runner
 
 log = logging.getLogger("agap.a2a")
 T = TypeVar("T")
 
-FINAL_BOARD = frozenset({State.DONE, State.CLOSED, State.DEAD, State.CANCELED})
+FINAL_BOARD = frozenset({State.DONE, State.CLOSED, State.DEAD, State.CANCELED, State.DROPPED})
 
 
 @dataclass
@@ -138,7 +137,7 @@ class A2AService:
     def __post_init__(self) -> None:
         self.board = BoardLane(self.connect, self.config.board_threads, "a2a-board")
         self.journal_lane = BoardLane(self.connect, 1, "a2a-journal")
-        self.push_configs = InMemoryPushNotificationConfigStore()
+        self.push_configs = DurablePushConfigs(self.store)
         self.policy = PushPolicy.from_env(self.env)
         self._http: httpx.AsyncClient | None = None
         self.push: RetryingPushSender | None = None
@@ -173,8 +172,25 @@ class A2AService:
                 "a2a: %d sync call(s) were cut short by the last stop: recorded as failed",
                 self.last_reconcile["interrupted"],
             )
+        self._rearm_pushes()
         self._loops.append(asyncio.create_task(self._watch_loop()))
         self._loops.append(asyncio.create_task(self._journal_loop()))
+
+    def _rearm_pushes(self) -> None:
+        """Owe every receiver the end of its task again: watch async tasks, push ended sync ones.
+
+        An async task is watched with no known state, so its current state is pushed on the
+        first pass (at-least-once) and its end when it comes; a sync task cut short by the
+        stop was just recorded as failed by the reconcile, and that end is pushed now.
+        """
+        for task_id in self.store.open_pushes():
+            row = self.store.get(task_id)
+            if row is None:
+                continue
+            if row.kind == st.ASYNC:
+                self.watch(row, None)
+            elif row.state in st.SYNC_TERMINAL:
+                self.notify(task_id, cv.sync_task(row))
 
     async def stop(self, *, timeout: float = 10.0) -> None:
         for t in self._loops:
@@ -250,9 +266,21 @@ class A2AService:
             self.notify(tid, task)
 
     def notify(self, task_id: str, task: Task) -> None:
-        """Push ``task``'s new state to the caller's push config, if it set one."""
-        if self.push is not None:
-            self._spawn(self.push.send_notification(task_id, task))
+        """Push ``task``'s new state to the caller's push config, if it set one.
+
+        Once a terminal state has been delivered (or ran out of retries) the task owes its
+        receivers nothing more, and a restart does not push it again.
+        """
+        if self.push is None:
+            return
+        push = self.push
+
+        async def go() -> None:
+            await push.send_notification(task_id, task)
+            if task.status.state in cv.TERMINAL:
+                self.store.push_finished(task_id)
+
+        self._spawn(go())
 
     # -- journaling ---------------------------------------------------------------------
 
@@ -268,7 +296,7 @@ class A2AService:
                     return
                 j = self._journal(fab).record(row)
                 row.board_task_id, row.board_uid, row.journal = j.task_id, j.uid, st.J_DONE
-                self.store.save(row)
+                self.store.save(row, touch=False)
                 self.journaled += 1
 
             try:
@@ -297,6 +325,7 @@ class A2AService:
                 key=key,
                 conversation=row.conversation,
                 metadata={"a2a_task": row.task_id, "trace_user_id": row.caller},
+                caller=row.caller,
             )
         except asyncio.CancelledError:
             answer = Answer("canceled", "canceled by the caller")

@@ -9,13 +9,17 @@ the truth about async tasks (the board is); it holds:
   written *before* the model is called (state ``working``), so a server that crashes
   mid-call finds it at the next start and records it as failed instead of leaving it
   working forever;
-* every message id seen per caller, so a retried message returns the same task.
+* every message id seen per caller, with a digest of what it carried, so a retried
+  message returns the same task and a reused id carrying something else is refused;
+* push notification configs (:class:`~fabric.apps.a2a.push.DurablePushConfigs`), and
+  whether each task's terminal event has been delivered: a restarted server delivers it.
 
 WAL mode with ``synchronous=NORMAL``: a process crash loses nothing committed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import threading
@@ -71,6 +75,13 @@ CREATE TABLE IF NOT EXISTS messages (
     task_id TEXT NOT NULL,
     PRIMARY KEY (caller, message_id)
 );
+CREATE TABLE IF NOT EXISTS push_configs (
+    task_id TEXT NOT NULL,
+    config_id TEXT NOT NULL,
+    config TEXT NOT NULL,
+    final_at REAL,
+    PRIMARY KEY (task_id, config_id)
+);
 """
 
 _COLUMNS = (
@@ -92,6 +103,12 @@ _COLUMNS = (
     "created",
     "updated",
 )
+
+
+def message_digest(task_id: str, intent: str, refs: list[str]) -> str:
+    """What a message carried: the task it answered ("" for a new one), its text and refs."""
+    body = json.dumps([task_id, intent.strip(), list(refs)], ensure_ascii=False)
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
 @dataclass
@@ -160,6 +177,9 @@ class CallStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        columns = {r["name"] for r in self._db.execute("PRAGMA table_info(messages)")}
+        if "digest" not in columns:  # an index written before digests were kept
+            self._db.execute("ALTER TABLE messages ADD COLUMN digest TEXT NOT NULL DEFAULT ''")
 
     def close(self) -> None:
         with self._lock:
@@ -200,7 +220,8 @@ class CallStore:
                 row._values(),
             )
             db.execute(
-                "INSERT OR REPLACE INTO messages VALUES (?, ?, ?)", (row.caller, row.message_id, row.task_id)
+                "INSERT OR REPLACE INTO messages VALUES (?, ?, ?, ?)",
+                (row.caller, row.message_id, row.task_id, message_digest("", row.intent, row.refs)),
             )
         return None
 
@@ -212,18 +233,32 @@ class CallStore:
             ).fetchone()
         return str(r["task_id"]) if r else None
 
-    def note_message(self, caller: str, message_id: str, task_id: str) -> bool:
-        """Remember a follow-up message id; False if it was seen before."""
+    def note_message(self, caller: str, message_id: str, task_id: str, digest: str) -> str | None:
+        """Remember a follow-up message id; None if new, else the digest it was first seen with.
+
+        ``""`` for an id seen before digests were kept (or seen as a task's first message).
+        """
         with self._tx() as db:
-            cur = db.execute("INSERT OR IGNORE INTO messages VALUES (?, ?, ?)", (caller, message_id, task_id))
-            return cur.rowcount == 1
+            known = db.execute(
+                "SELECT digest FROM messages WHERE caller=? AND message_id=?", (caller, message_id)
+            ).fetchone()
+            if known is not None:
+                return str(known["digest"])
+            db.execute("INSERT INTO messages VALUES (?, ?, ?, ?)", (caller, message_id, task_id, digest))
+            return None
 
     def forget_message(self, caller: str, message_id: str) -> None:
         with self._tx() as db:
             db.execute("DELETE FROM messages WHERE caller=? AND message_id=?", (caller, message_id))
 
-    def save(self, row: TaskRow) -> None:
-        row.updated = self.clock()
+    def save(self, row: TaskRow, *, touch: bool = True) -> None:
+        """Write ``row``; ``touch`` stamps it as changed now (a sync task's status time).
+
+        Journaling passes ``touch=False``: recording a finished call on the board is not a
+        status change, and the time a sync task reports must not move after it ended.
+        """
+        if touch:
+            row.updated = self.clock()
         with self._tx() as db:
             db.execute(
                 f"INSERT OR REPLACE INTO tasks ({', '.join(_COLUMNS)}) VALUES "
@@ -236,6 +271,47 @@ class CallStore:
         with self._tx() as db:
             db.execute("DELETE FROM messages WHERE task_id=?", (task_id,))
             db.execute("DELETE FROM tasks WHERE task_id=?", (task_id,))
+            db.execute("DELETE FROM push_configs WHERE task_id=?", (task_id,))
+
+    # -- push configs -------------------------------------------------------------------
+
+    def put_push(self, task_id: str, config_id: str, config: str) -> None:
+        """Store (or replace) one push config of a task, as JSON; its task's end is not yet pushed."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO push_configs VALUES (?, ?, ?, NULL)", (task_id, config_id, config)
+            )
+
+    def pushes(self, task_id: str) -> list[str]:
+        """The push configs of a task (JSON), in the order they were set."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT config FROM push_configs WHERE task_id=? ORDER BY rowid", (task_id,)
+            ).fetchall()
+        return [str(r["config"]) for r in rows]
+
+    def drop_push(self, task_id: str, config_id: str | None = None) -> None:
+        with self._tx() as db:
+            if config_id is None:
+                db.execute("DELETE FROM push_configs WHERE task_id=?", (task_id,))
+            else:
+                db.execute("DELETE FROM push_configs WHERE task_id=? AND config_id=?", (task_id, config_id))
+
+    def push_finished(self, task_id: str) -> None:
+        """The task's terminal event went out (or ran out of retries): nothing left to push."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE push_configs SET final_at=? WHERE task_id=? AND final_at IS NULL",
+                (self.clock(), task_id),
+            )
+
+    def open_pushes(self) -> list[str]:
+        """Tasks with a push config whose terminal event has not been delivered yet."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT DISTINCT task_id FROM push_configs WHERE final_at IS NULL ORDER BY task_id"
+            ).fetchall()
+        return [str(r["task_id"]) for r in rows]
 
     # -- reading ----------------------------------------------------------------------
 
@@ -285,4 +361,5 @@ class CallStore:
             for tid in old:
                 db.execute("DELETE FROM messages WHERE task_id=?", (tid,))
                 db.execute("DELETE FROM tasks WHERE task_id=?", (tid,))
+                db.execute("DELETE FROM push_configs WHERE task_id=?", (tid,))
         return len(old)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -129,8 +130,16 @@ def serve_cmd(
     type=click.Path(exists=True, dir_okay=False),
     help="CA bundle to verify the server's certificate.",
 )
-@click.option("--client-cert", type=click.Path(exists=True, dir_okay=False))
-@click.option("--client-key", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--client-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Client certificate (PEM) to present, for a server that requires mTLS.",
+)
+@click.option(
+    "--client-key",
+    type=click.Path(exists=True, dir_okay=False),
+    help="The client certificate's key (if not in the --client-cert file).",
+)
 def call_cmd(
     url: str,
     text: str | None,
@@ -161,7 +170,11 @@ def call_cmd(
         raise ConfigError("give one of --get, --cancel, --list", where="agap a2a call")
     if not actions and text is None:
         text = sys.stdin.read()
-    cert = (client_cert, client_key) if client_cert and client_key else client_cert
+    if client_key and not client_cert:
+        raise ConfigError(
+            "a client key needs its certificate", where="--client-key", hint="add --client-cert"
+        )
+    verify = _tls(cacert, client_cert, client_key) if cacert or client_cert else True
     code = asyncio.run(
         _call(
             url,
@@ -177,8 +190,7 @@ def call_cmd(
             do_list=do_list,
             timeout=timeout,
             as_json=as_json,
-            verify=cacert or True,
-            cert=cert,
+            verify=verify,
         )
     )
     sys.exit(code)
@@ -199,8 +211,7 @@ async def _call(
     do_list: bool,
     timeout: float,
     as_json: bool,
-    verify: object,
-    cert: object,
+    verify: ssl.SSLContext | bool,
 ) -> int:
     from a2a.client import A2AClientError  # optional a2a extra (see the top)
     from a2a.utils.errors import A2AError  # optional a2a extra
@@ -209,7 +220,7 @@ async def _call(
     from fabric.apps.a2a.convert import to_dict  # optional a2a extra
 
     try:
-        async with await FabricA2AClient.open(url, token, timeout=timeout, verify=verify, cert=cert) as c:
+        async with await FabricA2AClient.open(url, token, timeout=timeout, verify=verify) as c:
             if do_list:
                 page = await c.list()
                 click.echo(json.dumps(to_dict(page), indent=2))
@@ -231,6 +242,18 @@ async def _call(
         return 1
     _show(task, as_json)
     return _exit_code(task, is_async=is_async, wait=wait, got=bool(get_id), canceled=bool(cancel_id))
+
+
+def _tls(cacert: str | None, client_cert: str | None, client_key: str | None) -> ssl.SSLContext:
+    """The client's TLS context; a certificate or key that does not load is bad input."""
+    from fabric.apps.a2a.client import tls_context  # optional a2a extra (see the top)
+
+    try:
+        return tls_context(cacert, client_cert, client_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"cannot load the TLS files: {exc}", where="--cacert/--client-cert/--client-key"
+        ) from None
 
 
 async def _exchange(

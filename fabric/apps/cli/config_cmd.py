@@ -14,7 +14,7 @@ from fabric.settings.resolve import KNOWN, Resolved, effective, mask, warn_if_pl
 
 @main.group("config")
 def config() -> None:
-    """Settings: environment, then AGAP_ENV_FILE, then .agap.env (walking up)."""
+    """Settings: environment, then AGAP_ENV_FILE, or else .agap.env (walking up)."""
 
 
 @config.command("exit-codes")
@@ -49,12 +49,11 @@ def show(show_all: bool, as_json: bool, markdown: bool) -> None:
         return
     resolved = effective()
     rows = [row for k in (registry.REGISTRY if show_all else KNOWN) if (row := _row(k, resolved, show_all))]
-    for name, what in (
-        ("KANBOARD_URL", "the board"),
-        ("AGAP_EVENTS_URL", "the events broker"),
-        ("AGAP_LITELLM_URL", "the LiteLLM proxy"),
-    ):
-        warn_if_plaintext(resolved.values.get(name, ""), what)
+    values = resolved.values
+    warn_if_plaintext(values.get("KANBOARD_URL", ""), "the board")
+    events_tls = registry.get_bool("AGAP_EVENTS_TLS", values)  # TLS on an mqtt:// or nats:// URL
+    warn_if_plaintext(values.get("AGAP_EVENTS_URL", ""), "the events broker", tls=events_tls)
+    warn_if_plaintext(values.get("AGAP_LITELLM_URL", ""), "the LiteLLM proxy")
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

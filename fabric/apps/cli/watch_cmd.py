@@ -1,11 +1,13 @@
 """``agap watch TASK``: follow one task's live events until it ends.
 
-Events print as JSON lines on stdout (logs go to stderr). The board is checked at start
+Events print as JSON lines on stdout (logs go to stderr), one shape whatever their source:
+``source`` (broker or board) and the seven fields of the wire schema
+(:mod:`fabric.events.schema`), without the signature. The board is checked at start
 and whenever the broker drops or comes back, so a task that already ended returns at
-once, and while the broker is away the board is polled instead. Exit codes: 0 completed,
-1 failed or canceled, 2 timeout (wall clock or idle), 3 broker away and the board not
-answering either, 4 a usage or configuration error (no such task, a missing secret), so
-that it is never mistaken for a timeout.
+once, and while the broker is away the board is polled instead. Exit codes (the one
+table, :mod:`fabric.errors`): 0 completed, 1 failed or canceled, 8 the wait ran out (wall
+clock or idle), 3 broker away and the board not answering either, 2 a usage or
+configuration error (no such task, a missing secret), never mistaken for a timeout.
 """
 
 from __future__ import annotations
