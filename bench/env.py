@@ -105,6 +105,8 @@ class Target:
         report = init_board(client, settings, cards)
         assert report.layout is not None
         self.projects += [report.layout.project_id, report.layout.locks_project_id]
+        for home in report.layout.homes.values():  # the confined agents' homes go too
+            self.projects += [home.project_id, home.locks_project_id]
         for username in report.new_users:
             uid = report.layout.users.get(username)
             if uid:

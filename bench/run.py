@@ -281,7 +281,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # Benchmarks of other parts of the fabric: each module has run(quick) -> {"title", "rows"}.
-SECTIONS = ("bench.workers", "bench.keeper_sweep", "bench.events", "bench.a2a", "bench.mcp")
+SECTIONS = (
+    "bench.workers",
+    "bench.keeper_sweep",
+    "bench.gestures",
+    "bench.events",
+    "bench.a2a",
+    "bench.mcp",
+    "bench.auth",
+    "bench.cli_start",
+)
 
 
 def run_sections(quick: bool) -> dict[str, Any]:

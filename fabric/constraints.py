@@ -80,6 +80,18 @@ class Constraints:
 _CONSTRAINT_HINT = "e.g. tier>=large,cap=tools+code,trust>=trusted,cost<=standard,max_cost<=0.5"
 
 
+def _capabilities(part: str, value: str) -> list[str]:
+    """``tools+code`` from ``cap=tools+code``; an empty name (``cap=``, ``cap=a+``) is refused."""
+    named = [c.strip() for c in value.split("+")]
+    if not all(named):
+        raise InvalidInput(
+            f"constraint {part!r} names an empty capability",
+            where="--constraints",
+            hint="name capabilities joined by +, e.g. cap=tools+code",
+        )
+    return named
+
+
 def parse_constraints(text: str) -> Constraints:
     """``tier>=large,cap=tools+code,trust>=trusted,cost<=standard,max_cost<=0.5``."""
     tier = trust = cost = None
@@ -94,7 +106,7 @@ def parse_constraints(text: str) -> Constraints:
                 )
             tier = value
         elif key in ("cap", "caps", "capabilities") and op == "=":
-            caps.update(filter(None, value.split("+")))
+            caps.update(_capabilities(part, value))
         elif key == "trust" and op in (">=", "="):
             trust_rank(value)
             trust = value

@@ -12,20 +12,26 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from fabric.cards import CardSet, load_cards
+from fabric import people
+from fabric.cards import Card, CardSet, load_cards
 from fabric.constraints import Constraints
 from fabric.errors import ConfigError
 from fabric.kanboard.bootstrap import cached_layout, forget_layout_cache
-from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.fit import fit
 from fabric.kanboard.layout import COLUMN_ORDER
 from fabric.kanboard.port import RpcPort
+from fabric.kanboard.principals import board_client, confined, home_settings, signed_in
+from fabric.kanboard.reader import ReadOnlyBoard
+from fabric.kanboard.spanning import SpanningReader
 from fabric.kanboard.taskboard import TaskBoard, TaskView
+from fabric.kanboard.weblinks import links_for
 from fabric.ledger import Ledger
 from fabric.policy import GateRequest, PolicyContext, SubmitPolicy, default_policies
 from fabric.router import Choice, route
+from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.submit import Receipt, Submitter, build_spec, seal_key
 from fabric.taint import GATE_ACTOR
@@ -51,10 +57,17 @@ class Fabric:
     parks: dict[str, dict[str, Any]] = field(default_factory=dict)  # from the last listing
     policies: list[SubmitPolicy] = field(default_factory=default_policies)
     submit_listeners: list[SubmitListener] = field(default_factory=list)
+    homes: dict[str, TaskBoard] = field(default_factory=dict)  # confined agent -> its home's board
+    home_of: str = ""  # the confined agent whose home this fabric is on ("" for the work project)
+    main: TaskBoard | None = None  # a home fabric's work project, when it holds the app token
 
     def __post_init__(self) -> None:
         # One port for every caller: the board's, which fits every value to every backend.
         self.port = self.board.port
+        if self.ledger.verifier is None:
+            # A done card goes to the person who verifies it (its "My tasks" in Kanboard).
+            escalate_to = registry.get_str("AGAP_KEEPER_ESCALATE_TO", fallback="")
+            self.ledger.verifier = partial(people.verifier, self.cards, escalate_to=escalate_to)
 
     @classmethod
     def connect(
@@ -69,12 +82,15 @@ class Fabric:
         """Connect to the board named by the settings (environment by default)."""
         settings = settings or Settings.from_env()
         cards = cards or load_cards(settings.cards_dir)
+        settings = signed_in(settings, cards)  # a confined agent's user works its home
         if port is None:
-            url, token = settings.require_board()
-            port = KanboardClient(url, token)
+            port = board_client(settings)  # the app token, or a confined agent's own user
         port = fit(port)  # one port for every caller, so every write fits every backend
         layout = cached_layout(port, settings, refresh=refresh_layout)
-        board = TaskBoard(port, layout, clock=clock, seal_key=seal_key(settings.board_token))
+        links = links_for(settings.board_url, settings.web_url)
+        # The seal is derived from the app token: without it (a board user) there is none.
+        seal = seal_key(settings.board_token) if settings.board_token else b""
+        board = TaskBoard(port, layout, clock=clock, seal_key=seal, links=links)
         return cls(settings, cards, port, board, Ledger(board, clock=clock), clock)
 
     # -- submit ---------------------------------------------------------------------
@@ -128,12 +144,12 @@ class Fabric:
                     raise gate.refusal(self._gate(gate))
         assignee = card.human.username if card.human is not None else None
         try:
-            receipt = Submitter(self.board).submit(spec, assignee=assignee)
+            receipt = Submitter(self.board_for(card)).submit(spec, assignee=assignee)
         except ConfigError:
             # The cached layout may be stale (a new card, a reset board): refresh once.
             forget_layout_cache(self.settings)
             self.board.layout = cached_layout(self.port, self.settings, refresh=True)
-            receipt = Submitter(self.board).submit(spec, assignee=assignee)
+            receipt = Submitter(self.board_for(card, refresh=True)).submit(spec, assignee=assignee)
         self._note_route(receipt, choice)
         for listener in self.submit_listeners:
             try:
@@ -141,6 +157,59 @@ class Fabric:
             except Exception:  # publishing is never on the correctness path
                 log.exception("submit listener failed")
         return receipt
+
+    def board_for(self, card: Card, *, refresh: bool = False) -> TaskBoard:
+        """The board ``card``'s tasks are written on: a confined agent's home
+        (:mod:`fabric.kanboard.principals`), else the work project. A fabric signed in as
+        a board user has only its own home."""
+        if self.home_of:
+            # At home: its own queue is here; other tasks go to the work project when this
+            # fabric may write there (the app token), else nowhere (the board refuses).
+            return self.main if self.main is not None and card.id != self.home_of else self.board
+        if self.settings.board_user or not confined(card):
+            return self.board
+        board = None if refresh else self.homes.get(card.id)
+        if board is None:
+            home = self.board.layout.homes.get(card.id)
+            if home is None:
+                raise ConfigError(
+                    f"{card.id!r} is {card.trust} and has no home on the board yet",
+                    where=home_settings(self.settings, card).project,
+                    hint="run `agap init`",
+                )
+            board = TaskBoard(
+                self.port, home, clock=self.clock, seal_key=self.board.seal_key, links=self.board.links
+            )
+            self.homes[card.id] = board
+        return board
+
+    def lanes(self) -> list[int]:
+        """Every queue swimlane of the projects this fabric writes: its own, the homes' it
+        knows, and a home fabric's work project."""
+        layouts = [self.board.layout, *self.board.layout.homes.values()]
+        if self.main is not None:
+            layouts.append(self.main.layout)
+        return [i for lay in layouts for i in lay.swimlanes.values()]
+
+    def home_fabric(self, card: Card) -> Fabric:
+        """This fabric on ``card``'s home, over the same connection: where a confined
+        agent's runtime (an MCP server, the home's keeper) works. Itself for a trusted card,
+        or when signed in as a board user (already at home)."""
+        if self.settings.board_user or not confined(card):
+            return self
+        board = self.board_for(card)
+        return Fabric(
+            home_settings(self.settings, card),
+            self.cards,
+            self.port,
+            board,
+            Ledger(board, clock=self.clock),
+            self.clock,
+            policies=self.policies,
+            submit_listeners=self.submit_listeners,
+            home_of=card.id,
+            main=self.board,
+        )
 
     def route(
         self,
@@ -155,7 +224,7 @@ class Fabric:
         states for constraint and auto targets, nothing for a direct one."""
         return route(
             self.cards,
-            self.board,
+            self.reader(),
             self.settings.cards_dir,
             intent=intent,
             target=target,
@@ -167,7 +236,23 @@ class Fabric:
 
     def policy_context(self) -> PolicyContext:
         """What the policies read now: the cards, the policy file and this board."""
-        return PolicyContext(self.cards, self.board, self.settings.cards_dir, self.clock())
+        return PolicyContext(self.cards, self.reader(), self.settings.cards_dir, self.clock())
+
+    def reader(self) -> ReadOnlyBoard:
+        """What routing and policy read: the work project and every confined agent's home
+        (:mod:`fabric.kanboard.spanning`); a board user reads only its own home."""
+        if self.main is not None:
+            return SpanningReader(self.main, [self.board])  # a home, on the work project's fabric
+        if self.settings.board_user:
+            return self.board
+        homes = [self.board_for(c) for c in self._homed()]
+        return SpanningReader(self.board, homes) if homes else self.board
+
+    def _homed(self) -> list[Card]:
+        """The confined cards whose home this (work project's) fabric knows."""
+        if self.home_of or self.settings.board_user:
+            return []
+        return [c for c in self.cards if confined(c) and c.id in self.board.layout.homes]
 
     def _gate(self, gate: GateRequest) -> Receipt:
         """The gate task a human approves before tainted input passes (found if it exists)."""
@@ -198,8 +283,10 @@ class Fabric:
     def listing(self, *, include_closed: bool = False) -> list[dict[str, Any]]:
         """Open tasks per queue and column, with ages (one round trip)."""
         query = "" if include_closed else "status:open"
-        rows, self.parks = self.board.search_with_parks(query)
-        by_col = {v: k for k, v in self.board.layout.columns.items()}
+        # The work project and the confined agents' homes, in the same round trip.
+        every = SpanningReader(self.board, [self.board_for(c) for c in self._homed()])
+        rows, self.parks = every.search_with_parks(query)
+        by_col = every.columns()
         now = self.clock()
         out: list[dict[str, Any]] = []
         for r in rows:
@@ -208,7 +295,7 @@ class Fabric:
                 {
                     "id": r.id,
                     "title": r.title,
-                    "queue": self.board.layout.queue_of(r.swimlane_id) or r.swimlane_name,
+                    "queue": every.queue_of(r.swimlane_id) or r.swimlane_name,
                     "column": col.value if col else r.column_name,
                     "priority": r.priority,
                     "assignee": r.assignee,

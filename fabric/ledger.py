@@ -16,9 +16,10 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from fabric.description import needs_rewrite, result_link_in
 from fabric.errors import EXIT_LOST, FabricError, InvalidInput
 from fabric.kanboard.layout import (
     META_GAP,
@@ -32,6 +33,7 @@ from fabric.kanboard.layout import (
 from fabric.kanboard.port import BoardError
 from fabric.kanboard.rows import BoardTask
 from fabric.kanboard.taskboard import TaskBoard, TaskView
+from fabric.submit import render_description
 from fabric.task import Record, TaskSpec
 
 Clock = Callable[[], float]
@@ -98,7 +100,11 @@ LEGAL: dict[str, frozenset[State]] = {
     "verify": frozenset({State.DONE}),
     "reopen": frozenset({State.DONE}),
     "revive": frozenset({State.DEAD}),
+    "drop": frozenset({State.DEAD}),
 }
+# The result a person's approval of a gate records: the approval is the work, so the
+# approver may also close it (verify), unlike a producer its own result.
+APPROVAL_REF = "kanboard:approved"
 OWNER_OPS = frozenset({"complete", "fail", "ask", "release"})
 
 
@@ -120,6 +126,12 @@ class Lease:
     checkpoint: str | None = None
     # The length the lease was claimed for; a renewal that names none keeps it.
     lease_seconds: float | None = None
+    # Receipts that count for this round of work (op, receipt), carried in the records.
+    receipts: tuple[tuple[str, str], ...] = ()
+
+    def receipt(self, op: str) -> str | None:
+        """The receipt of side effect ``op`` this lease may rely on (None: not done)."""
+        return dict(self.receipts).get(op)
 
     def idempotency_key(self, op: str) -> str:
         """A key for side effect ``op`` in this epoch: (task uid, epoch, operation)."""
@@ -156,8 +168,12 @@ class Ledger:
         gap_timeout: float = 30.0,
         gap_grace: float = 2.0,
         recheck_after: float = 3600.0,
+        verifier: Callable[[TaskSpec], str | None] | None = None,
     ) -> None:
         self.board = board
+        # Who verifies a done task (a person's Kanboard username): its card is assigned to
+        # them, so "please verify" is in their "My tasks". The Fabric sets it from the cards.
+        self.verifier = verifier
         self.clock = clock
         self.gap_timeout = gap_timeout
         self.gap_grace = gap_grace
@@ -180,6 +196,9 @@ class Ledger:
                 "the task has no fabric records (not a fabric task, or its submit is still in flight)",
                 where=f"task #{view.id}",
             )
+        # Its epoch locks are its own project's: another project's task (a confined
+        # agent's home) is never moved from here, or an epoch could be won twice.
+        self.board.check_own(view)
         return view.uid, view.current
 
     # -- the transition core ----------------------------------------------------------
@@ -197,8 +216,13 @@ class Ledger:
         description: str | None = None,
         files: Iterable[tuple[str, str]] = (),
         extra_meta: dict[str, str] | None = None,
+        result_url: str | None = None,
     ) -> Record:
-        """Win epoch n+1 with its lock tag, then write its record and projections."""
+        """Win epoch n+1 with its lock tag, then write its record and projections.
+
+        The description is rewritten when the transition changes what the card asks of a
+        person (a question, a result to verify, a dead letter): same round trip.
+        """
         uid, current = self._require(view)
         if current.state not in LEGAL[op]:
             raise IllegalTransition(
@@ -214,6 +238,22 @@ class Ledger:
             if fresh.epoch >= nxt:
                 raise LostRace(view.id, nxt)
         record = make(nxt, current)
+        # Without the seal key (a confined agent's board user) the description is left as it
+        # is: a rewrite would carry a seal nobody can verify (fabric.kanboard.principals).
+        rewrite = self.board.seal_key and view.spec is not None and needs_rewrite(view.spec, current, record)
+        if description is None and rewrite and view.spec is not None:
+            if result_url is None and record.result_ref:
+                result_url = result_link_in(view.task.description, record.result_ref)
+            first = view.records.get(0)
+            description = render_description(
+                view.spec,
+                uid,
+                record=record,
+                assignee=first.assignee if first else None,
+                key=self.board.seal_key,
+                links=self.board.links,
+                result_url=result_url,
+            )
         self._write(
             view,
             record,
@@ -261,7 +301,11 @@ class Ledger:
         raise LostRace(view.id, nxt, gap=True)
 
     def _record(self, nxt: int, prev: Record, state: State, op: str, by: str, **fields: Any) -> Record:
-        base: dict[str, Any] = {"attempt": prev.attempt, "checkpoint": prev.checkpoint}
+        base: dict[str, Any] = {
+            "attempt": prev.attempt,
+            "checkpoint": prev.checkpoint,
+            "receipts": prev.receipts,
+        }
         base.update(fields)
         return Record(epoch=nxt, state=state, op=op, by=by, at=self.clock(), **base)
 
@@ -307,6 +351,7 @@ class Ledger:
             conversation(view),
             rec.checkpoint,
             lease_seconds,
+            _pairs(rec.receipts),
         )
 
     def held(self, view: TaskView, epoch: int, owner: str) -> Lease:
@@ -341,6 +386,7 @@ class Ledger:
             conversation(view),
             rec.checkpoint,
             rec.lease_seconds,
+            _pairs(rec.receipts),
         )
 
     def check(self, lease: Lease) -> TaskView:
@@ -378,41 +424,23 @@ class Ledger:
         return self._rewrite_own(lease, lease.lease_until, ref)
 
     def _rewrite_own(self, lease: Lease, until: float, checkpoint: str | None) -> Lease:
-        record = Record(
-            epoch=lease.epoch,
-            state=State.WORKING,
-            op="claim",
-            by=lease.owner,
-            at=self.clock(),
-            owner=lease.owner,
-            lease_until=until,
-            attempt=lease.attempt,
-            checkpoint=checkpoint,
-            lease_seconds=lease.lease_seconds,
-        )
+        return self._write_own(replace(lease, lease_until=until, checkpoint=checkpoint))
+
+    def _write_own(self, lease: Lease) -> Lease:
+        """Rewrite the owner's record as ``lease`` says; raise :class:`Fenced` if it is not current.
+
+        One round trip writes and reads back: a record rewritten for an epoch that is no
+        longer the highest changes nothing, and the read says so.
+        """
+        record = self._own_record(lease)
         view = self.board.save_meta_and_read(lease.task_id, {record_key(lease.epoch): record.to_meta()})
         if view.epoch != lease.epoch:
             raise Fenced(lease.task_id, lease.epoch, view.epoch)
-        return Lease(
-            lease.task_id,
-            lease.uid,
-            lease.epoch,
-            lease.owner,
-            until,
-            lease.attempt,
-            lease.spec,
-            lease.conversation,
-            checkpoint,
-            lease.lease_seconds,
-        )
+        return lease
 
-    def _owner_view(self, lease: Lease) -> TaskView:
-        """A view good enough to transition from the lease's epoch (no extra read).
-
-        If anyone moved past our epoch, its lock exists and our transition loses: the lock
-        is the check, so the owner's transitions cost no read.
-        """
-        record = Record(
+    def _own_record(self, lease: Lease) -> Record:
+        """The working record ``lease`` stands for."""
+        return Record(
             epoch=lease.epoch,
             state=State.WORKING,
             op="claim",
@@ -423,7 +451,16 @@ class Ledger:
             attempt=lease.attempt,
             checkpoint=lease.checkpoint,
             lease_seconds=lease.lease_seconds,
+            receipts=dict(lease.receipts) or None,
         )
+
+    def _owner_view(self, lease: Lease) -> TaskView:
+        """A view good enough to transition from the lease's epoch (no extra read).
+
+        If anyone moved past our epoch, its lock exists and our transition loses: the lock
+        is the check, so the owner's transitions cost no read.
+        """
+        record = self._own_record(lease)
         return TaskView(
             id=lease.task_id,
             task=BoardTask(id=lease.task_id),
@@ -452,19 +489,35 @@ class Ledger:
         files: Iterable[tuple[str, str]] = (),
         description: str | None = None,
         extra_meta: dict[str, str] | None = None,
+        result_url: str | None = None,
     ) -> Record:
-        """Done, unverified: the owner reports its result by reference."""
+        """Done, unverified: the owner reports its result by reference.
+
+        The card goes to the person who verifies it (:attr:`verifier`) and its description
+        links the result (``result_url``: the attachment's page, when the caller knows it).
+        """
         text = f"Done by {lease.owner} (epoch {lease.epoch + 1}). Result: {result_ref}"
+        if result_url:
+            text += f" ([open]({result_url}))"
+        verifier = self.verifier(lease.spec) if self.verifier is not None else None
         return self._as_owner(
             lease,
             "complete",
             lambda n, p: self._record(
-                n, p, State.DONE, "complete", lease.owner, result_ref=result_ref, reason=note
+                n,
+                p,
+                State.DONE,
+                "complete",
+                lease.owner,
+                result_ref=result_ref,
+                reason=note,
+                assignee=verifier,
             ),
             comment=text + (f"\n\n{note}" if note else ""),
             files=files,
             description=description,
             extra_meta=extra_meta,
+            result_url=result_url,
         )
 
     def fail(self, lease: Lease, reason: str, *, poison: bool = False, backoff_base: float = 5.0) -> Record:
@@ -606,7 +659,8 @@ class Ledger:
         """
         view = view or self.board.read(task_id)
         _, current = self._require(view)
-        if current.state == State.DONE and _agent(by) in _producers(current, view.spec):
+        approval = current.result_ref == APPROVAL_REF
+        if current.state == State.DONE and not approval and _agent(by) in _producers(current, view.spec):
             raise IllegalTransition(
                 "the producer may not verify its own result",
                 where=f"task #{task_id}",
@@ -630,7 +684,8 @@ class Ledger:
             view,
             "reopen",
             by,
-            lambda n, p: self._record(n, p, State.QUEUED, "reopen", by, reason=reason),
+            # A new round of work: the rejected round's receipts are not carried.
+            lambda n, p: self._record(n, p, State.QUEUED, "reopen", by, reason=reason, receipts=None),
             comment=f"Reopened by {by}: {reason}",
         )
 
@@ -643,6 +698,18 @@ class Ledger:
             by,
             lambda n, p: self._record(n, p, State.QUEUED, "revive", by, attempt=0, reason=reason or None),
             comment=f"Revived by {by}" + (f": {reason}" if reason else ""),
+        )
+
+    def drop(self, task_id: int, by: str, reason: str = "", view: TaskView | None = None) -> Record:
+        """Give up on a dead letter for good: closed, state dropped (not canceled)."""
+        view = view or self.board.read(task_id)
+        return self._transition(
+            view,
+            "drop",
+            by,
+            lambda n, p: self._record(n, p, State.DROPPED, "drop", by, reason=reason or None),
+            comment=f"Dropped by {by}" + (f": {reason}" if reason else ""),
+            close=True,
         )
 
     # -- gaps ---------------------------------------------------------------------------
@@ -681,6 +748,7 @@ class Ledger:
             assignee=current.assignee,
             result_ref=current.result_ref,
             checkpoint=current.checkpoint,
+            receipts=current.receipts,
             reason=f"epoch {note.epoch} was locked but never recorded",
         )
         self._write(
@@ -696,62 +764,89 @@ class Ledger:
     def effect(self, lease: Lease, op: str) -> Effect:
         """Before a side effect: check ownership, record the intent, get a stable key.
 
-        The key comes from the first epoch that recorded an intent for ``op``, so a new
-        owner after a requeue reuses it and the receiving system can deduplicate. If an
-        earlier owner recorded a receipt, the effect is already done: do not repeat it.
+        The key comes from the first epoch of this round of work that recorded an intent
+        for ``op``, so a new owner after a requeue reuses it and the receiving system can
+        deduplicate; a reopen starts a new round, with a new key. The effect is already
+        done only when the current record carries its receipt (see :meth:`effect_done`).
         """
-        key_name = effect_key(op)
         view = self.check(lease)
-        raw = view.meta.get(key_name)
-        if raw:
-            try:
-                known = json.loads(raw)
-                return Effect(op, str(known["key"]), known.get("receipt"))
-            except (ValueError, KeyError, TypeError):
-                pass
+        current = view.records[lease.epoch]
+        key = _intent_key(view, op)
+        receipt = (current.receipts or {}).get(op)
+        if key is not None or receipt is not None:
+            return Effect(op, key or lease.idempotency_key(op), receipt)
         key = lease.idempotency_key(op)
         view = self.board.save_meta_and_read(
             lease.task_id,
-            {key_name: json.dumps({"key": key, "epoch": lease.epoch, "intent_at": self.clock()})},
+            {effect_key(op): json.dumps({"key": key, "epoch": lease.epoch, "intent_at": self.clock()})},
         )
         if view.epoch != lease.epoch:
             raise Fenced(lease.task_id, lease.epoch, view.epoch)
         return Effect(op, key, None)
 
-    def effect_done(self, lease: Lease, effect: Effect, receipt: str) -> None:
-        """After a side effect: keep its receipt so no later owner repeats it."""
-        self.board.save_meta(
-            lease.task_id,
-            {
-                effect_key(effect.op): json.dumps(
-                    {"key": effect.key, "epoch": lease.epoch, "receipt": receipt, "done_at": self.clock()}
-                )
-            },
-        )
+    def effect_done(self, lease: Lease, effect: Effect, receipt: str) -> Lease:
+        """After a side effect: keep its receipt, with authority, so no later owner repeats it.
 
-    def keep_evidence(self, lease: Lease, text: str) -> None:
-        """Keep a fenced owner's late output as evidence, never as the result."""
+        The receipt goes into the owner's own record in the round trip that checks the
+        epoch is still the highest, as a renewal does. Written in time, the next transition
+        carries it; written after the epoch ended, it is never carried, and this raises
+        :class:`Fenced`: a fenced owner's receipt is evidence, not a result to adopt.
+        Returns the lease with the receipt (renewals must keep it).
+        """
+        receipts = dict(lease.receipts)
+        receipts[effect.op] = receipt
+        return self._write_own(replace(lease, receipts=tuple(sorted(receipts.items()))))
+
+    def keep_evidence(self, lease: Lease, text: str, *, stored: str | None = None) -> None:
+        """Keep a fenced owner's late output as evidence, never as the result.
+
+        ``stored`` names a copy the owner already stored (a ``result-e<n>`` file): the
+        comment says it is not the result.
+        """
         self.board.save_meta(lease.task_id, {evidence_key(lease.epoch): text[:8000]})
+        copy = f" Its stored copy {stored} is not the result either." if stored else ""
         self.board.comment(
             lease.task_id,
             f"Late output from {lease.owner} (epoch "
-            f"{lease.epoch}, fenced): kept as evidence, not as the result.",
+            f"{lease.epoch}, fenced): kept as evidence, not as the result.{copy}",
         )
 
 
 def conversation(view: TaskView) -> tuple[tuple[str, str], ...]:
-    """The questions asked (``ask``) and answers given (``resume``) so far, in order."""
+    """What the work has been told so far, in order: questions asked (``ask``), answers
+    given (``resume``) and the reasons a result was sent back (``reopen``)."""
+    kinds = {"ask": "question", "resume": "answer", "reopen": "reopen"}
     lines: list[tuple[str, str]] = []
     for _, rec in sorted(view.records.items()):
-        if rec.op == "ask" and rec.reason:
-            lines.append(("question", rec.reason))
-        elif rec.op == "resume" and rec.reason:
-            lines.append(("answer", rec.reason))
+        if rec.op in kinds and rec.reason:
+            lines.append((kinds[rec.op], rec.reason))
     return tuple(lines)
 
 
+def _intent_key(view: TaskView, op: str) -> str | None:
+    """The key an earlier owner of this round of work recorded for ``op`` (None: none yet).
+
+    An intent recorded before the latest reopen belongs to the rejected round: a new key,
+    so the receiving system does not answer the rework with the rejected call's result.
+    """
+    raw = view.meta.get(effect_key(op))
+    if not raw:
+        return None
+    try:
+        known = json.loads(raw)
+        key, epoch = str(known["key"]), int(known.get("epoch", 0))
+    except (ValueError, KeyError, TypeError):
+        return None
+    reopened = max((e for e, r in view.records.items() if r.op == "reopen"), default=-1)
+    return key if epoch > reopened else None
+
+
+def _pairs(receipts: dict[str, str] | None) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((receipts or {}).items()))
+
+
 def is_terminal(record: Record | None) -> bool:
-    """True when no further work will happen (canceled or verified)."""
+    """True when no further work will happen (canceled, verified or dropped)."""
     return record is not None and record.state in TERMINAL
 
 

@@ -16,6 +16,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from fabric.cards.problems import error_message
 from fabric.constraints import Constraints, parse_constraints
 from fabric.errors import ConfigError, InvalidInput
 
@@ -159,7 +160,7 @@ def _load_router_policy(path: str, _mtime: int) -> RouterPolicy:
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
-        raise ConfigError(f"{loc}: {first['msg']}", where=path) from None
+        raise ConfigError(f"{loc}: {error_message(first)}", where=path) from None
     rules = []
     for i, r in enumerate(data.rules):
         try:

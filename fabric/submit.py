@@ -4,12 +4,14 @@ A submit costs two round trips: (1) create the task, in the same batch as the
 receipt's lock tag when an action id is given; (2) write its uid, spec and epoch-0
 record. Until (2) lands the task has no records, so nothing can claim it.
 
-The description ends with the spec as a JSON block, sealed with a key only the fabric
-holds. That makes a task whose submitter died between (1) and (2) repairable from the
-board alone, with the same bytes the submitter would have written
-(:func:`repair_unrecorded`). Anyone who can edit a description can write a block, so a
-repair trusts only the *last* block, only if its seal verifies, and only on the one task
-its uid is bound to (the ``<uid>/e0`` lock tag, whose colour names the task id).
+The description ends with the spec as one line of JSON, sealed with a key only the fabric
+holds, in a Markdown reference definition (which renders as nothing). That makes a task
+whose submitter died between (1) and (2) repairable from the board alone, with the same
+bytes the submitter would have written (:func:`repair_unrecorded`); the policy's lineage
+and taint checks find a task's spec by its uid in one search the same way. Anyone who can
+edit a description can write a block, so a repair trusts only the *last* block, only if
+its seal verifies, and only on the one task its uid is bound to (the ``<uid>/e0`` lock
+tag, whose colour names the task id).
 """
 
 from __future__ import annotations
@@ -22,17 +24,25 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
+from fabric.cards.problems import error_message
+from fabric.description import human_text
 from fabric.errors import EXIT_COLLISION, FabricError, InvalidInput
-from fabric.kanboard.layout import PRIORITY_NAMES, State, receipt_lock, receipt_reference, uid_reference
+from fabric.kanboard.layout import State, receipt_lock, receipt_reference, uid_reference
 from fabric.kanboard.taskboard import TaskBoard, TaskView
+from fabric.kanboard.weblinks import WebLinks
 from fabric.task import Record, TaskSpec
 
+# The sealed spec is the description's last line, a Markdown reference definition (which
+# Markdown, Kanboard's included, never shows). Layout 2 boards wrote it as a fenced block in
+# an HTML <details> element (Kanboard shows that HTML as text): both are read.
+SPEC_LINE = "[fabric-spec]: # ("
+_SPEC_BLOCK = re.compile(
+    r"^\[fabric-spec\]: # \((\{[^\n]*\})\)[ ]*$|```json fabric-spec\n(.*?)\n```", re.S | re.M
+)
 SPEC_FENCE = "```json fabric-spec"
-_SPEC_BLOCK = re.compile(r"```json fabric-spec\n(.*?)\n```", re.S)
 
 
 class ActionIdCollision(FabricError):
@@ -113,51 +123,24 @@ def spec_block(spec: TaskSpec, uid: str, *, assignee: str | None, key: bytes) ->
 
 
 def render_description(
-    spec: TaskSpec, uid: str, *, result_ref: str | None = None, assignee: str | None = None, key: bytes = b""
+    spec: TaskSpec,
+    uid: str,
+    *,
+    assignee: str | None = None,
+    key: bytes = b"",
+    record: Record | None = None,
+    links: WebLinks | None = None,
+    result_url: str | None = None,
 ) -> str:
-    """The readable description: intent, refs as links, constraints, provenance, spec."""
-    lines = [spec.intent, ""]
-    if result_ref:
-        lines += [f"**Result:** {_link(result_ref)}", ""]
-    if spec.refs:
-        lines.append("**Context**")
-        lines += [f"- {_link(r)}" for r in spec.refs]
-        lines.append("")
-    facts = [
-        f"target `{spec.target}` (queue `{spec.queue}`)",
-        f"priority {PRIORITY_NAMES.get(spec.priority, spec.priority)}",
-    ]
-    if spec.deadline:
-        facts.append(f"deadline {_when(spec.deadline)}")
-    if spec.not_before:
-        facts.append(f"not before {_when(spec.not_before)}")
-    if spec.constraints:
-        facts.append("constraints " + ", ".join(f"{k}={v}" for k, v in sorted(spec.constraints.items())))
-    lines.append("**Constraints:** " + "; ".join(facts))
-    prov = f"submitted by `{spec.actor}` at {_when(spec.submitted_at)}"
-    if spec.action_id:
-        prov += f", action id `{spec.action_id}`"
-    if spec.parent:
-        prov += f", child of task uid `{spec.parent}` (depth {len(spec.ancestry)})"
-    lines += [
-        f"**Provenance:** {prov}",
-        "",
-        "<details><summary>fabric spec (machine-readable)</summary>",
-        "",
-        SPEC_FENCE,
-        spec_block(spec, uid, assignee=assignee, key=key),
-        "```",
-        "</details>",
-    ]
-    return "\n".join(lines)
+    """The description: what a person reads (:mod:`fabric.description`), then the sealed
+    spec as a Markdown reference definition, which renders as nothing.
 
-
-def _link(ref: str) -> str:
-    return f"[{ref}]({ref})" if ref.startswith(("http://", "https://")) else f"`{ref}`"
-
-
-def _when(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    ``record`` is the state the card shows (None: as submitted, waiting on ``assignee``
+    when that is a person); ``assignee`` is also sealed, for a repair's epoch 0.
+    """
+    lines = human_text(spec, record, links=links, result_url=result_url, assignee=assignee)
+    block = spec_block(spec, uid, assignee=assignee, key=key)
+    return "\n".join([*lines, f"{SPEC_LINE}{block})"])
 
 
 def parse_description(text: str, key: bytes) -> tuple[str, TaskSpec, str | None] | None:
@@ -170,7 +153,7 @@ def parse_description(text: str, key: bytes) -> tuple[str, TaskSpec, str | None]
     if not blocks:
         return None
     try:
-        d = json.loads(blocks[-1])
+        d = json.loads(blocks[-1][0] or blocks[-1][1])
         if not isinstance(d, dict):
             return None
         seal = d.pop("seal", None)
@@ -226,7 +209,9 @@ class Submitter:
         if spec.action_id:
             receipt = receipt_lock(spec.actor, spec.action_id)
         owner_id = self.board.layout.users.get(assignee or "", 0)
-        description = render_description(spec, uid, assignee=assignee, key=self.board.seal_key)
+        description = render_description(
+            spec, uid, assignee=assignee, key=self.board.seal_key, links=self.board.links
+        )
         task_id, won = self.board.create_task(
             spec, description=description, reference=reference, owner_id=owner_id, receipt=receipt
         )
@@ -275,6 +260,14 @@ def build_spec(
     """Validate the pieces of a task into a :class:`TaskSpec` (raises InvalidInput)."""
     if action_id is not None and not action_id.strip():
         raise InvalidInput("the action id is empty", where="--key")
+    if not actor.strip():
+        raise InvalidInput("the actor is empty", where="--actor", hint="name who submits, or leave it out")
+    if not_before is not None and deadline is not None and not_before > deadline:
+        raise InvalidInput(
+            "the task may not start after its deadline",
+            where="--not-before",
+            hint="give a --not-before before the --deadline, or a later --deadline",
+        )
     ancestry: tuple[str, ...] = ()
     parent_uid = None
     if parent is not None:
@@ -302,4 +295,4 @@ def build_spec(
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "task"
-        raise InvalidInput(first["msg"].removeprefix("Value error, "), where=field) from None
+        raise InvalidInput(error_message(first), where=field) from None

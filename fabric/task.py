@@ -20,6 +20,11 @@ from fabric.kanboard.layout import PRIORITY_LEVELS, State
 
 _REF_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:")
 
+# Actors the fabric itself submits as: the policy's taint gates, the keeper's decisions
+# and digests. A card's text says what such a task asks of its person.
+GATE_ACTOR = "fabric-policy"
+KEEPER_ACTOR = "keeper"
+
 
 def _storable(value: Any, what: str) -> Any:
     if isinstance(value, str) and UNSTORABLE.search(value):
@@ -135,11 +140,20 @@ class Record(BaseModel):
     # How long each renewal of this working epoch's lease lasts (set by claim): a heartbeat
     # that names no length keeps it, so a 900 s claim is not cut to a default.
     lease_seconds: float | None = None
+    # Side-effect receipts (operation -> receipt) that count for this task's current round
+    # of work. An owner writes one into its own record, in the round trip that checks its
+    # epoch is still current; transitions carry what they read, except a reopen (rework
+    # never reuses the rejected result's receipts). So a receipt written after its epoch
+    # ended (a fenced owner's) is never carried: it is evidence, and a new owner redoes it.
+    receipts: dict[str, str] | None = None
 
     @field_validator("*", mode="before")
     @classmethod
     def _storable_text(cls, v: Any) -> Any:
-        # Reasons, answers and owners are free text: keep them, minus what no backend stores.
+        # Reasons, answers, owners and receipts are free text: keep them, minus what no
+        # backend stores.
+        if isinstance(v, dict):
+            return {storable_text(str(k)): storable_text(str(x)) for k, x in v.items()}
         return storable_text(v) if isinstance(v, str) else v
 
     def to_meta(self) -> str:
@@ -168,11 +182,22 @@ _RELATIVE = re.compile(r"^\+?(\d+(?:\.\d+)?)([smhdw])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
+def _representable(when: float, text: str, where: str) -> float:
+    """``when``, refused when no calendar date (up to the year 9999) can hold it."""
+    try:
+        datetime.fromtimestamp(when, UTC)
+    except (ValueError, OverflowError, OSError):
+        raise InvalidInput(
+            f"{text!r} is too far away", where=where, hint="give a time before the year 9999"
+        ) from None
+    return when
+
+
 def parse_when(text: str, *, now: float, where: str = "--deadline") -> float:
     """A point in time: ``YYYY-MM-DD[ HH:MM]`` (UTC), ISO-8601 with offset, or ``+2h``."""
     raw = text.strip()
     if m := _RELATIVE.match(raw):
-        return now + float(m.group(1)) * _UNIT[m.group(2)]
+        return _representable(now + float(m.group(1)) * _UNIT[m.group(2)], text, where)
     try:
         dt = datetime.fromisoformat(raw)
         if dt.tzinfo is not None:

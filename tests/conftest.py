@@ -17,6 +17,7 @@ from fabric.kanboard.bootstrap import init_board
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.port import RpcPort
 from fabric.kanboard.taskboard import TaskBoard
+from fabric.kanboard.weblinks import links_for
 from fabric.ledger import Ledger
 from fabric.settings.resolve import Settings
 
@@ -72,7 +73,8 @@ def make_fabric(
     report = init_board(port, settings, cards)
     assert report.layout is not None
     clk = clock or time.time
-    board = TaskBoard(port, report.layout, clock=clk)
+    links = links_for(settings.board_url, settings.web_url)
+    board = TaskBoard(port, report.layout, clock=clk, links=links)
     return Fabric(settings, cards, port, board, Ledger(board, clock=clk), clk)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
 from workers.loop import Worker
@@ -92,3 +93,30 @@ class Running:
         self.worker.stop.set()
         self.thread.join(30)
         assert not self.thread.is_alive(), "the worker did not stop"
+
+
+def drain(worker: Worker, timeout: float = 60.0) -> None:
+    """Run a worker built with ``drain=True`` until its queue is empty (bounded)."""
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        worker.stop.set()
+        thread.join(10)
+        raise AssertionError(f"the worker of {worker.config.queue} did not drain its queue")
+
+
+def board_env(url: str, token: str, cards_dir: Path, state_dir: Path, **more: str) -> dict[str, str]:
+    """The settings a CLI call or a worker needs for one test's board, cards and state
+    (results in files under the state directory), plus ``more``."""
+    return {
+        "KANBOARD_URL": url,
+        "KANBOARD_API_TOKEN": token,
+        "AGAP_CARDS_DIR": str(cards_dir),
+        "AGAP_STATE_DIR": str(state_dir),
+        "XDG_CACHE_HOME": str(state_dir / "cache"),
+        "AGAP_RESULT_STORE": "dir",
+        "AGAP_RESULT_DIR": str(state_dir / "results"),
+        "AGAP_POLL_SECONDS": "0.05",
+        **more,
+    }

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from fabric.cards import Card
 from fabric.errors import ConfigError
 from fabric.settings import registry
+from fabric.settings.resolve import warn_if_plaintext
 from workers.llm import DEFAULT_GATEWAY_URL, Completion, DemoClient, GatewayClient, ModelClient
 from workers.llm_sdk import SdkClient
 from workers.prompt import build_messages
@@ -112,6 +113,7 @@ def _gateway_client(card: Card, env: Mapping[str, str], *, own: bool) -> Gateway
             where=f"cards/{card.id}.yaml",
             hint="set LITELLM_MASTER_KEY or AGAP_LITELLM_KEY (or AGAP_MODEL_MODE=demo to run offline)",
         )
+    warn_if_plaintext(base, "the LiteLLM proxy")
     return GatewayClient(base, key)
 
 
@@ -134,11 +136,18 @@ def _sdk_client(card: Card, env: Mapping[str, str]) -> SdkClient:
 # The prompt
 
 
+_SAID = {
+    "question": "You asked",
+    "answer": "A person answered",
+    "reopen": "Your earlier result was sent back for rework, because",
+}
+
+
 def conversation_intent(intent: str, conversation: Sequence[tuple[str, str]]) -> str:
-    """The intent with earlier questions and answers appended."""
+    """The intent with earlier questions, answers and rework reasons appended, in order."""
     lines = [intent]
     for kind, text in conversation:
-        lines.append(f"\n{'You asked' if kind == 'question' else 'A person answered'}: {text}")
+        lines.append(f"\n{_SAID.get(kind, 'A person answered')}: {text}")
     return "\n".join(lines)
 
 

@@ -23,22 +23,26 @@ from fabric.availability import Availability
 from fabric.cards import Card, CardSet
 from fabric.core import Fabric
 from fabric.errors import ConfigError
-from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.principals import board_client, worker_settings
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import Lease
-from fabric.policy import check_claim_on_board
+from fabric.policy import check_claim_on_board, read_guard
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.signals import set_on_signal
+from workers.admission import backbones_of
 from workers.answer import client_for, model_mode
 from workers.availability import card_availability
+from workers.endpoint import endpoint_card
 from workers.events import attach_worker
 from workers.executor import ModelExecutor, Outage
 from workers.job import Executor, Job
+from workers.llm import ModelClient
 from workers.loop import Worker, WorkerConfig
 from workers.prompt import persona_for
 from workers.refs import RefResolver
 from workers.results import ResultStore, store_for
+from workers.stores import store_readers
 
 log = logging.getLogger("agap.worker")
 
@@ -51,18 +55,19 @@ def effective_mode(card: Card, env: Mapping[str, str]) -> str:
     return model_mode(card, env)
 
 
-def availability_for(card: Card, env: Mapping[str, str]) -> Availability:
-    """The card's a(t), without the endpoint probes when the demo model stands in."""
+def availability_for(
+    card: Card, env: Mapping[str, str], cards: CardSet | None = None, state_dir: Path | None = None
+) -> Availability:
+    """The card's a(t), its model endpoint's counters shared under ``state_dir`` (see
+    :mod:`workers.endpoint`), without the endpoint probes when the demo model stands in."""
+    skip: frozenset[str] = frozenset()
     if effective_mode(card, env) == "demo":
-        kept = [s for s in card.availability if s.shape not in PROBING_SHAPES]
-        if len(kept) != len(card.availability):
-            log.info(
-                "%s: demo model: skipping the endpoint probes (%s)",
-                card.id,
-                ", ".join(sorted({s.shape for s in card.availability} & PROBING_SHAPES)),
-            )
-            card = card.model_copy(update={"availability": kept})
-    return card_availability(card)
+        skip = PROBING_SHAPES
+        dropped = {s.shape for s in card.availability} & PROBING_SHAPES
+        if dropped:
+            log.info("%s: demo model: skipping the endpoint probes (%s)", card.id, ", ".join(sorted(dropped)))
+    ledger = state_dir / "endpoints" if state_dir is not None else None
+    return card_availability(card, cards=cards, ledger_dir=ledger, skip=skip)
 
 
 def _state_file(settings: Settings, card: Card) -> Path:
@@ -120,6 +125,33 @@ class _LazyResults:
         return self._get().get(ref)
 
 
+def _models_parked(card: Card, cards: CardSet, availability: Availability) -> Callable[[], list[str]]:
+    """Which model endpoints a park of ``card``'s queue stands for: a persona with
+    backbones parks for every one it found parked, any other queue for its model's card."""
+    backbones = backbones_of(availability)
+    if backbones is not None:
+        return lambda: list(backbones.parked)
+    endpoint = endpoint_card(card, cards)
+    if endpoint.kind == "model":
+        return lambda: [endpoint.id]
+    return list
+
+
+def _clients(env: Mapping[str, str]) -> Callable[[Card], ModelClient]:
+    """One client per backbone a persona calls (in sdk mode each has its own endpoint)."""
+    made: dict[str, ModelClient] = {}
+    lock = threading.Lock()
+
+    def client_of(card: Card) -> ModelClient:
+        key = card.runtime.model or card.id
+        with lock:
+            if key not in made:
+                made[key] = client_for(card, env)
+            return made[key]
+
+    return client_of
+
+
 def owner_id(card: Card) -> str:
     """This process's worker identity."""
     return registry.get_str("AGAP_WORKER_ID") or f"{card.id}@{socket.gethostname()}:{os.getpid()}"
@@ -144,12 +176,14 @@ def build_worker(
             where=f"cards/{card_id}.yaml",
             hint="external runtimes use `agap claim`/`agap complete`",
         )
-    url, token = settings.require_board()
+    # A confined agent works in its home, signed in as its own board user (principals).
+    settings = worker_settings(settings, card)
+    url, _ = settings.require_board()
 
     def connect() -> Fabric:
-        return Fabric.connect(settings, cards=cards, port=KanboardClient(url, token))
+        return Fabric.connect(settings, cards=cards, port=board_client(settings))
 
-    availability = availability_for(card, env)
+    availability = availability_for(card, env, cards, settings.state_dir)
     if executor is None:
         outage = Outage()
         availability.shapes.append(outage)
@@ -177,12 +211,16 @@ def build_worker(
                 )
             ),
             refs=RefResolver(
-                roots=[Path(p) for p in registry.get_list("AGAP_REF_ROOTS", env)], resolve_task=resolve_task
+                roots=[Path(p) for p in registry.get_list("AGAP_REF_ROOTS", env)],
+                resolve_task=resolve_task,
+                schemes=store_readers(env),
             ),
             availability=availability,
             outage=outage,
             persona=persona_for(card, cards),
             human_for=human_for,
+            guard_for=lambda job: read_guard(fab().policy_context(), card, job.lease.spec),
+            client_of=_clients(env),
         )
     config = WorkerConfig(
         queue=card.queue_name,
@@ -207,6 +245,7 @@ def build_worker(
             check_claim_on_board(fab.policy_context(), card, view.spec)
 
     worker.claim_check = claim_check
+    worker.models_parked = _models_parked(card, cards, availability)
     # Live events (signed, over MQTT or NATS) when AGAP_EVENTS_URL is set: published
     # after each transition, and submit events wake this worker before its next poll.
     attach_worker(worker, env=env)

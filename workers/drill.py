@@ -14,6 +14,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from fabric.ledger import Fenced
 from workers.job import Job, JobOutcome
 
 SCHEMA = """
@@ -92,6 +93,9 @@ class DrillExecutor:
                         os._exit(137)
                     except FileExistsError:
                         pass
-                job.effect_done(effect, f"applied:{effect.key}")
+                try:
+                    job.effect_done(effect, f"applied:{effect.key}")
+                except Fenced:
+                    return JobOutcome.failed("fenced after the side effect")
         self.db.execute("UPDATE executions SET finished = ? WHERE rowid = ?", (time.time(), row_id))
         return JobOutcome.done(f"drill://{lease.uid}/e{lease.epoch}/{lease.owner}")

@@ -19,19 +19,24 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-from fabric.availability import Availability, Verdict
+from fabric.availability import Availability, Verdict, is_interactive
 from fabric.cards import Card
+from fabric.domains import ReadGuard
 from fabric.errors import FabricError
 from fabric.kanboard.port import BoardError
 from fabric.ledger import Effect, Fenced
+from fabric.refusals import PolicyRefused
+from workers.admission import Admitted, admit_call
 from workers.answer import Reply, ask, task_messages
 from workers.job import Job, JobOutcome
 from workers.llm import (
     BadModelResponse,
+    DemoClient,
     ModelClient,
     ModelRejected,
+    ModelTimedOut,
     ModelUnavailable,
     RateLimited,
 )
@@ -85,7 +90,16 @@ class ModelExecutor:
     outage: Outage
     persona: str | None = None
     human_for: Callable[[Job], str | None] = lambda job: None
+    #: The privacy check of the refs of a job (:func:`fabric.policy.read_guard`).
+    guard_for: Callable[[Job], ReadGuard | None] = lambda job: None
     clock: Callable[[], float] = time.time
+    #: Timeouts in a row on one task that count as one failed attempt (fewer only release it).
+    timeouts_per_attempt: int = 2
+    #: The client for a persona's backbone chosen per call (see :mod:`workers.admission`).
+    client_of: Callable[[Card], ModelClient] = lambda card: DemoClient()
+    _timeouts: dict[str, int] = field(default_factory=dict)  # task uid -> timeouts in a row
+    #: task uid -> what the completion records about the call (the backbone that ran it)
+    notes: dict[str, str] = field(default_factory=dict)
 
     def __call__(self, job: Job) -> JobOutcome:
         messages = self._messages(job)
@@ -103,6 +117,7 @@ class ModelExecutor:
         if isinstance(reply, JobOutcome):
             return reply
         if reply.kind == "ask":
+            self.notes.pop(job.lease.uid, None)
             return JobOutcome.ask(reply.text, self.human_for(job))
         return self._finish(job, effect, reply)
 
@@ -110,8 +125,11 @@ class ModelExecutor:
         """The prompt (refs resolved); a ref that cannot be read fails the attempt."""
         spec = job.lease.spec
         try:
-            return task_messages(self.refs, spec.intent, spec.refs, self.persona, job.lease.conversation)
-        except UnresolvableRef as exc:
+            # The privacy check where the content is read, for the people this task is for.
+            guard = self.guard_for(job)
+            refs = self.refs if guard is None else replace(self.refs, guard=guard)
+            return task_messages(refs, spec.intent, spec.refs, self.persona, job.lease.conversation)
+        except (UnresolvableRef, PolicyRefused) as exc:
             return JobOutcome.failed(exc.line(), poison=True)
         except RefUnavailable as exc:
             return JobOutcome.failed(exc.line())
@@ -135,41 +153,78 @@ class ModelExecutor:
             "task_uid": job.lease.uid,
             "epoch": job.lease.epoch,
         }
+        # Admission counts the call in the model endpoint's ledger before it is made, so
+        # no other slot, worker or sync A2A call can take the same last call of a window.
+        admitted = self._admit(job)
+        if isinstance(admitted, JobOutcome):
+            return admitted
+        card = admitted.card(self.card)
+        client = self.client_of(card) if admitted.endpoint else self.client
         try:
-            reply = ask(self.card, self.client, messages, metadata=metadata, key=effect.key)
-        except RateLimited as exc:
-            now = self.clock()
-            if exc.headers:
-                self.availability.on_rate_limited_headers(now, exc.headers)
-            else:
-                self.availability.on_rate_limited(now, exc.retry_after, exc.reset_at)
-            return JobOutcome.released(f"rate limited by the provider ({exc.hint})")
-        except ModelUnavailable as exc:
-            self.outage.report(self.clock(), exc.what)
-            return JobOutcome.released(f"model plane unavailable: {exc.what}")
-        except ModelRejected as exc:
-            return JobOutcome.failed(f"the model plane refused the request: {exc.what}", poison=True)
-        except BadModelResponse as exc:
-            return JobOutcome.failed(f"bad model response: {exc.what}")
+            reply = ask(card, client, messages, metadata=metadata, key=effect.key)
+        except Exception as exc:
+            return self._call_failed(job, exc, admitted)
         now = self.clock()
-        self.availability.record(now, cost_usd=reply.cost_usd)
+        self._timeouts.pop(job.lease.uid, None)
+        admitted.settle(now, cost_usd=reply.cost_usd)
         self.outage.record(now)
+        if admitted.endpoint is not None:
+            self.notes[job.lease.uid] = admitted.endpoint.note()
         return reply
+
+    def _admit(self, job: Job) -> Admitted | JobOutcome:
+        """Admit the call in the card's own a(t), then (a persona) in its first available backbone."""
+        interactive = is_interactive(self.card.runtime.interactive, job.lease.spec.priority)
+        admitted = admit_call(self.availability, self.clock(), interactive=interactive)
+        if isinstance(admitted, Verdict):
+            return JobOutcome.released(f"parked before the model call: {admitted.reason}")
+        return admitted
+
+    def _call_failed(self, job: Job, exc: Exception, admitted: Admitted) -> JobOutcome:
+        """A failed call: feed a(t), then decide whether the attempt counts."""
+        now = self.clock()
+        admitted.failed(exc, now, charge_usd=self.card.max_cost_usd or 0.0)
+        if isinstance(exc, ModelTimedOut):
+            streak = self._timeouts[job.lease.uid] = self._timeouts.get(job.lease.uid, 0) + 1
+            if streak >= self.timeouts_per_attempt:
+                self._timeouts.pop(job.lease.uid, None)
+                return JobOutcome.failed(f"no answer within the timeout {streak} times in a row: {exc.what}")
+            of = self.timeouts_per_attempt
+            return JobOutcome.released(f"model call timed out ({streak} of {of}): {exc.what}")
+        if isinstance(exc, RateLimited):
+            return JobOutcome.released(f"rate limited by the provider ({exc.hint})")
+        if isinstance(exc, ModelUnavailable):
+            self.outage.report(now, exc.what)
+            return JobOutcome.released(f"model plane unavailable: {exc.what}")
+        if isinstance(exc, ModelRejected):
+            return JobOutcome.failed(f"the model plane refused the request: {exc.what}", poison=True)
+        if isinstance(exc, BadModelResponse):
+            return JobOutcome.failed(f"bad model response: {exc.what}")
+        raise exc
 
     def _finish(self, job: Job, effect: Effect, reply: Reply) -> JobOutcome:
         """Store the result and keep the receipt, so no later owner pays for the call again."""
+        if job.fenced.is_set():  # the heartbeat already knows: store nothing
+            return JobOutcome(
+                kind="failed", reason="fenced during the model call", evidence=reply.text[:4000]
+            )
         ref = self._store(job, reply.text)
         if isinstance(ref, JobOutcome):
             return ref
         try:
             job.effect_done(effect, ref)
         except Fenced:
-            return JobOutcome.failed("fenced after the model call")
+            # The epoch ended while the model thought: this answer is evidence only, and
+            # its receipt does not count, so the new owner calls the model again.
+            return JobOutcome(
+                kind="failed", reason="fenced after the model call", evidence=reply.text[:4000], stored=ref
+            )
         except BoardError as exc:
             # The receipt only saves a later owner a call; the completion still records it.
             log.warning("task #%s: receipt not recorded (%s)", job.lease.task_id, exc)
         log.info("task #%s done: %s (cost $%.4f)", job.lease.task_id, ref, reply.cost_usd)
-        return JobOutcome.done(ref, evidence=reply.text[:4000], cost_usd=reply.cost_usd)
+        note = self.notes.pop(job.lease.uid, "")
+        return JobOutcome.done(ref, evidence=reply.text[:4000], cost_usd=reply.cost_usd, note=note)
 
     def _store(self, job: Job, text: str) -> str | JobOutcome:
         """Store the result; while the board is away, hold it and keep trying.

@@ -57,8 +57,18 @@ class Job:
         return self.ledger.effect(self.lease, op)
 
     def effect_done(self, effect: Effect, receipt: str) -> None:
-        """Record the receipt of a side effect so no later owner repeats it."""
-        self.ledger.effect_done(self.lease, effect, receipt)
+        """Record the receipt of a side effect so no later owner repeats it.
+
+        It goes into the owner's record, as renewals do (hence the lock). Raises
+        :class:`~fabric.ledger.Fenced` (and sets ``fenced``) when the epoch has ended:
+        then the receipt does not count, and a new owner repeats the effect.
+        """
+        try:
+            with self.lease_lock:
+                self.lease = self.ledger.effect_done(self.lease, effect, receipt)
+        except Fenced:
+            self.fenced.set()
+            raise
 
 
 @dataclass(frozen=True)
@@ -71,11 +81,14 @@ class JobOutcome:
     question: str = ""
     human: str | None = None
     evidence: str = ""  # what to keep if the owner turns out fenced
+    stored: str | None = None  # a copy of that output already stored (named in the evidence)
     cost_usd: float = 0.0  # model spend of this execution
+    note: str = ""  # recorded with the completion (which backbone ran it, and why)
 
     @classmethod
-    def done(cls, result_ref: str, evidence: str = "", cost_usd: float = 0.0) -> JobOutcome:
-        return cls("done", result_ref=result_ref, evidence=evidence or result_ref, cost_usd=cost_usd)
+    def done(cls, result_ref: str, evidence: str = "", cost_usd: float = 0.0, note: str = "") -> JobOutcome:
+        evidence = evidence or result_ref
+        return cls("done", result_ref=result_ref, evidence=evidence, cost_usd=cost_usd, note=note)
 
     @classmethod
     def failed(cls, reason: str, *, poison: bool = False) -> JobOutcome:

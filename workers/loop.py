@@ -32,9 +32,9 @@ from fabric.kanboard.layout import META_COST
 from fabric.kanboard.port import BoardError, BoardUnavailable
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import Fenced, Lease, LedgerError
-from fabric.submit import render_description
 from workers.job import Executor, Job, JobOutcome
 from workers.queue import QueueReader
+from workers.results import result_url
 
 INTERACTIVE_PRIORITY = 2  # high and urgent tasks count as interactive work
 
@@ -95,6 +95,9 @@ class Worker:
         # Policy re-checked at claim (a task may have been submitted before a card
         # changed): raises to refuse; the task is then dead-lettered with the reason.
         self.claim_check: Callable[[Fabric, TaskView], None] | None = None
+        #: The model endpoints a refusal of a(t) parks (named in the published park state,
+        #: so `agap ls` and the metrics show parks per model as well as per queue).
+        self.models_parked: Callable[[], list[str]] = list
         # Set by a wake-up hint (a submit event, a webhook): an idle slot polls at once.
         # The poll interval stays as the safety net.
         self.wake = threading.Event()
@@ -230,8 +233,10 @@ class Worker:
         log.info(
             "queue %s %s", self.config.queue, f"parked: {change.reason}" if change.parked else "available"
         )
+        state = change.to_dict()
+        state["models"] = self.models_parked() if change.parked else []
         try:
-            fab.board.publish_park(self.config.queue, change.to_dict())
+            fab.board.publish_park(self.config.queue, state)
         except BoardError as exc:
             log.warning("could not publish the park state: %s", exc)
 
@@ -322,9 +327,8 @@ class Worker:
             ledger.complete(
                 lease,
                 outcome.result_ref,
-                description=render_description(
-                    lease.spec, lease.uid, result_ref=outcome.result_ref, key=fab.board.seal_key
-                ),
+                note=outcome.note or None,
+                result_url=result_url(fab.board, outcome.result_ref),
                 extra_meta={META_COST: f"{outcome.cost_usd:.6f}"} if outcome.cost_usd else None,
             )
             self.stats.bump("completed")
@@ -357,7 +361,9 @@ class Worker:
         self.emit("fenced", lease, "a newer epoch exists; output kept as evidence")
         log.warning("task #%s: fenced at epoch %s; keeping output as evidence", lease.task_id, lease.epoch)
         with contextlib.suppress(BoardError):
-            fab.ledger.keep_evidence(lease, outcome.evidence or outcome.reason or outcome.kind)
+            fab.ledger.keep_evidence(
+                lease, outcome.evidence or outcome.reason or outcome.kind, stored=outcome.stored
+            )
 
 
 class Heartbeat:

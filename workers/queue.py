@@ -22,6 +22,9 @@ from fabric.ledger import IllegalTransition, Lease, Ledger, LostRace
 # How many of the best candidates one poll reads records for. Contending workers
 # spread over them instead of all racing for the single best task.
 CANDIDATES = 8
+# A reader that lost a claim race this recently spreads over the candidates of a
+# priority (at random); one that has not (a single worker) keeps the strict order.
+CONTENDED_SECONDS = 5.0
 # A card in Queued whose record says otherwise (a lost move not yet put right, a
 # person's gesture the keeper has not read) is left out of polls this long, so it
 # neither costs a metadata read per poll nor keeps a draining worker from seeing an
@@ -66,6 +69,7 @@ class QueueReader:
         self._rows: list[BoardTask] = []
         self._polled_at = float("-inf")
         self._skip: dict[int, float] = {}  # task id -> time.monotonic() it is polled again
+        self._lost_at = float("-inf")  # time.monotonic() of the last claim race lost
 
     def poll(self) -> list[BoardTask]:
         """The queue's queued open tasks that may be due, best first (one round trip)."""
@@ -83,10 +87,15 @@ class QueueReader:
         self._rows = []
 
     def candidates(self, rows: list[BoardTask]) -> list[TaskView]:
-        """Records of the best few rows (one round trip), spread among equal priorities."""
+        """Records of the best few rows (one round trip), in order.
+
+        Only a reader that has just lost a race to another worker shuffles them within each
+        priority (never a lower priority before a higher one), so contending workers spread
+        out while a worker alone takes the soonest deadline, then the oldest task, first.
+        """
         top = rows[:CANDIDATES]
-        # Shuffle within each priority so contending workers pick different tasks, but
-        # never take a lower priority before a higher one.
+        if time.monotonic() - self._lost_at > CONTENDED_SECONDS:
+            return self.board.read_meta_many(top)
         groups: dict[int, list[BoardTask]] = {}
         for r in top:
             groups.setdefault(r.priority, []).append(r)
@@ -126,6 +135,17 @@ class QueueReader:
             self.poll()
             fresh = True
 
+    def _not_mine(self, view: TaskView, state: State) -> None:
+        """A card in this queue's Queued cell that is not a queued task of this queue."""
+        if state == State.WORKING:
+            # A lost claim move (PostgreSQL loses some under concurrent moves): put the card
+            # back now rather than at the keeper's next sweep.
+            with contextlib.suppress(FabricError):
+                self.board.repair_projection(view)
+        # Anything else may be a person's gesture (an answer, a reopen, a revive, a move to
+        # this lane): the keeper tells those from lost moves, by the board's activity.
+        self._skip[view.id] = time.monotonic() + SKIP_SECONDS
+
     def _try(self, view: TaskView, owner: str, lease_seconds: float) -> Lease | None:
         cur = view.current
         if cur is None:
@@ -136,13 +156,8 @@ class QueueReader:
                 with contextlib.suppress(LostRace, IllegalTransition):
                     self.ledger.resolve_gap(view, by=owner)
             return None  # a young gap is its winner's; an old one is claimed next poll
-        if cur.state != State.QUEUED:
-            # In the Queued column with another state: a lost move (PostgreSQL loses some
-            # under concurrent moves). Put the card where its record says, now, rather
-            # than at the keeper's next sweep; a person's later move is left alone.
-            with contextlib.suppress(FabricError):
-                self.board.repair_projection(view)
-            self._skip[view.id] = time.monotonic() + SKIP_SECONDS
+        if cur.state != State.QUEUED or (view.spec is not None and view.spec.queue != self.queue):
+            self._not_mine(view, cur.state)
             return None
         if cur.not_before and cur.not_before > self.clock():
             return None
@@ -157,5 +172,8 @@ class QueueReader:
                 return None
         try:
             return self.ledger.claim(view, owner, lease_seconds=lease_seconds)
-        except (LostRace, IllegalTransition):
+        except LostRace:
+            self._lost_at = time.monotonic()  # others are claiming too: spread from now on
+            return None
+        except IllegalTransition:
             return None

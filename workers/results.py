@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import re
+import threading
 from pathlib import Path
 from typing import Protocol
 
@@ -28,6 +29,40 @@ _ATTACHMENT = re.compile(r"^kanboard://task/(\d+)/file/([^/]+)$")
 def result_name(lease: Lease, suffix: str = "md") -> str:
     """``result-e<epoch>.<suffix>``: the file name of the result made under ``lease``."""
     return f"result-e{lease.epoch}.{suffix}"
+
+
+class AttachedFiles:
+    """The Kanboard file id of each result this process attached, by ref, so the done
+    card can link the attachment itself (a worker's slots each have their own board
+    connection; this is shared). Bounded: an id not found only makes the link coarser."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self._ids: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.limit = limit
+
+    def add(self, ref: str, file_id: int) -> None:
+        with self._lock:
+            if len(self._ids) >= self.limit:
+                self._ids.pop(next(iter(self._ids)))
+            self._ids[ref] = file_id
+
+    def take(self, ref: str) -> int | None:
+        with self._lock:
+            return self._ids.pop(ref, None)
+
+
+ATTACHED = AttachedFiles()
+
+
+def result_url(board: TaskBoard, ref: str) -> str | None:
+    """The page in Kanboard that opens the result ``ref`` (its attachment in the file
+    viewer), when this process attached it and the board has a web address."""
+    m = _ATTACHMENT.match(ref)
+    file_id = ATTACHED.take(ref) if m else None
+    if m is None or file_id is None or board.links is None:
+        return None
+    return board.links.file(int(m.group(1)), file_id)
 
 
 class ResultStore(Protocol):
@@ -51,8 +86,10 @@ class AttachmentStore:
     def put(self, lease: Lease, text: str) -> str:
         name = result_name(lease)
         blob = base64.b64encode(text.encode()).decode()
-        self.board.attach_file(lease.task_id, name, blob, what="the result")
-        return f"kanboard://task/{lease.task_id}/file/{name}"
+        file_id = self.board.attach_file(lease.task_id, name, blob, what="the result")
+        ref = f"kanboard://task/{lease.task_id}/file/{name}"
+        ATTACHED.add(ref, file_id)
+        return ref
 
     def get(self, ref: str) -> str:
         m = _ATTACHMENT.match(ref)

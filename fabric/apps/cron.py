@@ -66,6 +66,7 @@ from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped
 from apscheduler.triggers.interval import IntervalTrigger  # type: ignore[import-untyped]
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from fabric.cards.problems import error_message
 from fabric.durations import parse_duration
 from fabric.errors import ConfigError, FabricError, InvalidInput
 from fabric.kanboard.port import BoardError
@@ -276,7 +277,7 @@ def load_schedules(path: str | Path) -> list[Schedule]:
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
-        raise ConfigError(f"{loc}: {first['msg'].removeprefix('Value error, ')}", where=str(p)) from None
+        raise ConfigError(f"{loc}: {error_message(first)}", where=str(p)) from None
     _zone(data.timezone, f"{p}: timezone")
     out: list[Schedule] = []
     seen: set[str] = set()

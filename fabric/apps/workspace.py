@@ -53,6 +53,7 @@ import requests
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from fabric.cards.problems import error_message
 from fabric.errors import EXIT_FAILED, EXIT_INVALID, ConfigError, FabricError, InvalidInput
 from fabric.ledger import Lease
 from fabric.settings import registry
@@ -148,9 +149,11 @@ def _valid_branch(name: str) -> bool:
 
 
 def find_repo_ref(refs: Iterable[str]) -> RepoRef | None:
-    """The first ``git+…`` ref of a task (its repository), or None for a task without one."""
+    """The first ``git+…`` ref of a task (its repository), or None for a task without one.
+    A ref to a file in a repository (``#<rev>:<path>``, context for the prompt: no branch
+    has a ``:``) names no workspace."""
     for ref in refs:
-        if ref.startswith(REF_PREFIX):
+        if ref.startswith(REF_PREFIX) and ":" not in ref.partition("#")[2]:
             return RepoRef.parse(ref)
     return None
 
@@ -620,7 +623,7 @@ def load_sandboxes(
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"])
-            raise ConfigError(f"{path}: {agent}.{field}: {first['msg']}") from None
+            raise ConfigError(f"{path}: {agent}.{field}: {error_message(first)}") from None
     return out
 
 

@@ -34,7 +34,7 @@ from fabric.cards.schema import (
 )
 from fabric.errors import InvalidInput
 
-__all__ = ["CardErrors", "CardProblem", "validation_problems"]
+__all__ = ["CardErrors", "CardProblem", "error_message", "validation_problems"]
 
 
 @dataclass(frozen=True)
@@ -144,8 +144,14 @@ def _message(err: Any) -> str:
     if kind in _BOUND_MESSAGES:
         words, key = _BOUND_MESSAGES[kind]
         return f"{words} {_num(ctx[key])}"
-    if kind == "too_short":
+    if kind in ("too_short", "string_too_short"):
         return "must not be empty" if ctx.get("min_length") == 1 else err["msg"]
+    if kind in ("too_long", "string_too_long"):
+        limit = ctx.get("max_length")
+        unit = "characters" if kind == "string_too_long" else "items"
+        return f"is longer than {limit} {unit} (pass long text by reference)"
+    if kind == "extra_forbidden":
+        return "is not a known field"
     if kind == "literal_error":
         return f"must be one of {ctx['expected']} (got {err['input']!r})"
     if kind in ("union_tag_invalid", "union_tag_not_found"):
@@ -154,6 +160,11 @@ def _message(err: Any) -> str:
         return str(ctx.get("error", err["msg"]))
     msg: str = err["msg"]
     return msg[:1].lower() + msg[1:]
+
+
+def error_message(err: Any) -> str:
+    """One pydantic error (an item of ``ValidationError.errors()``) in the fabric's words."""
+    return _message(err)
 
 
 def _union_tag_message(kind: str, ctx: dict[str, Any]) -> str:

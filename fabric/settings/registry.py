@@ -6,7 +6,7 @@ fabric that read it. Readers never touch ``os.environ``; they ask this module
 that does not parse raises a one-line :class:`~fabric.errors.ConfigError` naming the
 variable, the value and what was expected.
 
-Where values come from (the environment, then ``AGAP_ENV_FILE``, then ``.agap.env``) is
+Where values come from (the environment, then ``AGAP_ENV_FILE`` or else ``.agap.env``) is
 :mod:`fabric.settings.resolve`'s job. The CLI applies those files to the process environment at
 start, so a reader here sees the resolved value.
 
@@ -131,6 +131,10 @@ def _v(
 
 
 _EVERY = "how often the keeper's {} duty runs"
+# One variable per person: the name is this with <USER> filled in (see person_secret).
+PERSON_PASSWORD = "AGAP_PASSWORD_<USER>"
+# One per confined agent (its board user's password), named the same way after its card id.
+AGENT_BOARD_PASSWORD = "AGAP_BOARD_PASSWORD_<USER>"
 
 REGISTRY: tuple[Var, ...] = (
     # Every command (fabric.settings.resolve.Settings and the resolution order)
@@ -141,7 +145,42 @@ REGISTRY: tuple[Var, ...] = (
     _v("AGAP_PROJECT", "str", "cli", "the work project's name", "Agent Fabric"),
     _v("AGAP_LOCKS_PROJECT", "str", "cli", "the locks project's name", "Agent Fabric Locks"),
     _v("AGAP_ACTOR", "str", "cli", "who the CLI acts as", "cli"),
-    _v("AGAP_ENV_FILE", "path", "cli", "an env file with more settings (must exist if named)"),
+    _v(
+        "KANBOARD_WEB_URL",
+        "url",
+        "cli",
+        "the Kanboard address people open in a browser: links on cards and in notifications",
+        note="KANBOARD_URL without /jsonrpc.php",
+    ),
+    _v(
+        PERSON_PASSWORD,
+        "secret",
+        "cli",
+        "the Kanboard password `agap init` gives that person's new user (<USER>: the username "
+        "in capitals, - as _); unset: a one-time password, printed once",
+    ),
+    _v(
+        "AGAP_BOARD_USER",
+        "str",
+        ("worker", "cli"),
+        "sign in as this Kanboard user instead of with the application token (a confined "
+        "agent's worker: agap-<agent>)",
+    ),
+    _v("AGAP_BOARD_PASSWORD", "secret", ("worker", "cli"), "AGAP_BOARD_USER's password"),
+    _v(
+        AGENT_BOARD_PASSWORD,
+        "secret",
+        ("cli", "deploy"),
+        "the password of a confined (sandboxed or untrusted) agent's board user agap-<agent>, "
+        "which `agap init` sets (<USER>: the card id in capitals, - as _); its worker gets "
+        "it as AGAP_BOARD_PASSWORD",
+    ),
+    _v(
+        "AGAP_ENV_FILE",
+        "path",
+        "cli",
+        "the env file with more settings (must exist if named; then no .agap.env is read)",
+    ),
     _v("XDG_CACHE_HOME", "path", "cli", "where the board layout cache lives (in agap/)", note="~/.cache"),
     # The embedded board (agap board serve, agap up)
     _v("AGAP_BOARD_PORT", "int", "board", "the embedded board's port under agap up", "8765"),
@@ -177,6 +216,17 @@ REGISTRY: tuple[Var, ...] = (
         sep=os.pathsep,
         empty="no directory",
     ),
+    _v(
+        "AGAP_HINDSIGHT_URL",
+        "url",
+        ("worker", "a2a"),
+        "the Hindsight API hindsight://<bank>/<query> refs recall from (unset under agap up: "
+        "its embedded stand-in, seeded with demo memories)",
+        "http://127.0.0.1:8888",
+    ),
+    _v(
+        "AGAP_HINDSIGHT_KEY", "secret", ("worker", "a2a"), "the bearer token Hindsight's API requires, if any"
+    ),
     _v("AGAP_POLL_SECONDS", "duration", "worker", "worker poll interval (default: the card's)"),
     _v(
         "AGAP_OUTAGE_GRACE",
@@ -196,8 +246,9 @@ REGISTRY: tuple[Var, ...] = (
         "AGAP_WORKER_ID",
         "str",
         ("worker", "cli", "mcp"),
-        "this process's worker identity (agap worker; agap claim's and agap mcp serve's owner)",
-        note="agent@host:pid",
+        "the worker identity: agap worker's and agap mcp serve's owner, and the owner agap claim, "
+        "heartbeat, complete, fail and ask use when --owner is not given",
+        note="agent@host:pid; for the CLI agent@host",
     ),
     _v(
         "LITELLM_LOCAL_MODEL_COST_MAP",
@@ -218,7 +269,7 @@ REGISTRY: tuple[Var, ...] = (
         "AGAP_EVENTS_SECRET",
         "secret",
         "events",
-        "the fabric secret events are signed with",
+        "the fabric secret each task's event-signing token is derived from (never sent)",
         grammar="16 or more characters, never printed",
     ),
     _v(
@@ -227,7 +278,7 @@ REGISTRY: tuple[Var, ...] = (
         "events",
         "the events' topic prefix",
         "agap",
-        grammar="letters, digits, _ and -, 1 to 64",
+        grammar="1 to 4 levels of letters, digits, _ and - (1 to 64 each), joined by /",
     ),
     _v("AGAP_EVENTS_USERNAME", "str", "events", "the broker user (else the URL's)"),
     _v("AGAP_EVENTS_PASSWORD", "secret", "events", "the broker password (else the URL's)"),
@@ -363,8 +414,9 @@ REGISTRY: tuple[Var, ...] = (
     _v(
         "AGAP_KEEPER_ESCALATE_TO",
         "str",
-        "keeper",
-        "who overdue tasks go to when no human is responsible (card id or username)",
+        ("keeper", "worker", "mcp", "a2a", "cli"),
+        "who overdue tasks go to, and who verifies done ones, when no person is responsible "
+        "(card id or username)",
         note="the first human card",
     ),
     _v(
@@ -389,6 +441,26 @@ REGISTRY: tuple[Var, ...] = (
         "list",
         "keeper",
         "private or loopback webhook targets notifications may reach (CIDRs)",
+    ),
+    _v(
+        "AGAP_KEEPER_HOOK_HOST",
+        "str",
+        "keeper",
+        "address of the receiver for Kanboard's webhook",
+        "127.0.0.1",
+    ),
+    _v(
+        "AGAP_KEEPER_HOOK_PORT",
+        "int",
+        "keeper",
+        "port of the receiver for Kanboard's webhook: a person's gesture is acted on at once (0 = off)",
+        "0",
+    ),
+    _v(
+        "AGAP_KEEPER_HOOK_TOKEN",
+        "secret",
+        ("keeper", "board"),
+        "the token Kanboard's webhook sends (its webhook_token setting); required with the port",
     ),
     # The A2A server and client
     _v("AGAP_A2A_TOKENS", "secret", "a2a", "A2A clients: caller:token,…"),
@@ -445,6 +517,19 @@ def named(name: str, env: Env = None) -> str:
     read as a secret: "" when unset.
     """
     return environ(env).get(name, "")
+
+
+def person_secret(template: str, username: str, env: Env = None) -> str:
+    """A per-person secret such as ``AGAP_PASSWORD_<USER>`` for ``username`` ("" when
+    unset): ``<USER>`` is the username in capitals, with anything but letters and digits
+    as ``_`` (``anna-lena`` reads ``AGAP_PASSWORD_ANNA_LENA``)."""
+    var(template)  # a registered family, not a name a card invents
+    return environ(env).get(person_variable(template, username), "")
+
+
+def person_variable(template: str, username: str) -> str:
+    """The variable ``template`` names for ``username``."""
+    return template.replace("<USER>", re.sub(r"[^A-Z0-9]", "_", username.upper()))
 
 
 def get(name: str, env: Env = None) -> Value | None:

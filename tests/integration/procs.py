@@ -10,7 +10,9 @@ from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.kanboard.client import KanboardClient
 from fabric.settings.resolve import Settings
+from workers.daemon import build_worker
 from workers.drill import DrillExecutor
+from workers.job import Job, JobOutcome
 from workers.loop import Worker, WorkerConfig
 
 
@@ -79,7 +81,7 @@ def checkpoint_worker(
     process to reach step ``die_after`` dies there (SIGKILL-like, no cleanup)."""
     import sqlite3
 
-    from workers.job import Job, JobOutcome
+    from workers.job import JobOutcome
 
     os.environ["XDG_CACHE_HOME"] = cache_dir
     settings = Settings(board_url=url, board_token=token, cards_dir=Path(cards_dir))
@@ -105,3 +107,42 @@ def checkpoint_worker(
         execute,
         WorkerConfig(queue=queue, owner=owner, lease_seconds=1.5, poll_seconds=0.05, exit_when_idle=True),
     ).run()
+
+
+def model_worker_one_task(
+    url: str,
+    token: str,
+    cards_dir: str,
+    agent: str,
+    env: dict[str, str],
+    state_dir: str,
+    project: str = "Agent Fabric",
+    locks_project: str = "Agent Fabric Locks",
+) -> None:
+    """A real model worker (the built-in executor) that takes one task and then stops.
+
+    Stopping after one task keeps a frozen-then-thawed worker from claiming the task
+    again once it has been requeued: the test decides who the next owner is.
+    """
+    os.environ.update(env)
+    logging.basicConfig(level=logging.WARNING)
+    settings = Settings(
+        board_url=url,
+        board_token=token,
+        cards_dir=Path(cards_dir),
+        state_dir=Path(state_dir),
+        project=project,
+        locks_project=locks_project,
+    )
+    cards = load_cards(Path(cards_dir), base_dir=Path(cards_dir))
+    worker = build_worker(agent, settings, cards, env=env)
+    inner = worker.executor
+
+    def one(job: Job) -> JobOutcome:
+        try:
+            return inner(job)
+        finally:
+            worker.stop.set()
+
+    worker.executor = one
+    worker.run()

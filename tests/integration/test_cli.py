@@ -165,3 +165,34 @@ def test_malformed_cards_name_the_file_and_field(env: dict[str, str], tmp_path: 
     r = run(env | {"AGAP_CARDS_DIR": str(cards)}, "init")
     assert r.exit_code == 2
     assert "bad.yaml" in r.output and "tier" in r.output
+
+
+# -- dropping a dead letter: a terminal state of its own, not canceled ----------------------
+
+
+def dead_letter(env: dict[str, str]) -> str:
+    assert run(env, "init").exit_code == 0
+    sub = run(env, "submit", "--target", "claude-coder", "--intent", "flaky tests?", "--json")
+    tid = str(json.loads(sub.output)["task_id"])
+    claim = json.loads(run(env, "claim", "--agent", "claude-coder", "--owner", "l1", "--json").output)
+    failed = run(
+        env, "fail", tid, "--epoch", str(claim["epoch"]), "--owner", "l1", "--reason", "x", "--poison"
+    )
+    assert failed.exit_code == 0, failed.output
+    return tid
+
+
+@pytest.mark.parametrize("verb", ["drop", "cancel"])
+def test_a_dead_letter_is_dropped(env: dict[str, str], verb: str) -> None:
+    tid = dead_letter(env)
+    out = run(env, verb, tid, "--reason", "not worth it", "--json")
+    assert out.exit_code == 0, out.output
+    shown = json.loads(run(env, "show", tid, "--json").output)
+    assert shown["state"] == "dropped"
+
+
+def test_drop_refuses_a_task_that_is_not_a_dead_letter(env: dict[str, str]) -> None:
+    assert run(env, "init").exit_code == 0
+    tid = str(json.loads(run(env, "submit", "--target", "kimi", "--intent", "x", "--json").output)["task_id"])
+    out = CliRunner().invoke(main, ["drop", tid], env=env)
+    assert out.exit_code == 1 and "cannot drop a task that is queued" in out.output

@@ -60,7 +60,7 @@ schedules:
 
 def test_the_example_schedule_file_loads() -> None:
     names = [s.name for s in load_schedules(ROOT / "schedules.example.yaml")]
-    assert names == ["morning-digest", "reflect", "research-queue"]
+    assert names == ["morning-digest", "reflect", "consolidation", "research-queue"]
     text = (ROOT / "schedules.example.yaml").read_text()
     # It states the rule the runner follows: no late firing, the cap it counts to.
     assert "not fired once it is back" in text and f"up to {MISSED_SCAN_CAP} planned times" in text

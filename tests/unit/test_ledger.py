@@ -54,6 +54,9 @@ def to_state(fab: Fabric, clock: FakeClock, target: State) -> int:
     elif target == State.CLOSED:
         fab.ledger.complete(lease, "file:///r.md")
         fab.ledger.verify(tid, "alvis")
+    elif target == State.DROPPED:
+        fab.ledger.fail(lease, "bad input", poison=True)
+        fab.ledger.drop(tid, "alvis")
     assert state(fab, tid) == target
     return tid
 
@@ -107,6 +110,7 @@ def _person_op(fab: Fabric, op: str, tid: int) -> Record:
         "verify": lambda: ledger.verify(tid, "alvis"),
         "reopen": lambda: ledger.reopen(tid, "alvis", "wrong answer"),
         "revive": lambda: ledger.revive(tid, "alvis"),
+        "drop": lambda: ledger.drop(tid, "alvis", "not worth it"),
     }
     if op not in ops:
         raise AssertionError(op)
@@ -126,6 +130,7 @@ EXPECTED = {
     "verify": State.CLOSED,
     "reopen": State.QUEUED,
     "revive": State.QUEUED,
+    "drop": State.DROPPED,
 }
 ALL_STATES = [
     State.QUEUED,
@@ -135,6 +140,7 @@ ALL_STATES = [
     State.DEAD,
     State.CANCELED,
     State.CLOSED,
+    State.DROPPED,
 ]
 
 
@@ -404,6 +410,55 @@ def test_effect_key_is_stable_across_owners_and_receipts_stop_repeats(
     third = claim(fab, tid, "w3")
     done = fab.ledger.effect(third, "send-mail")
     assert done.done and done.receipt == "msg-42" and done.key == eff.key
+
+
+def test_a_receipt_written_after_the_epoch_ended_is_never_adopted(
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
+    fab = local_fabric
+    tid = submit(fab)
+    frozen = claim(fab, tid, "w1")
+    eff = fab.ledger.effect(frozen, "model-call")
+    clock.advance(LEASE + 1)  # w1 is frozen past its lease: the keeper requeues
+    fab.ledger.requeue_expired(fab.board.read(tid))
+    with pytest.raises(Fenced):  # w1 thaws and writes its receipt: it does not count
+        fab.ledger.effect_done(frozen, eff, "kanboard://task/1/file/result-e1.md")
+    new = claim(fab, tid, "w2")
+    again = fab.ledger.effect(new, "model-call")
+    assert not again.done and again.key == eff.key, "the new owner calls again, under the same key"
+    assert all(not r.receipts for r in fab.board.read(tid).records.values() if r.epoch > frozen.epoch)
+
+
+def test_a_current_receipt_survives_renewals_and_its_owner_dying(
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
+    fab = local_fabric
+    tid = submit(fab)
+    first = claim(fab, tid, "w1")
+    lease = fab.ledger.effect_done(first, fab.ledger.effect(first, "model-call"), "ref-1")
+    lease = fab.ledger.renew(lease)  # a renewal from the returned lease keeps the receipt
+    assert fab.board.read(tid).records[lease.epoch].receipts == {"model-call": "ref-1"}
+    clock.advance(LEASE + 1)  # the owner died after its receipt: never pay twice
+    fab.ledger.requeue_expired(fab.board.read(tid))
+    second = claim(fab, tid, "w2")
+    assert second.receipt("model-call") == "ref-1"
+    assert fab.ledger.effect(second, "model-call").receipt == "ref-1"
+
+
+def test_rework_after_reopen_gets_a_new_key_no_receipt_and_the_reason(
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
+    fab = local_fabric
+    tid = submit(fab)
+    first = claim(fab, tid, "w1")
+    eff = fab.ledger.effect(first, "model-call")
+    first = fab.ledger.effect_done(first, eff, "ref-1")
+    fab.ledger.complete(first, "ref-1")
+    fab.ledger.reopen(tid, "alvis", "Wrong restaurant")
+    rework = claim(fab, tid, "w2")
+    assert rework.receipts == () and rework.conversation == (("reopen", "Wrong restaurant"),)
+    again = fab.ledger.effect(rework, "model-call")
+    assert not again.done and again.key != eff.key and again.key.endswith(f"e{rework.epoch}:model-call")
 
 
 def test_a_fenced_owner_gets_no_effect_key(local_fabric: Fabric, clock: FakeClock) -> None:

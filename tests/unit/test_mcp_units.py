@@ -39,6 +39,7 @@ PRIVATE_REF = "file:///srv/agap/private/alvis/diary.md"
 
 
 def tools_for(fab: Fabric, agent: str, owner: str = "loop-1", **kw: Any) -> AgentTools:
+    fab = fab.home_fabric(fab.cards.get(agent))  # a confined agent works its home, as `agap mcp serve`
     return AgentTools(fab, agent, owner=owner, results=AttachmentStore(fab.board), **kw)
 
 

@@ -51,6 +51,11 @@ ENVIRON_ALLOWED: tuple[tuple[str, str, str], ...] = (
         "the environment git runs in (a child process), not a setting",
     ),
     (
+        "workers/gitref.py",
+        "env = {k: os.environ[k] for k in _ENV_KEEP if k in os.environ}",
+        "the few variables the git a ref is read with keeps (PATH, LANG, TMPDIR), not a setting",
+    ),
+    (
         "workers/llm_sdk.py",
         "os.environ.setdefault(",
         "sets a variable litellm reads at import; the value is the registry's default",

@@ -81,6 +81,7 @@ def test_the_task_repo_is_its_first_git_ref() -> None:
     found = find_repo_ref(refs)
     assert found is not None and found.repo == "o/a" and found.branch == "dev"
     assert find_repo_ref(["task:3"]) is None
+    assert find_repo_ref(["git+file:///srv/git/notes.git#main:week.md"]) is None  # a file, as context
 
 
 def test_branch_names_are_stable_and_safe() -> None:

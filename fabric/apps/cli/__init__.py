@@ -18,7 +18,23 @@ from fabric.settings.resolve import apply_config_files
 
 
 class _FabricGroup(click.Group):
-    """A click group that turns a :class:`FabricError` into one line and an exit code."""
+    """A click group that turns a :class:`FabricError` into one line and an exit code.
+
+    Command modules are imported when a command is looked up, not when ``agap`` starts:
+    a worker-facing command (``HOT``) imports only its own module, so a shell loop that
+    heartbeats every few seconds does not pay for the web view, the keeper or A2A.
+    """
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in HOT:
+            importlib.import_module(f"fabric.apps.cli.{HOT[cmd_name]}")
+        if cmd_name not in self.commands:
+            _register()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        _register()
+        return super().list_commands(ctx)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -41,6 +57,7 @@ COMMAND_MODULES = (
     "board_cmd",
     "cards_cmd",
     "tasks_cmd",
+    "lease_cmd",
     "worker_cmd",
     "keeper_cmd",
     "up_cmd",
@@ -54,13 +71,15 @@ COMMAND_MODULES = (
     "watch_cmd",
     "workspace_cmd",
     "mcp_cmd",
+    "promote_cmd",
 )
+
+
+# The commands a runtime draining a queue from a shell calls in a loop, and their module.
+HOT = {name: "lease_cmd" for name in ("claim", "heartbeat", "complete", "fail", "ask")}
 
 
 def _register() -> None:
     # Imported for their side effect of adding commands to `main`.
     for name in COMMAND_MODULES:
         importlib.import_module(f"fabric.apps.cli.{name}")
-
-
-_register()

@@ -8,14 +8,13 @@ bad schedule file or setting, a rejected token or a missing project end it non-z
 from __future__ import annotations
 
 import json
-import logging
 import threading
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import click
 
-from fabric.apps.cli import main
+from fabric.apps.cli import logs, main
 from fabric.core import Fabric
 from fabric.degraded import Backoff, BoardWait
 from fabric.errors import EXIT_FAILED, InvalidInput
@@ -143,8 +142,17 @@ def _say(line: str) -> None:
     help="With --tick or --list: act as if it were TIME (ISO-8601), e.g. to check a schedule file.",
 )
 @click.option("--json", "as_json", is_flag=True)
+@click.option("-v", "--verbose", is_flag=True, help="The daemon logs at DEBUG level.")
+@click.option("-q", "--quiet", is_flag=True, help="The daemon logs warnings and errors only.")
 def cron_cmd(
-    path: str, once: str | None, listing: bool, tick: bool, now_text: str | None, as_json: bool
+    path: str,
+    once: str | None,
+    listing: bool,
+    tick: bool,
+    now_text: str | None,
+    as_json: bool,
+    verbose: bool,
+    quiet: bool,
 ) -> None:
     """Run the schedules: each firing submits one task, keyed by its planned time.
 
@@ -173,12 +181,13 @@ def cron_cmd(
             if any(f.error for f in fired):
                 raise SystemExit(EXIT_FAILED)
         return
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logs.configure(verbose=verbose, quiet=quiet)
     stop = threading.Event()
     set_on_signal(stop)
     daemon = _wait_for_board(Settings.from_env(), stop)
     if daemon is None:
         return  # stopped while waiting for the board
     state = CronState(daemon.settings.state_dir)
-    click.echo(f"agap cron: {len(schedules)} schedule(s) from {path}; state in {state.path}", err=True)
+    if not quiet:
+        click.echo(f"agap cron: {len(schedules)} schedule(s) from {path}; state in {state.path}", err=True)
     CronRunner(daemon, schedules, state).run(stop)

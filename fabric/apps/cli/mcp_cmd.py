@@ -7,12 +7,14 @@ import logging
 import click
 
 from fabric.apps.cli import main
-from fabric.apps.cli.tasks_cmd import default_owner
+from fabric.apps.cli.lease_cmd import default_owner
 from fabric.apps.mcp.agent import AgentTools
+from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.durations import parse_setting_duration
 from fabric.errors import InvalidInput
 from fabric.events.wiring import attach_submitter
+from fabric.kanboard.principals import worker_settings
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from workers.results import store_for
@@ -62,7 +64,11 @@ def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str |
         check_loopback(host)
         token = check_token(registry.get_str("AGAP_MCP_TOKEN"), "AGAP_MCP_TOKEN")
     settings = Settings.from_env()
+    if settings.board_user:  # a confined agent's runtime signs in as its own user
+        settings = worker_settings(settings, load_cards(settings.cards_dir).get(agent))
+    # A confined agent's queue lives in its home (fabric.kanboard.principals).
     fab = Fabric.connect(settings)
+    fab = fab.home_fabric(fab.cards.get(agent))
     attach_submitter(fab)  # publishes "submitted" (and wakes the queue) when events are on
     tools = AgentTools(
         fab,

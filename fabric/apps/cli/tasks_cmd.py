@@ -9,29 +9,28 @@ Claude Code loop, OpenClaw) follow the same fencing rules as the built-in worker
 from __future__ import annotations
 
 import json
-import os
-import socket
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import click
 
 from fabric.apps.cli import main
-from fabric.apps.workspace import Workspace, find_repo_ref
 from fabric.cards import load_cards
 from fabric.core import Fabric
-from fabric.errors import EXIT_LOST, InvalidInput
+from fabric.errors import InvalidInput
 from fabric.events.wiring import attach_submitter
-from fabric.kanboard.bootstrap import init_board, load_layout, save_layout_cache
+from fabric.kanboard.bootstrap import InitReport, init_board, load_layout, save_layout_cache
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.layout import LAYOUT_VERSION, PRIORITY_NAMES, State
 from fabric.kanboard.migrate import migrate
 from fabric.kanboard.taskboard import TaskView
-from fabric.ledger import Lease
+from fabric.kanboard.weblinks import WebLinks, links_for
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.submit import seal_key
-from workers.queue import QueueReader
 
 
 def _emit(data: Any, as_json: bool, text: str) -> None:
@@ -55,7 +54,11 @@ def _ts(value: float | None) -> str:
 @main.command("init")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def init_cmd(as_json: bool) -> None:
-    """Create or adopt the fabric's projects, columns, swimlanes and members (idempotent)."""
+    """Create or adopt the fabric's projects, columns, swimlanes and members (idempotent).
+
+    A new person's Kanboard user gets the password in AGAP_PASSWORD_<USER>, or a one-time
+    one printed here once; lanes nobody uses are hidden.
+    """
     settings = Settings.from_env()
     cards = load_cards(settings.cards_dir)
     url, token = settings.require_board()
@@ -68,18 +71,50 @@ def init_cmd(as_json: bool) -> None:
         "locks_project_id": report.layout.locks_project_id,
         "queues": sorted(report.layout.swimlanes),
         "new_users": report.new_users,
+        "sign_in": _sign_in(report),
     }
     text = (
         "board already in shape: nothing changed"
         if not report.created
         else "created: " + ", ".join(report.created)
     )
-    if report.new_users:
-        text += (
-            "\nnew Kanboard users have random passwords: set them in Kanboard "
-            "(Users > Edit) before they log in"
+    _emit(data, as_json, text + _sign_in_text(report, links_for(url, settings.web_url)))
+
+
+# Kanboard 1.2.53's own words: the avatar menu's "Users management", then the user, then
+# "Change password" (an administrator's page; there is no API for it).
+CHANGE_PASSWORD = "Users management > {user} > Change password"
+
+
+def _sign_in(report: InitReport) -> dict[str, dict[str, str]]:
+    """How each new person signs in (a one-time password is in here once, and nowhere else)."""
+    out: dict[str, dict[str, str]] = {
+        u: {"password": p, "kind": "one-time"} for u, p in report.one_time.items()
+    }
+    out.update({u: {"password_from": v} for u, v in report.password_from.items()})
+    out.update({u: {"password_not_set": CHANGE_PASSWORD.format(user=u)} for u in report.password_not_set})
+    return out
+
+
+def _sign_in_text(report: InitReport, links: WebLinks | None) -> str:
+    where = f" at {links.base}" if links else ""
+    lines = []
+    if report.one_time:
+        lines.append(f"New people sign in to Kanboard{where} with these one-time passwords, shown once")
+        lines.append(
+            "and kept nowhere (an admin changes them in Kanboard: "
+            + CHANGE_PASSWORD.format(user="the person")
+            + "):"
         )
-    _emit(data, as_json, text)
+        lines += [f"  {user}  {password}" for user, password in sorted(report.one_time.items())]
+    for user, var in sorted(report.password_from.items()):
+        lines.append(f"{user} signs in to Kanboard{where} with the password in {var}.")
+    for user in report.password_not_set:
+        lines.append(
+            f"{user} already had a Kanboard user, whose password Kanboard's API cannot change: an "
+            f"admin sets it in Kanboard ({CHANGE_PASSWORD.format(user=user)})."
+        )
+    return "".join(f"\n{line}" for line in lines)
 
 
 @main.command("migrate")
@@ -123,7 +158,8 @@ def migrate_cmd(force: bool, as_json: bool) -> None:
 @main.command("submit")
 @click.option("--target", help="Agent id (direct target).")
 @click.option("--constraints", help="Constraint set, e.g. tier>=large,cap=tools.")
-@click.option("--intent", required=True, help="What to do (the first line becomes the title).")
+@click.option("--intent", help="What to do (the first line becomes the title).")
+@click.option("--intent-file", help="The intent from a file, or - for stdin (long intents).")
 @click.option("--ref", "refs", multiple=True, help="Context reference (URI); repeatable.")
 @click.option("--priority", default="normal", show_default=True, help="low, normal, high or urgent.")
 @click.option("--deadline", help="'YYYY-MM-DD HH:MM' (UTC), ISO-8601, or +2h.")
@@ -135,7 +171,8 @@ def migrate_cmd(force: bool, as_json: bool) -> None:
 def submit_cmd(
     target: str | None,
     constraints: str | None,
-    intent: str,
+    intent: str | None,
+    intent_file: str | None,
     refs: tuple[str, ...],
     priority: str,
     deadline: str | None,
@@ -146,8 +183,10 @@ def submit_cmd(
     as_json: bool,
 ) -> None:
     """Submit a task and print its ref at once."""
-    if not intent.strip():
-        raise InvalidInput("the intent is empty", where="--intent")
+    intent = _intent_input(intent, intent_file)
+    if actor is not None and not actor.strip():
+        raise InvalidInput("the actor is empty", where="--actor", hint="name who submits, or leave it out")
+    check_file_refs(refs)
     fab = Fabric.connect()
     attach_submitter(fab)  # publishes "submitted" (and wakes the queue) when events are on
     receipt = fab.submit(
@@ -172,6 +211,73 @@ def submit_cmd(
     }
     text = receipt.ref if receipt.created else f"{receipt.ref} (existing task for this key)"
     _emit(data, as_json, text)
+
+
+# A result file larger than this is stored elsewhere and passed by --result-ref.
+RESULT_FILE_BYTES = 2 * 1024 * 1024
+
+
+def read_text_arg(name: str, where: str, *, limit: int = RESULT_FILE_BYTES) -> str:
+    """The UTF-8 text of file ``name``, or of stdin for ``-``; refused when unreadable or empty."""
+    try:
+        if name == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            path = Path(name)
+            if not path.is_file():
+                raise InvalidInput(
+                    f"{name} is not a file", where=where, hint="give a readable file, or - for stdin"
+                )
+            with path.open("rb") as f:
+                data = f.read(limit + 1)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {name}: {exc.strerror}", where=where) from None
+    if len(data) > limit:
+        raise InvalidInput(
+            f"{name} is larger than {limit // 1024 // 1024} MiB",
+            where=where,
+            hint="store it elsewhere and pass its URI as --result-ref",
+        )
+    try:
+        text: str = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{name} is not UTF-8 text", where=where) from None
+    if not text.strip():
+        raise InvalidInput(f"{name} is empty", where=where)
+    return text
+
+
+def _intent_input(intent: str | None, intent_file: str | None) -> str:
+    if (intent is None) == (intent_file is None):
+        raise InvalidInput("give exactly one of --intent or --intent-file", where="agap submit")
+    if intent_file is not None:
+        return read_text_arg(intent_file, "--intent-file", limit=64 * 1024)
+    assert intent is not None
+    if not intent.strip():
+        raise InvalidInput("the intent is empty", where="--intent")
+    return intent
+
+
+def check_file_refs(refs: tuple[str, ...]) -> None:
+    """With AGAP_REF_ROOTS set, refuse a ``file://`` ref outside those directories now.
+
+    Workers read ``file://`` refs only under their AGAP_REF_ROOTS (and check again at
+    claim); a submitter that shares their setting learns at once, before anything is
+    written, instead of from a dead letter. Unset, the submitter cannot know the workers'.
+    """
+    if "AGAP_REF_ROOTS" not in registry.environ():
+        return
+    roots = [Path(r).resolve() for r in registry.get_list("AGAP_REF_ROOTS")]
+    for ref in refs:
+        if not ref.startswith("file://"):
+            continue
+        path = Path(unquote(urlsplit(ref).path)).resolve()
+        if not any(path == root or path.is_relative_to(root) for root in roots):
+            raise InvalidInput(
+                f"{ref} is outside the directories workers may read",
+                where="--ref",
+                hint=f"allowed roots (AGAP_REF_ROOTS): {', '.join(map(str, roots)) or 'none'}",
+            )
 
 
 def view_json(view: TaskView) -> dict[str, Any]:
@@ -232,6 +338,16 @@ def show_cmd(task_id: int, as_json: bool) -> None:
     _emit(data, as_json, "\n".join(lines))
 
 
+def _parked_models(parked: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    """model -> the parked queues whose worker parked for it (the state's ``models``)."""
+    out: dict[str, list[str]] = {}
+    for q, p in sorted(parked.items()):
+        names = p.get("models")
+        for m in names if isinstance(names, list) else []:
+            out.setdefault(str(m), []).append(q)
+    return out
+
+
 @main.command("ls")
 @click.option("--all", "include_closed", is_flag=True, help="Include closed tasks.")
 @click.option("--json", "as_json", is_flag=True)
@@ -240,9 +356,12 @@ def ls_cmd(include_closed: bool, as_json: bool) -> None:
     fab = Fabric.connect()
     rows = fab.listing(include_closed=include_closed)
     parked = {q: p for q, p in fab.parks.items() if p.get("parked")}
+    models = _parked_models(parked)
     if as_json:
-        _emit({"tasks": rows, "parked": parked}, True, "")
+        _emit({"tasks": rows, "parked": parked, "parked_models": models}, True, "")
         return
+    for m, queues in sorted(models.items()):
+        click.echo(f"PARKED model {m}: queues {', '.join(queues)}")
     for q, p in sorted(parked.items()):
         until = f" until {_ts(p.get('until'))}" if p.get("until") else ""
         click.echo(f"PARKED {q}: {p.get('reason', '?')}{until}")
@@ -263,19 +382,7 @@ def ls_cmd(include_closed: bool, as_json: bool) -> None:
 
 
 # -- transitions -------------------------------------------------------------------
-
-
-def default_owner(agent: str) -> str:
-    """A worker identity that is unique per process: agent@host:pid."""
-    return registry.get_str("AGAP_WORKER_ID") or f"{agent}@{socket.gethostname()}:{os.getpid()}"
-
-
-def _lease(fab: Fabric, task_id: int, epoch: int, owner: str) -> Lease:
-    return fab.ledger.held(fab.show(task_id), epoch, owner)
-
-
-def _card_lease(fab: Fabric, target: str) -> float:
-    return float(fab.cards.get(target).runtime.lease_seconds)
+# The worker-facing ones (claim, heartbeat, complete, fail, ask) are in lease_cmd.
 
 
 def _record_out(rec: Any, as_json: bool, task_id: int) -> None:
@@ -284,132 +391,6 @@ def _record_out(rec: Any, as_json: bool, task_id: int) -> None:
         as_json,
         f"#{task_id} {rec.state.value} (epoch {rec.epoch})",
     )
-
-
-@main.command("claim")
-@click.option("--agent", required=True, help="The agent whose queue to claim from.")
-@click.option("--owner", help="Worker identity (default agent@host:pid or AGAP_WORKER_ID).")
-@click.option("--lease", "lease_seconds", type=float, help="Lease length (default: the card's).")
-@click.option(
-    "--workspace",
-    "with_workspace",
-    is_flag=True,
-    help="For a task with a git+ ref: also prepare its workspace (a fresh clone on "
-    "the task's branch, resumed from its last pushed checkpoint).",
-)
-@click.option("--json", "as_json", is_flag=True)
-def claim_cmd(
-    agent: str, owner: str | None, lease_seconds: float | None, with_workspace: bool, as_json: bool
-) -> None:
-    """Claim the next due task of an agent's queue (exit 4 when there is none)."""
-
-    fab = Fabric.connect()
-    card = fab.cards.get(agent)
-    owner = owner or default_owner(agent)
-    lease = QueueReader(fab.board, fab.ledger, card.queue_name).claim_next(
-        owner, lease_seconds=lease_seconds or card.runtime.lease_seconds
-    )
-    if lease is None:
-        _emit({"task_id": None}, as_json, "nothing to claim")
-        raise SystemExit(EXIT_LOST)
-    data = {
-        "task_id": lease.task_id,
-        "epoch": lease.epoch,
-        "owner": lease.owner,
-        "lease_until": lease.lease_until,
-        "attempt": lease.attempt,
-        "checkpoint": lease.checkpoint,
-        "spec": json.loads(lease.spec.to_meta()),
-    }
-    text = (
-        f"#{lease.task_id} epoch {lease.epoch} owner {lease.owner} "
-        f"until {_ts(lease.lease_until)}: {lease.spec.intent}"
-    )
-    if with_workspace and find_repo_ref(lease.spec.refs) is not None:
-        root = registry.get_str("AGAP_WORKSPACE_ROOT") or str(fab.settings.state_dir)
-        ws = Workspace.prepare(root, lease)
-        data["workspace"] = {
-            "path": str(ws.path),
-            "branch": ws.state.branch,
-            "resumed": bool(ws.state.remote_head),
-        }
-        text += f"\nworkspace {ws.path} (branch {ws.state.branch})"
-    _emit(data, as_json, text)
-
-
-def _lease_options(fn: Any) -> Any:
-    fn = click.option("--json", "as_json", is_flag=True)(fn)
-    fn = click.option("--owner", required=True, help="The owner `agap claim` printed.")(fn)
-    fn = click.option("--epoch", type=int, required=True, help="The epoch `agap claim` printed.")(fn)
-    return click.argument("task_id", type=int)(fn)
-
-
-@main.command("heartbeat")
-@_lease_options
-@click.option(
-    "--lease",
-    "lease_seconds",
-    type=float,
-    help="Lease length (default: the length the task was claimed for, else the card's).",
-)
-def heartbeat_cmd(task_id: int, epoch: int, owner: str, as_json: bool, lease_seconds: float | None) -> None:
-    """Renew a lease (exit 4 when fenced: stop working on the task)."""
-    fab = Fabric.connect()
-    held = _lease(fab, task_id, epoch, owner)
-    if lease_seconds is None and held.lease_seconds is None:
-        # A lease claimed before claims recorded their length: the card's is what claim used.
-        lease_seconds = _card_lease(fab, held.spec.target)
-    lease = fab.ledger.renew(held, lease_seconds=lease_seconds)
-    _emit(
-        {"task_id": task_id, "epoch": epoch, "lease_until": lease.lease_until},
-        as_json,
-        f"#{task_id} lease renewed until {_ts(lease.lease_until)}",
-    )
-
-
-@main.command("complete")
-@_lease_options
-@click.option("--result-ref", required=True, help="Where the result is (a URI).")
-@click.option("--note", help="A short note for the journal.")
-def complete_cmd(
-    task_id: int, epoch: int, owner: str, as_json: bool, result_ref: str, note: str | None
-) -> None:
-    """Report a task done (unverified) with its result reference."""
-    fab = Fabric.connect()
-    _record_out(
-        fab.ledger.complete(_lease(fab, task_id, epoch, owner), result_ref, note=note), as_json, task_id
-    )
-
-
-@main.command("fail")
-@_lease_options
-@click.option("--reason", required=True)
-@click.option("--poison", is_flag=True, help="Never retry: straight to dead letter.")
-def fail_cmd(task_id: int, epoch: int, owner: str, as_json: bool, reason: str, poison: bool) -> None:
-    """Report a failed attempt (retried with backoff, or dead-lettered)."""
-    fab = Fabric.connect()
-    lease = _lease(fab, task_id, epoch, owner)
-    card = fab.cards.get(lease.spec.target)
-    _record_out(
-        fab.ledger.fail(lease, reason, poison=poison, backoff_base=card.runtime.backoff_seconds),
-        as_json,
-        task_id,
-    )
-
-
-@main.command("ask")
-@_lease_options
-@click.option("--question", required=True)
-@click.option("--human", help="Kanboard username to ask (default: the first human card).")
-def ask_cmd(task_id: int, epoch: int, owner: str, as_json: bool, question: str, human: str | None) -> None:
-    """Ask a human: the task waits in their inbox (input required)."""
-    fab = Fabric.connect()
-    if human is None:
-        humans = fab.cards.humans()
-        if not humans or humans[0].human is None:
-            raise InvalidInput("no human card to ask", where="--human")
-        human = humans[0].human.username
-    _record_out(fab.ledger.ask(_lease(fab, task_id, epoch, owner), question, human), as_json, task_id)
 
 
 def _by() -> str:
@@ -431,10 +412,24 @@ def resume_cmd(task_id: int, answer: str | None, as_json: bool) -> None:
 @click.option("--reason", default="")
 @click.option("--json", "as_json", is_flag=True)
 def cancel_cmd(task_id: int, reason: str, as_json: bool) -> None:
-    """Cancel a task (a working owner is fenced)."""
+    """Cancel a task (a working owner is fenced); a dead letter is dropped."""
     fab = Fabric.connect()
+    view = fab.ledger.read(task_id)
+    if view.current is not None and view.current.state == State.DEAD:
+        _record_out(fab.ledger.drop(task_id, _by(), reason, view=view), as_json, task_id)
+        return
     attach_submitter(fab)  # publishes "canceled" after the cancel is recorded
-    _record_out(fab.ledger.cancel(task_id, _by(), reason), as_json, task_id)
+    _record_out(fab.ledger.cancel(task_id, _by(), reason, view=view), as_json, task_id)
+
+
+@main.command("drop")
+@click.argument("task_id", type=int)
+@click.option("--reason", default="")
+@click.option("--json", "as_json", is_flag=True)
+def drop_cmd(task_id: int, reason: str, as_json: bool) -> None:
+    """Give up on a dead letter for good (closed, state dropped)."""
+    fab = Fabric.connect()
+    _record_out(fab.ledger.drop(task_id, _by(), reason), as_json, task_id)
 
 
 @main.command("verify")
@@ -452,7 +447,9 @@ def verify_cmd(task_id: int, note: str, as_json: bool) -> None:
 @click.option("--reason", required=True)
 @click.option("--json", "as_json", is_flag=True)
 def reopen_cmd(task_id: int, reason: str, as_json: bool) -> None:
-    """Reject a done task's result: it returns to its queue."""
+    """Reject a done task's result: it goes back to its queue, and the rework sees the reason."""
+    if not reason.strip():
+        raise InvalidInput("the reason is empty", where="--reason", hint="say what is wrong with the result")
     fab = Fabric.connect()
     _record_out(fab.ledger.reopen(task_id, _by(), reason), as_json, task_id)
 
@@ -467,4 +464,4 @@ def revive_cmd(task_id: int, reason: str, as_json: bool) -> None:
     _record_out(fab.ledger.revive(task_id, _by(), reason), as_json, task_id)
 
 
-__all__ = ["default_owner", "view_json"]
+__all__ = ["RESULT_FILE_BYTES", "read_text_arg", "view_json"]

@@ -164,7 +164,7 @@ def finish_cmd(
     else:
         body = body or f"Task #{task_id} ({lease.uid}), epoch {epoch}, by {owner}.\n\n{lease.spec.intent}"
         url = ws.finish(_forge(forge_url, token_env, ws.repo), title, body)
-        fab.ledger.effect_done(lease, effect, url)
+        lease = fab.ledger.effect_done(lease, effect, url)
     state = None
     if complete:
         state = fab.ledger.complete(lease, url, note=f"pull request {url}").state.value

@@ -58,11 +58,10 @@ from fabric.policy import (
     human_of,
 )
 from fabric.policy_file import PolicyConfig
-from fabric.submit import render_description
 from fabric.taint import is_tainted
 from fabric.task import TaskSpec
 from workers.queue import QueueReader
-from workers.results import AttachmentStore, DirectoryStore, ResultStore
+from workers.results import AttachmentStore, DirectoryStore, ResultStore, result_url
 
 log = logging.getLogger("agap.mcp")
 
@@ -260,8 +259,8 @@ class AgentTools:
 
     def _read(self, task_id: int) -> TaskView:
         view = self.fab.show(task_id)
-        lanes = self.fab.board.layout.swimlanes.values()
-        check_read(self.card, view, list(lanes), self.fab.policy_context().config)
+        # The confined agents' homes are the fabric's too (fabric.kanboard.principals).
+        check_read(self.card, view, self.fab.lanes(), self.fab.policy_context().config)
         return view
 
     # -- submit and read ------------------------------------------------------------
@@ -510,12 +509,7 @@ class AgentTools:
             try:
                 ref = result_ref.strip() if result_ref is not None else self.results.put(lease, text or "")
                 rec = self.fab.ledger.complete(
-                    lease,
-                    ref,
-                    note=note or None,
-                    description=render_description(
-                        lease.spec, lease.uid, result_ref=ref, key=self.fab.board.seal_key
-                    ),
+                    lease, ref, note=note or None, result_url=result_url(self.fab.board, ref)
                 )
             except Fenced:
                 with contextlib.suppress(FabricError):  # evidence is best effort

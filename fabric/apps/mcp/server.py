@@ -161,7 +161,8 @@ def _add_submit_and_read(mcp: MCPServer[Any], tools: AgentTools) -> None:
         title="Read a task",
         description=(
             "Read one task: its state (queued, working, input_required, done, closed, dead, canceled), "
-            "epoch, owner and lease, the conversation (questions asked and answers given), and once done "
+            "epoch, owner and lease, the conversation (questions asked, answers given, reasons a result "
+            "was sent back), and once done "
             f"its result text (or the result's ref). You may read tasks in your queue "
             f"({card.queue_name!r}) and tasks you submitted."
         ),
@@ -188,7 +189,8 @@ def _add_lease_tools(mcp: MCPServer[Any], tools: AgentTools) -> None:
             f"Claim the next due task of your queue ({card.queue_name!r}): the most urgent first. Returns "
             "claimed=false when there is nothing to do. On success you hold a lease on it, and the "
             "result has the intent, refs, priority, deadline and the conversation so far (earlier "
-            "questions and people's answers). The server renews the lease on its own every third of "
+            "questions, people's answers, and why an earlier result was sent back: rework it). "
+            "The server renews the lease on its own every third of "
             f"its length for up to {_renew_words(tools)} after the claim or your last heartbeat_task. "
             "Finish every claimed task with exactly one of complete_task, fail_task or ask_human."
         ),

@@ -1,0 +1,46 @@
+"""What a CLI process imports: never litellm (CLI, keeper), and for a worker-facing command
+only its own module, so a shell loop's heartbeat does not pay for the rest of `agap`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+_PROBE = """
+import json, sys
+from fabric.apps.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=False)
+except SystemExit:
+    pass
+if {everything}:
+    from fabric.apps.cli import _register
+    import keeper.daemon
+    _register()
+ours = ("fabric", "keeper", "workers", "litellm")
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ours)))
+"""
+
+
+def imported(*args: str, everything: bool = False) -> set[str]:
+    code = _PROBE.replace("{everything}", str(everything))
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_no_cli_command_and_not_the_keeper_imports_litellm() -> None:
+    mods = imported("--help", everything=True)
+    assert "fabric.apps.cli.a2a_cmd" in mods and "keeper.daemon" in mods, "the probe loaded everything"
+    assert not {m for m in mods if m.split(".")[0] == "litellm"}
+
+
+def test_a_heartbeat_imports_only_the_worker_commands() -> None:
+    mods = imported("heartbeat", "--help")
+    assert "fabric.apps.cli.lease_cmd" in mods
+    heavy = {"fabric.apps.web", "fabric.apps.cli.a2a_cmd", "fabric.apps.cli.up_cmd", "keeper.daemon"}
+    assert not mods & heavy, mods & heavy
