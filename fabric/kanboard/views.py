@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from fabric.cards.problems import error_message
 from fabric.errors import ConfigError
 from fabric.kanboard.layout import (
     META_CRON_PREFIX,
@@ -230,6 +231,14 @@ def parse_cron_states(meta: Any) -> dict[str, dict[str, Any]]:
 
 
 def _short(exc: Exception) -> str:
+    """One line in the fabric's words (never pydantic's own report)."""
+    if isinstance(exc, ValidationError):
+        errs = exc.errors()
+        if errs:
+            first = errs[0]
+            where = ".".join(str(p) for p in first["loc"]) or "the value"
+            more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
+            return f"{where}: {error_message(first)}{more}"[:160]
     return str(exc).splitlines()[0][:160]
 
 

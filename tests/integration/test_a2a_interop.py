@@ -11,9 +11,11 @@ import base64
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
@@ -625,6 +627,8 @@ def test_the_card_is_served_with_cache_control(a2a: Env) -> None:
     assert r.status_code == 200 and "max-age=" in r.headers["cache-control"]
     again = httpx.get(f"{a2a.url}/.well-known/agent-card.json", headers={"If-None-Match": r.headers["etag"]})
     assert again.status_code == 304
+    # ...and says when it last changed (the server's start), as an HTTP date.
+    assert parsedate_to_datetime(r.headers["last-modified"]).timestamp() <= time.time()
 
 
 def test_an_answer_reusing_a_used_message_id_is_refused_not_dropped(a2a: Env) -> None:

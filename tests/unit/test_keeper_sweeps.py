@@ -184,3 +184,14 @@ def test_sweep_round_trips_do_not_grow_with_closed_history(local_fabric: Fabric)
         local_fabric.ledger.cancel(tid, "alvis", "history")
     assert {job: trips(job) for job in jobs} == empty
     assert empty["leases"] == 2
+
+
+def test_a_corrupted_record_is_named_in_the_fabric_s_words(local_fabric: Fabric) -> None:
+    tid = submit(local_fabric, "damaged by hand")
+    local_fabric.port.call(
+        "saveTaskMetadata",
+        {"task_id": tid, "values": {record_key(1): '{"epoch": 1, "state": "melted", "op": "claim"}'}},
+    )
+    problems = local_fabric.board.read(tid).problems
+    assert problems and all("validation error" not in p and "pydantic" not in p for p in problems), problems
+    assert any(p.startswith(f"{record_key(1)}: unreadable record (") for p in problems), problems

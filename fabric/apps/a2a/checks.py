@@ -11,6 +11,8 @@ its body replayed to the app.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from email.utils import formatdate
 from typing import Any
 
 from a2a.types.a2a_pb2 import TaskState
@@ -106,3 +108,31 @@ async def _json(send: Send, payload: dict[str, Any]) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+class CardLastModified:
+    """ASGI middleware: the agent cards say when they last changed (``Last-Modified``).
+
+    A card changes only when the server starts with other fabric cards, so its time is
+    the server's start; a client may cache it by date as well as by the SDK's ETag.
+    """
+
+    def __init__(self, app: ASGIApp, paths: Iterable[str], since: float) -> None:
+        self.app = app
+        self.paths = frozenset(paths)
+        self.value = formatdate(since, usegmt=True).encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") not in self.paths:
+            await self.app(scope, receive, send)
+            return
+
+        async def stamped(msg: Message) -> None:
+            if msg["type"] == "http.response.start":
+                headers = list(msg.get("headers", []))
+                if not any(k.lower() == b"last-modified" for k, _ in headers):
+                    headers.append((b"last-modified", self.value))
+                msg = {**msg, "headers": headers}
+            await send(msg)
+
+        await self.app(scope, receive, stamped)

@@ -19,6 +19,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -39,7 +40,7 @@ from fabric.settings.resolve import Settings
 
 from . import convert as cv
 from .auth import BearerGate, TokenTable
-from .checks import EnumGuard
+from .checks import CardLastModified, EnumGuard
 from .handler import FabricRequestHandler
 from .runner import Runner
 from .service import A2AService, ServiceConfig
@@ -107,7 +108,11 @@ def build_app(
     app = Starlette(
         routes=routes,
         lifespan=service.lifespan,
-        middleware=[Middleware(BearerGate, tokens=tokens, public_paths=public), Middleware(EnumGuard)],
+        middleware=[
+            Middleware(CardLastModified, paths=public, since=time.time()),
+            Middleware(BearerGate, tokens=tokens, public_paths=public),
+            Middleware(EnumGuard),
+        ],
     )
     app.state.a2a_cards = cards
     app.state.a2a_service = service
