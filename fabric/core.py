@@ -23,7 +23,7 @@ from fabric.kanboard.bootstrap import cached_layout, forget_layout_cache
 from fabric.kanboard.fit import fit
 from fabric.kanboard.layout import COLUMN_ORDER
 from fabric.kanboard.port import RpcPort
-from fabric.kanboard.principals import board_client, confined, home_settings, signed_in
+from fabric.kanboard.principals import board_client, confined, home_settings, home_work_settings, signed_in
 from fabric.kanboard.reader import ReadOnlyBoard
 from fabric.kanboard.spanning import SpanningReader
 from fabric.kanboard.taskboard import TaskBoard, TaskView
@@ -91,7 +91,25 @@ class Fabric:
         # The seal is derived from the app token: without it (a board user) there is none.
         seal = seal_key(settings.board_token) if settings.board_token else b""
         board = TaskBoard(port, layout, clock=clock, seal_key=seal, links=links)
-        return cls(settings, cards, port, board, Ledger(board, clock=clock), clock)
+        # `agap keeper` with a home's projects (as `agap up` and the compose stack run a
+        # home's keeper) is that home's fabric: its own queue is here, the rest is the
+        # work project's.
+        home_of, main = cls._at_home(settings, cards), None
+        if home_of and not settings.board_user:
+            work = home_work_settings(settings, cards.get(home_of))
+            main_layout = cached_layout(port, work, refresh=refresh_layout)
+            main = TaskBoard(port, main_layout, clock=clock, seal_key=seal, links=links)
+        return cls(
+            settings, cards, port, board, Ledger(board, clock=clock), clock, home_of=home_of, main=main
+        )
+
+    @staticmethod
+    def _at_home(settings: Settings, cards: CardSet) -> str:
+        """The confined agent whose home ``settings`` name ("" for the work project)."""
+        for card in cards:
+            if confined(card) and home_work_settings(settings, card) != settings:
+                return card.id
+        return ""
 
     # -- submit ---------------------------------------------------------------------
 

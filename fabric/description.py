@@ -42,8 +42,8 @@ def _for_person(spec: TaskSpec, assignee: str | None) -> list[str]:
         return [
             f"**Waiting on {who}: approve or refuse.**",
             "",
-            "- Approve: drag this card to **Done** (or write why in a comment, then close it).",
-            f"- Refuse: {CLOSE}, without a comment.",
+            "- Approve: drag this card to **Done**.",
+            f"- Refuse: {CLOSE} (a comment before it says why; closing never approves).",
         ]
     if spec.actor == KEEPER_ACTOR and spec.refs:
         return [

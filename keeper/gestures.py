@@ -16,9 +16,10 @@ column, swimlane or open/closed state disagrees with its record is one of two th
   input required, moved to Queued or     resume with the person's latest comment
   Working                                (the person it waits on, or a deputy)
   waiting on a person, moved to Done     approve (that person, or a deputy)
-  waiting on a person, commented, closed approve with the comment, then verify
-  done, closed                           verify (an approved gate too)
-  done, moved back to Queued             reopen (the latest comment is the reason)
+  waiting on a person, commented, closed approve with the comment, then verify (a
+                                         gate or promotion: refuse; only Done approves)
+  done, closed                           verify (an approved gate too; its verifier)
+  done, moved back to Queued             reopen (the verifier's comment is the reason)
   queued, moved to another agent's lane  reroute there (routing and policy apply)
   queued, working or asking, closed      cancel
   dead letter, moved to Queued           revive; its decision task is closed
@@ -39,9 +40,11 @@ from functools import partial
 from fabric.core import Fabric
 from fabric.errors import FabricError
 from fabric.kanboard.layout import COLUMN_OF_STATE, TERMINAL, Column, State
+from fabric.kanboard.rows import BoardComment
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import APPROVAL_REF, IllegalTransition
-from fabric.task import Record
+from fabric.promotion import PROMOTE_ACTOR
+from fabric.task import GATE_ACTOR, Record
 from keeper import handmade, people
 from keeper.people import UNKNOWN, Act
 from keeper.policy import decision_for, settle_decision
@@ -51,12 +54,15 @@ from keeper.sweeps import SweepReport, guarded, usable
 log = logging.getLogger("agap.keeper.gestures")
 
 HUMAN = UNKNOWN  # who a gesture is recorded as when the board's activity does not say
+#: Actors of the cards that ask a person to approve something: closing one refuses it.
+APPROVALS = frozenset({GATE_ACTOR, PROMOTE_ACTOR})
 APPROVED_REF = APPROVAL_REF
 
 HELP = (
     "The keeper put this card back where the task's state says it belongs ({column}). "
     "Moves that mean something: answer a question by commenting and moving the card to "
-    "Queued; approve a task waiting on you by moving it to Done (or comment and close it); "
+    "Queued; approve a task waiting on you by moving it to Done (a task that is not an "
+    "approval also by commenting and closing it); "
     "verify a done task by closing it; send a done task back by moving it to Queued; move a "
     "queued task to another agent's lane to give it to that agent; cancel a task by closing "
     "it; retry a dead letter by moving it to Queued, or drop it by closing it."
@@ -216,8 +222,14 @@ def _moved_lane(g: Gesture) -> bool:
 
 
 def _comment(fab: Fabric, g: Gesture) -> str | None:
-    found = people.latest_comment(fab.board.comments(g.view.id), g.rec.at)
+    """The mover's own latest comment (anyone's when the board does not say who moved)."""
+    found = _latest(fab, g)
     return found.text.strip()[:2000] if found is not None else None
+
+
+def _latest(fab: Fabric, g: Gesture) -> BoardComment | None:
+    agents = people.agent_usernames(fab.cards)
+    return people.latest_comment(fab.board.comments(g.view.id), g.rec.at, by=g.username, agents=agents)
 
 
 def _check_allowed(fab: Fabric, g: Gesture, verb: str, answerer: str | None = None) -> None:
@@ -235,7 +247,7 @@ def _check_allowed(fab: Fabric, g: Gesture, verb: str, answerer: str | None = No
 
 
 def _resume(fab: Fabric, g: Gesture, report: GestureReport) -> None:
-    found = people.latest_comment(fab.board.comments(g.view.id), g.rec.at)
+    found = _latest(fab, g)
     _check_allowed(fab, g, "answer", found.username if found is not None else None)
     answer = found.text.strip()[:2000] if found is not None else None
     fab.ledger.resume(g.view.id, g.by, answer, view=g.view)
@@ -248,10 +260,13 @@ def _approve(fab: Fabric, g: Gesture, report: GestureReport, note: str | None = 
 
 
 def _close_gate(fab: Fabric, g: Gesture, report: GestureReport) -> str:
-    """A gate or decision closed: with the person's comment it is answered (approved with
-    that comment, then verified); without one it is dismissed (canceled)."""
+    """A card waiting on a person, closed. An approval (a taint gate, a promotion) is
+    refused, whatever the comment says ("No, refuse this" must never approve): it is
+    approved only by moving it to Done. Anything else is answered with the person's
+    comment (approved with it, then verified), or dismissed without one."""
+    assert g.view.spec is not None
     answer = _comment(fab, g)
-    if answer is None:
+    if answer is None or g.view.spec.actor in APPROVALS:
         _check_allowed(fab, g, "dismiss")
         _cancel(fab, g, report)
         return "dismiss"
@@ -261,6 +276,8 @@ def _close_gate(fab: Fabric, g: Gesture, report: GestureReport) -> str:
 
 
 def _verify(fab: Fabric, g: Gesture, report: GestureReport) -> None:
+    # A result waits on the person who verifies it (its assignee): nobody else accepts it.
+    _check_allowed(fab, g, "verify")
     fab.ledger.verify(g.view.id, g.by, "closed in the Kanboard UI", view=g.view)
 
 
@@ -270,6 +287,7 @@ def _cancel(fab: Fabric, g: Gesture, report: GestureReport) -> None:
 
 
 def _reopen(fab: Fabric, g: Gesture, report: GestureReport) -> None:
+    _check_allowed(fab, g, "send back")  # a rework spends a model call: the verifier's call
     reason = _comment(fab, g) or "moved back to Queued in the Kanboard UI"
     fab.ledger.reopen(g.view.id, g.by, reason, view=g.view)
 

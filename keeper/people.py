@@ -84,9 +84,22 @@ def who_may(cards: CardSet, owner: str) -> str:
     return " or ".join(names)
 
 
-def latest_comment(comments: Iterable[BoardComment], since: float) -> BoardComment | None:
-    """The newest comment a person (not the application token) wrote since ``since``."""
-    mine = [c for c in comments if c.user_id != 0 and c.created_at >= int(since) and c.text.strip()]
+def latest_comment(
+    comments: Iterable[BoardComment], since: float, *, by: str | None = None, agents: Iterable[str] = ()
+) -> BoardComment | None:
+    """The newest comment a person (not the application token, not an agent's own user)
+    wrote since ``since``; with ``by``, only that person's: what one person wrote never
+    becomes another person's answer or approval."""
+    skip = set(agents)
+    mine = [
+        c
+        for c in comments
+        if c.user_id != 0
+        and c.created_at >= int(since)
+        and c.text.strip()
+        and c.username not in skip
+        and (by is None or c.username == by)
+    ]
     return mine[-1] if mine else None
 
 

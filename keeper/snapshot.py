@@ -7,7 +7,8 @@ The keeper never lists history. Every sweep reads:
    closed cards still sitting in an active column (a human closed them), and the work
    project's metadata (queue park states, the keeper's watch list);
 2. one batch of metadata reads for those tasks, plus a full read of the few watched tasks
-   that left the open Done column since the last look.
+   that left the open Done column since the last look, and of the tasks the newest
+   activity shows a person closing (one closed before any sweep saw it open).
 
 Both batches grow with active work, never with the number of closed tasks.
 """
@@ -86,7 +87,12 @@ def take(fab: Fabric, *, with_done: bool = False, with_activity: bool = False) -
         trips=1,
     )
     open_ids = {r.id for r in rows} | {r.id for r in dead_rows}
-    vanished = sorted(snap.watched() - open_ids) if with_done else []
+    # A card a person closed before any sweep saw it open in Done (a result closed seconds
+    # after it was finished) is in no open search and not watched yet: the activity names it.
+    closed_by_people = {a.task_id for a in activity if a.kind == "close" and a.user_id and a.task_id}
+    closed_ids = {r.id for r in closed_rows}
+    recent = (closed_by_people - open_ids - closed_ids) if with_done else set()
+    vanished = sorted((snap.watched() - open_ids) | recent) if with_done else []
     if not rows and not closed_rows and not vanished:
         return snap
     views, snap.vanished = store.read_views([*rows, *closed_rows], vanished)

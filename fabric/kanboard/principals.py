@@ -65,6 +65,18 @@ def home_settings(settings: Settings, card: Card) -> Settings:
     return dataclasses.replace(settings, project=project, locks_project=locks)
 
 
+def home_work_settings(settings: Settings, card: Card) -> Settings:
+    """The work project's settings when ``settings`` name ``card``'s home, else ``settings``
+    (the inverse of :func:`home_settings`)."""
+    tail = f": {card.id}"
+    if settings.project.endswith(tail) and settings.locks_project.endswith(tail):
+        cut = -len(tail)
+        return dataclasses.replace(
+            settings, project=settings.project[:cut], locks_project=settings.locks_project[:cut]
+        )
+    return settings
+
+
 def board_client(settings: Settings, *, timeout: float | None = None) -> KanboardClient:
     """A client signed in as ``settings`` say: a board user when ``AGAP_BOARD_USER`` is
     set, else the application token."""

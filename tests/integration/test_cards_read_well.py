@@ -91,7 +91,8 @@ def test_a_gate_a_decision_and_a_digest_each_say_what_they_ask(fab: Fabric) -> N
     gate = fab.submit("Approve tainted input for kimi?", target="alvis", actor=GATE_ACTOR).task_id
     text = readable(fab, gate)
     assert "approve or refuse" in text and "Approve: drag this card to **Done**" in text
-    assert "Refuse: close this card (**Close this task** in its menu), without a comment" in text
+    assert "Refuse: close this card (**Close this task** in its menu) (a comment before it says why" in text
+    assert "Approve: drag this card to **Done**." in text
     digest = fab.submit("Daily digest for alvis", target="alvis", actor="keeper").task_id
     assert "**For @alvis to read.**" in readable(fab, digest)
     # A dead letter says how to retry or drop it; its decision card how to decide.

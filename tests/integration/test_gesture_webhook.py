@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -73,11 +72,10 @@ def test_a_persons_move_is_acted_on_within_a_second(
     _, hook = keeper_with_hook
     tid = fab.submit("summarise the week", target="kimi").task_id
     lease = fab.ledger.claim(fab.board.read(tid), "w1", lease_seconds=300)
-    fab.ledger.complete(lease, "file:///r.md")
+    fab.ledger.fail(lease, "it broke", poison=True)  # a dead letter: any person may revive it
     assert hook.events == 0, "the fabric's own calls (no author) poke nothing"
     g = person(fab, embedded_board, "g_person")
     layout = fab.board.layout
-    start = time.monotonic()
     assert g.call(
         "moveTaskPosition",
         {
@@ -89,12 +87,13 @@ def test_a_persons_move_is_acted_on_within_a_second(
         },
     )
 
-    def reopened() -> Any:
+    def revived() -> Any:
         cur = fab.board.read(tid).current
-        return cur is not None and cur.state == State.QUEUED and cur.op == "reopen"
+        return cur is not None and cur.state == State.QUEUED and cur.op == "revive"
 
-    wait_until(reopened, timeout=10, what="the keeper to reopen the task")
-    assert time.monotonic() - start < 1.0
+    # Every sweep is an hour apart here, so only the webhook can have acted in time; how
+    # fast it acts is measured in bench/gestures.py (about 20 ms), not asserted here.
+    wait_until(revived, timeout=30, what="the keeper to revive the task")
     assert hook.events >= 1
     cur = fab.board.read(tid).current
     assert cur is not None and cur.by == "g_person"
@@ -107,12 +106,16 @@ def test_the_receiver_refuses_a_request_without_the_token() -> None:
         body = {"event_name": "task.close", "event_data": {}, "event_author": "alvis"}
         for url in (hook.url, hook.url + "?token=wrong"):
             assert requests.post(url, json=body, timeout=5).status_code == 401
-        assert pokes.pokes == 0
+        assert pokes.pokes == 0 and hook.events + hook.ignored == 0, "refused before the body is read"
         ok = requests.post(hook.url + "?token=" + TOKEN, data=json.dumps(body), timeout=5)
-        assert ok.status_code == 200 and pokes.pokes == 1
+        assert ok.status_code == 200
+        # The receiver answers first and handles the event after: wait for it to be counted.
+        wait_until(lambda: hook.events + hook.ignored == 1, timeout=10, what="the event handled")
+        assert pokes.pokes == 1
         unsigned = dict(body, event_author=None)  # the application token: nobody's gesture
         assert requests.post(hook.url + "?token=" + TOKEN, json=unsigned, timeout=5).status_code == 200
-        assert pokes.pokes == 1
+        wait_until(lambda: hook.events + hook.ignored == 2, timeout=10, what="the second event handled")
+        assert pokes.pokes == 1 and hook.ignored == 1
 
 
 def test_the_receiver_will_not_start_without_a_token() -> None:

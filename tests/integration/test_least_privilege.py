@@ -21,7 +21,7 @@ from fabric.embedded.server import EmbeddedBoard
 from fabric.errors import ConfigError
 from fabric.kanboard.bootstrap import init_board
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import State
+from fabric.kanboard.layout import Column, State
 from fabric.kanboard.port import BoardAuthError
 from fabric.kanboard.principals import home_settings, worker_settings
 from fabric.settings.resolve import Settings
@@ -201,3 +201,33 @@ def test_the_listing_shows_the_homes_in_one_round_trip(app: Settings, cards: Car
     listed = {t["id"]: (t["queue"], t["column"]) for t in fab.listing()}
     assert listed == {mine: ("torgash", "Queued"), other: ("kimi", "Queued")}
     assert fab.port.stats.trips == 1
+
+
+def test_a_card_made_with_plus_in_a_home_is_taken_by_the_home_keeper(app: Settings, cards: CardSet) -> None:
+    """A person's "+" card in the researcher's Queued, in its home: the home's keeper (as
+    `agap keeper` with the home's projects runs it) submits it there for the researcher."""
+    init(app, cards)
+    card = cards.get("researcher")
+    home = Fabric.connect(home_settings(app, card), cards=cards)
+    assert home.home_of == "researcher" and home.main is not None
+    layout = home.board.layout
+    alvis = KanboardClient(app.board_url, app.board_token)
+    try:
+        tid = alvis.call(
+            "createTask",
+            {
+                "title": "Compare heat pump prices",
+                "project_id": layout.project_id,
+                "column_id": layout.columns[Column.QUEUED],
+                "swimlane_id": layout.swimlanes["researcher"],
+                "creator_id": layout.users["alvis"],
+            },
+        )
+    finally:
+        alvis.close()
+    keeper = Keeper.for_fabric(home)
+    assert keeper.run_job("gestures")
+    report = keeper.last["gestures"]
+    assert tid in report.submitted, (report, [c.text for c in home.board.comments(tid)])
+    new = home.board.read(report.submitted[tid])
+    assert new.spec is not None and new.spec.target == "researcher" and new.spec.actor == "alvis"

@@ -15,6 +15,7 @@ from fabric.embedded.local import LocalPort
 from fabric.kanboard.layout import Column, State
 from fabric.ledger import Lease
 from fabric.settings.keeper import KeeperConfig
+from fabric.task import GATE_ACTOR
 from keeper.daemon import Keeper
 from keeper.gestures import HUMAN
 from tests.conftest import FakeClock
@@ -264,11 +265,31 @@ def test_without_activity_a_late_change_is_a_gesture_by_an_unknown_person(
     local_fabric: Fabric, clock: FakeClock
 ) -> None:
     tid, k = setup(local_fabric)
-    local_fabric.ledger.complete(claim(local_fabric, tid), "file:///r")
+    local_fabric.ledger.fail(claim(local_fabric, tid), "poison", poison=True)
     clock.advance(20)
     move(local_fabric, tid, Column.QUEUED, user=None)
-    assert gestures(k).acted == {tid: "reopen"}
+    assert gestures(k).acted == {tid: "revive"}  # a dead letter waits on nobody in particular
     assert rec(local_fabric, tid)[3] == HUMAN
+
+
+def test_a_result_waits_on_its_verifier_nobody_else_accepts_or_sends_it_back(
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
+    tid, k = setup(local_fabric)
+    local_fabric.ledger.complete(claim(local_fabric, tid), "file:///r")
+    verifier = local_fabric.board.read(tid).current
+    assert verifier is not None and verifier.assignee == "alvis"
+    clock.advance(600)
+    close(local_fabric, tid, user="elizaveta")
+    report = gestures(k)
+    assert report.acted == {} and "Only alvis may verify this (elizaveta tried)" in report.refused[tid]
+    clock.advance(60)
+    move(local_fabric, tid, Column.QUEUED, user="elizaveta")
+    assert "Only alvis may send back this" in gestures(k).refused[tid]
+    assert rec(local_fabric, tid)[:2] == (State.DONE, "complete")
+    clock.advance(60)
+    move(local_fabric, tid, Column.QUEUED)  # alvis
+    assert gestures(k).acted == {tid: "reopen"}
 
 
 # -- dead letters and their decisions --------------------------------------------------------
@@ -540,3 +561,59 @@ def test_a_card_moved_to_a_lane_of_no_queue_is_put_back(local_fabric: Fabric) ->
     )
     assert gestures(k).explained == [tid]
     assert int(row(fab, tid)["swimlane_id"]) == layout.swimlanes["kimi"]
+
+
+# -- whose words count ---------------------------------------------------------------------
+
+
+def test_another_persons_comment_never_becomes_the_approvers_answer(
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
+    """elizaveta comments on alvis's card; alvis closes it without a word: dismissed."""
+    tid, k = setup(local_fabric, target="alvis")
+    clock.advance(600)
+    comment(local_fabric, tid, "Approved by me, fine.", user="elizaveta")
+    close(local_fabric, tid)
+    assert gestures(k).acted == {tid: "dismiss"}
+    state, op, reason, by = rec(local_fabric, tid)
+    assert (state, op, by) == (State.CANCELED, "cancel", "alvis") and reason != "Approved by me, fine."
+
+
+def test_another_persons_answer_is_not_the_answer_to_the_question(
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
+    tid, k = setup(local_fabric)
+    local_fabric.ledger.ask(claim(local_fabric, tid), "Which restaurant?", "alvis")
+    clock.advance(600)
+    comment(local_fabric, tid, "Book the Italian place at 8.", user="elizaveta")
+    move(local_fabric, tid, Column.QUEUED)  # alvis, without a comment of her own
+    assert gestures(k).acted == {tid: "resume"}
+    state, op, reason, by = rec(local_fabric, tid)
+    assert (state, op, by) == (State.QUEUED, "resume", "alvis")
+    assert "Italian" not in (reason or ""), "elizaveta's words are not alvis's answer"
+
+
+def test_closing_a_taint_gate_refuses_it_whatever_the_comment_says(
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
+    tid, k = setup(local_fabric, target="alvis", actor=GATE_ACTOR)
+    clock.advance(600)
+    comment(local_fabric, tid, "No - refuse this, it looks wrong.")
+    close(local_fabric, tid)
+    assert gestures(k).acted == {tid: "dismiss"}
+    state, op, reason, by = rec(local_fabric, tid)
+    assert (state, op, by) == (State.CANCELED, "cancel", "alvis")
+    assert reason == "No - refuse this, it looks wrong."
+
+
+def test_a_result_closed_before_any_sweep_saw_it_is_still_verified(
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
+    """Finished, then closed by its person seconds later: in no open search, not watched
+    yet, but the activity names the close."""
+    tid, k = setup(local_fabric)
+    local_fabric.ledger.complete(claim(local_fabric, tid), "file:///r.md")
+    clock.advance(3)
+    close(local_fabric, tid)
+    assert gestures(k).acted == {tid: "verify"}
+    assert rec(local_fabric, tid)[:2] == (State.CLOSED, "verify")

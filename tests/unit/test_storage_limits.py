@@ -100,8 +100,8 @@ def fabric_on(cards: CardSet, clock: FakeClock) -> tuple[Any, LimitPort]:
     intent=long_text(1, 4000, storable=True),
     ref_tail=long_text(1, 300, storable=True),
     nrefs=st.integers(0, 25),
-    key=long_text(1, 600, storable=True),
-    actor=long_text(1, 200, storable=True),
+    key=long_text(1, 600, storable=True).filter(str.strip),  # a blank key is refused
+    actor=long_text(1, 200, storable=True).filter(str.strip),  # a blank actor is refused
     owner=long_text(1, 300),
     reason=long_text(0, 3000),
     answer=long_text(1, 2000),
