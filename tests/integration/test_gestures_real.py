@@ -27,7 +27,11 @@ from keeper.daemon import Keeper
 from tests.conftest import ROOT, make_fabric, real_kanboard
 
 PASSWORD = "g-real-gestures"
-pytestmark = pytest.mark.skipif(real_kanboard() is None, reason="KANBOARD_URL / KANBOARD_API_TOKEN not set")
+pytestmark = pytest.mark.skipif(
+    real_kanboard() is None,
+    reason="KANBOARD_URL / KANBOARD_API_TOKEN not set: these gestures run on a real Kanboard "
+    "(tests/unit/test_keeper_gestures.py makes each of them on the embedded board)",
+)
 
 
 @dataclass

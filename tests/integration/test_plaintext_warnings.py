@@ -33,7 +33,11 @@ def loopback_name() -> str:
     except OSError:
         addrs = set()
     if name == "localhost" or not addrs or not all(ipaddress.ip_address(a).is_loopback for a in addrs):
-        pytest.skip(f"the host name {name!r} does not resolve to loopback only here")
+        pytest.skip(
+            f"the host name {name!r} does not resolve to loopback only here, so no plaintext "
+            "non-loopback URL can stay on this machine; tests/unit/test_config.py checks the "
+            "warnings themselves without a network"
+        )
     return name
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from fabric.availability import Availability, Verdict
 from fabric.cards import CardSet, load_cards
 from tests.conftest import ROOT
-from tests.helpers import wait_until
 from workers.admission import Admitted, admit_call
 from workers.availability import Probes, card_availability
 from workers.endpoint import SharedShape, endpoint_card
@@ -44,17 +43,14 @@ def test_eight_threads_racing_for_three_calls_get_exactly_three(tmp_path: Path) 
 
 
 _RACER = """
-import sys, threading, time
+import sys, threading
 from pathlib import Path
-from fabric.availability import Availability, Verdict
+from fabric.availability import Availability
 from workers.endpoint import SharedShape
 from workers.quota import QuotaWindow
-path, ready, go = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-av = Availability([SharedShape(QuotaWindow(40, 3600), path)])
-ready.touch()
-deadline = time.monotonic() + 60
-while not go.exists() and time.monotonic() < deadline:  # all processes start together
-    time.sleep(0.001)
+av = Availability([SharedShape(QuotaWindow(40, 3600), Path(sys.argv[1]))])
+print("ready", flush=True)
+sys.stdin.readline()  # every process starts racing when the test says go
 won = []
 def race():
     while av.admit(1_800_000_000.0).available:
@@ -62,25 +58,32 @@ def race():
 ts = [threading.Thread(target=race) for _ in range(4)]
 [t.start() for t in ts]
 [t.join(60) for t in ts]
-print(len(won))
+print(len(won), flush=True)
 """
 
 
 def test_four_processes_of_four_slots_share_one_quota(tmp_path: Path) -> None:
-    path, go = tmp_path / "m.quota0.json", tmp_path / "go"
-    ready = [tmp_path / f"ready{i}" for i in range(4)]
+    path = tmp_path / "m.quota0.json"
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _RACER, str(path), str(r), str(go)],
+            [sys.executable, "-c", _RACER, str(path)],
             cwd=ROOT,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
-        for r in ready
+        for _ in range(4)
     ]
-    wait_until(lambda: all(r.exists() for r in ready), timeout=60, what="the racers to start")
-    go.touch()
-    won = [int(p.communicate(timeout=120)[0].strip()) for p in procs]
+    for p in procs:  # blocks until each has built its ledger and waits for go
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.close()
+    won = []
+    for p in procs:
+        assert p.stdout is not None and p.wait(120) == 0
+        won.append(int(p.stdout.read().strip()))
     assert sum(won) == 40, won
     assert len(json.loads(path.read_text())["calls"]) == 40
 
