@@ -35,6 +35,7 @@ from pathlib import Path
 from fabric.cards import Card, CardSet, trust_rank
 from fabric.kanboard.port import BoardAuthError
 from fabric.kanboard.reader import ReadOnlyBoard
+from fabric.people import find_person
 from fabric.policy_file import PolicyConfig
 from fabric.refcanon import BadRef, Canon, canonical, canonical_prefix, local_service, under
 from fabric.refusals import PrivacyViolation
@@ -46,23 +47,15 @@ UNKNOWN = "unknown"
 MAX_TASKS = 64
 
 
-def human_of(cards: CardSet, name: str) -> Card | None:
-    """The human card with this id or Kanboard username."""
-    for card in cards.humans():
-        if card.id == name or (card.human is not None and card.human.username == name):
-            return card
-    return None
-
-
 def person_of(cards: CardSet, actor: str) -> Card | None:
     """The person an actor speaks for: a human card, or an A2A caller named like one."""
-    return human_of(cards, actor.removeprefix("a2a:"))
+    return find_person(cards, actor.removeprefix("a2a:"))
 
 
 def recall_scope(cards: CardSet, human: str) -> frozenset[str]:
     """What work for (a conversation with) ``human`` may see: their private domain and the
     shared domains, nothing of another human's."""
-    card = human_of(cards, human)
+    card = find_person(cards, human)
     own = f"private:{card.id if card else human}"
     return frozenset({own} | {d for c in cards for d in c.privacy_domains if not d.startswith("private:")})
 
@@ -326,7 +319,6 @@ __all__ = [
     "canon_ref",
     "check_file",
     "check_visible",
-    "human_of",
     "person_of",
     "recall_scope",
     "rules_domain",

@@ -38,7 +38,6 @@ from fabric.domains import (
     canon_ref,
     check_file,
     check_visible,
-    human_of,
     person_of,
     recall_scope,
     rules_domain,
@@ -48,6 +47,7 @@ from fabric.errors import ConfigError, InvalidInput
 from fabric.kanboard.layout import State, receipt_reference
 from fabric.kanboard.reader import ReadOnlyBoard
 from fabric.kanboard.views import TaskView
+from fabric.people import find_person
 from fabric.policy_file import PolicyConfig, policy_config
 from fabric.refusals import PolicyRefused, PrivacyViolation
 from fabric.submit import Receipt, parse_description
@@ -113,11 +113,11 @@ def ref_domain(ref: str, cfg: PolicyConfig | None = None) -> str:
 def gate_human(cards: CardSet, cards_dir: str | Path, spec: TaskSpec) -> str:
     """Whose inbox a gate or decision goes to: the submitting human, else ``gate_to``
     (in the policy file next to the cards), else the first human card."""
-    h = human_of(cards, spec.actor)
+    h = find_person(cards, spec.actor)
     if h is not None:
         return h.id
     cfg = policy_config(cards_dir)
-    if cfg.gate_to and human_of(cards, cfg.gate_to) is not None:
+    if cfg.gate_to and find_person(cards, cfg.gate_to) is not None:
         return cfg.gate_to
     humans = sorted(c.id for c in cards.humans())
     if not humans:
@@ -496,12 +496,12 @@ def plan_escalation(
         return None
     if spec.actor in (actor, GATE_ACTOR) or (spec.action_id or "").startswith("escalate/"):
         return None
-    if human_of(cards, spec.target) is not None:
+    if find_person(cards, spec.target) is not None:
         return None
     human = None
     for key in ("escalate_to", "human"):
         value = spec.constraints.get(key)
-        if isinstance(value, str) and human_of(cards, value) is not None:
+        if isinstance(value, str) and find_person(cards, value) is not None:
             human = value
             break
     human = human or gate_human(cards, cards_dir, spec)
@@ -555,7 +555,6 @@ __all__ = [
     "check_refs",
     "default_policies",
     "gate_human",
-    "human_of",
     "plan_escalation",
     "read_guard",
     "recall_scope",

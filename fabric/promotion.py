@@ -26,12 +26,13 @@ from pathlib import Path
 
 from fabric.cards import CardSet
 from fabric.core import Fabric
-from fabric.domains import Domains, canon_ref, check_file, human_of, rules_domain
+from fabric.domains import Domains, canon_ref, check_file, rules_domain
 from fabric.errors import ConfigError, InvalidInput
 from fabric.kanboard.layout import State, receipt_reference
 from fabric.kanboard.reader import ReadOnlyBoard
 from fabric.kanboard.taskboard import TaskBoard
 from fabric.kanboard.views import TaskView
+from fabric.people import find_person
 from fabric.policy_file import POLICY_FILE, PolicyConfig
 from fabric.refcanon import canonical
 from fabric.refusals import PrivacyViolation
@@ -106,7 +107,7 @@ def plan_promotion(
     Refuses a ref that is not a readable file, an owner who is not a person, and a file
     that is not in the owner's private domain alone: nobody promotes what is not theirs.
     """
-    person = human_of(cards, owner)
+    person = find_person(cards, owner)
     if person is None:
         raise InvalidInput(
             f"{owner!r} is not a person's card", where="--owner", hint="name a kind: human card"
@@ -138,7 +139,7 @@ def plan_promotion(
 def approved(board: TaskBoard, cards: CardSet, plan: Promotion, view: TaskView) -> bool:
     """Whether ``view`` is ``plan``'s approval task and its owner approved it (see the
     module docstring): one round trip for the comments."""
-    card = human_of(cards, plan.owner)
+    card = find_person(cards, plan.owner)
     s, cur = view.spec, view.current
     if card is None or card.human is None or s is None or cur is None:
         return False

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from fabric.cards import CardSet
 from fabric.kanboard.principals import board_username
 from fabric.kanboard.rows import BoardActivity, BoardComment
+from fabric.people import find_person
 from fabric.task import Record, TaskSpec
 
 UNKNOWN = "human (Kanboard UI)"  # a gesture whose author the board's activity does not show
@@ -51,10 +52,8 @@ def agent_usernames(cards: CardSet) -> set[str]:
 
 def person_id(cards: CardSet, username: str) -> str:
     """The human card of a Kanboard username, else the username itself."""
-    for card in cards.humans():
-        if card.human is not None and card.human.username == username:
-            return card.id
-    return username
+    card = find_person(cards, username)
+    return card.id if card is not None else username
 
 
 def waits_on(cards: CardSet, rec: Record, spec: TaskSpec) -> str | None:

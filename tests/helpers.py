@@ -120,3 +120,15 @@ def board_env(url: str, token: str, cards_dir: Path, state_dir: Path, **more: st
         "AGAP_POLL_SECONDS": "0.05",
         **more,
     }
+
+
+def cli_env(url: str, token: str, tmp: Path, cards_dir: Path, **more: str) -> dict[str, str]:
+    """The settings an ``agap`` call needs for one test's board: its URL and token, the
+    cards, a cache of its own, plus ``more`` (``AGAP_ACTOR``, …)."""
+    return {
+        "KANBOARD_URL": url,
+        "KANBOARD_API_TOKEN": token,
+        "AGAP_CARDS_DIR": str(cards_dir),
+        "XDG_CACHE_HOME": str(tmp / "cache"),
+        **more,
+    }

@@ -98,8 +98,6 @@ class ModelExecutor:
     #: The client for a persona's backbone chosen per call (see :mod:`workers.admission`).
     client_of: Callable[[Card], ModelClient] = lambda card: DemoClient()
     _timeouts: dict[str, int] = field(default_factory=dict)  # task uid -> timeouts in a row
-    #: task uid -> what the completion records about the call (the backbone that ran it)
-    notes: dict[str, str] = field(default_factory=dict)
 
     def __call__(self, job: Job) -> JobOutcome:
         messages = self._messages(job)
@@ -113,13 +111,13 @@ class ModelExecutor:
         if effect.done and effect.receipt:
             # An earlier owner made this call and stored its result: do not pay twice.
             return JobOutcome.done(effect.receipt, evidence=f"reused {effect.receipt}")
-        reply = self._ask(job, messages, effect)
-        if isinstance(reply, JobOutcome):
-            return reply
+        asked = self._ask(job, messages, effect)
+        if isinstance(asked, JobOutcome):
+            return asked
+        reply, note = asked
         if reply.kind == "ask":
-            self.notes.pop(job.lease.uid, None)
             return JobOutcome.ask(reply.text, self.human_for(job))
-        return self._finish(job, effect, reply)
+        return self._finish(job, effect, reply, note)
 
     def _messages(self, job: Job) -> list[dict[str, str]] | JobOutcome:
         """The prompt (refs resolved); a ref that cannot be read fails the attempt."""
@@ -144,8 +142,11 @@ class ModelExecutor:
         except BoardError as exc:
             return JobOutcome.released(f"board unreachable before the model call ({exc.what})")
 
-    def _ask(self, job: Job, messages: list[dict[str, str]], effect: Effect) -> Reply | JobOutcome:
-        """The model call under the effect's stable key; a failure feeds a(t) or fails the attempt."""
+    def _ask(
+        self, job: Job, messages: list[dict[str, str]], effect: Effect
+    ) -> tuple[Reply, str] | JobOutcome:
+        """The model call under the effect's stable key, and what the completion records
+        about it (the backbone that ran it); a failure feeds a(t) or fails the attempt."""
         metadata = {
             "agent": self.card.id,
             "task_id": job.lease.task_id,
@@ -168,9 +169,7 @@ class ModelExecutor:
         self._timeouts.pop(job.lease.uid, None)
         admitted.settle(now, cost_usd=reply.cost_usd)
         self.outage.record(now)
-        if admitted.endpoint is not None:
-            self.notes[job.lease.uid] = admitted.endpoint.note()
-        return reply
+        return reply, admitted.endpoint.note() if admitted.endpoint is not None else ""
 
     def _admit(self, job: Job) -> Admitted | JobOutcome:
         """Admit the call in the card's own a(t), then (a persona) in its first available backbone."""
@@ -202,7 +201,7 @@ class ModelExecutor:
             return JobOutcome.failed(f"bad model response: {exc.what}")
         raise exc
 
-    def _finish(self, job: Job, effect: Effect, reply: Reply) -> JobOutcome:
+    def _finish(self, job: Job, effect: Effect, reply: Reply, note: str = "") -> JobOutcome:
         """Store the result and keep the receipt, so no later owner pays for the call again."""
         if job.fenced.is_set():  # the heartbeat already knows: store nothing
             return JobOutcome(
@@ -223,7 +222,6 @@ class ModelExecutor:
             # The receipt only saves a later owner a call; the completion still records it.
             log.warning("task #%s: receipt not recorded (%s)", job.lease.task_id, exc)
         log.info("task #%s done: %s (cost $%.4f)", job.lease.task_id, ref, reply.cost_usd)
-        note = self.notes.pop(job.lease.uid, "")
         return JobOutcome.done(ref, evidence=reply.text[:4000], cost_usd=reply.cost_usd, note=note)
 
     def _store(self, job: Job, text: str) -> str | JobOutcome:

@@ -115,9 +115,9 @@ def with_backbone(card: Card, cards: Iterable[Card], gated: str | None = None) -
     a backbone, or whose backbone nothing fits, is returned as it is."""
     if card.backbone is None:
         return card
-    choices = [c.card for c in backbone_choices(card, cards) if c.eligible]
-    model = next((m for m in choices if gated and m.runtime.model == gated), None)
-    model = model or resolve_backbone(card, choices)
+    fitting = [c.card for c in backbone_choices(card, cards) if c.eligible]  # closest first
+    model = next((m for m in fitting if gated and m.runtime.model == gated), None)
+    model = model or (fitting[0] if fitting else None)
     if model is None or not model.runtime.model:
         return card
     runtime = card.runtime.model_copy(

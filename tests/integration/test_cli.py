@@ -12,17 +12,12 @@ from click.testing import CliRunner, Result
 from fabric.apps.cli import main
 from fabric.embedded.server import EmbeddedBoard
 from tests.conftest import ROOT
+from tests.helpers import cli_env
 
 
 @pytest.fixture
 def env(embedded_board: EmbeddedBoard, tmp_path: Path) -> dict[str, str]:
-    return {
-        "KANBOARD_URL": embedded_board.url,
-        "KANBOARD_API_TOKEN": embedded_board.token,
-        "AGAP_CARDS_DIR": str(ROOT / "cards"),
-        "XDG_CACHE_HOME": str(tmp_path / "cache"),
-        "AGAP_ACTOR": "alvis",
-    }
+    return cli_env(embedded_board.url, embedded_board.token, tmp_path, ROOT / "cards", AGAP_ACTOR="alvis")
 
 
 def run(env: dict[str, str], *args: str) -> Result:

@@ -29,19 +29,13 @@ from fabric.kanboard.layout import State, evidence_key
 from fabric.settings.resolve import Settings
 from keeper.sweeps import sweep_leases_and_gaps
 from tests.conftest import ROOT, make_fabric
-from tests.helpers import wait_until
+from tests.helpers import cli_env, wait_until
 
 
 @pytest.fixture
 def env(embedded_board: EmbeddedBoard, tmp_path: Path) -> dict[str, str]:
-    return {
-        "KANBOARD_URL": embedded_board.url,
-        "KANBOARD_API_TOKEN": embedded_board.token,
-        "AGAP_CARDS_DIR": str(ROOT / "cards"),
-        "XDG_CACHE_HOME": str(tmp_path / "cache"),
-        "AGAP_ACTOR": "alvis",
-        "AGAP_WORKER_ID": "",
-    }
+    board = embedded_board
+    return cli_env(board.url, board.token, tmp_path, ROOT / "cards", AGAP_ACTOR="alvis", AGAP_WORKER_ID="")
 
 
 @pytest.fixture

@@ -48,6 +48,7 @@ from fabric.kanboard.layout import PRIORITY_NAMES, State
 from fabric.kanboard.port import BoardError
 from fabric.kanboard.views import TaskView
 from fabric.ledger import Fenced, Lease, NotHolder, conversation
+from fabric.people import find_person
 from fabric.policy import (
     GateRequest,
     PolicyContext,
@@ -55,7 +56,6 @@ from fabric.policy import (
     TaintRefused,
     check_claim_on_board,
     check_domains,
-    human_of,
 )
 from fabric.policy_file import PolicyConfig
 from fabric.taint import is_tainted
@@ -606,12 +606,12 @@ class AgentTools:
         """The Kanboard username to ask: the one named, else the submitter if a person,
         else the first human card (the workers' rule)."""
         if name:
-            card = human_of(self.fab.cards, name.strip())
+            card = find_person(self.fab.cards, name.strip())
             if card is None or card.human is None:
                 known = ", ".join(c.id for c in self.fab.cards.humans())
                 raise InvalidInput(f"unknown human {name!r}", where="human", hint=f"known: {known}")
             return card.human.username
-        card = human_of(self.fab.cards, spec.actor)
+        card = find_person(self.fab.cards, spec.actor)
         if card is None:
             humans = self.fab.cards.humans()
             card = humans[0] if humans else None
