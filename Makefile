@@ -25,12 +25,13 @@ test: install lint typecheck
 
 ## `make test` with two CPU-burning processes beside it (a busy laptop); they end with it,
 ## whatever the outcome (Ctrl-C included). The suite waits on conditions, never on time.
+## It also stops the daemons 300 times at random moments (tests/integration/test_stop_bound.py).
 test-stress: install
 	@$(PY) -c 'while True: pass' & b1=$$!; \
 	$(PY) -c 'while True: pass' & b2=$$!; \
 	trap 'kill $$b1 $$b2 2>/dev/null || true' EXIT; trap 'exit 130' INT TERM; \
 	echo "test-stress: two CPU burners running (pids $$b1 $$b2)"; \
-	$(MAKE) --no-print-directory test
+	AGAP_TEST_STOP_TRIALS=$${AGAP_TEST_STOP_TRIALS:-300} $(MAKE) --no-print-directory test
 
 ## ruff (style, imports, complexity) and ruff format, over the code and the tests
 lint: install

@@ -290,6 +290,7 @@ SECTIONS = (
     "bench.mcp",
     "bench.auth",
     "bench.cli_start",
+    "bench.stop",
 )
 
 

@@ -34,12 +34,18 @@ from fabric.degraded import Backoff, BoardWait, transient
 from fabric.errors import ConfigError
 from fabric.kanboard.port import BoardError
 from fabric.settings.keeper import JOBS, KeeperConfig
-from fabric.signals import set_on_signal
+from fabric.signals import grace, set_on_signal
 from keeper import duties, gc, gestures, policy, snapshot, sweeps
 from keeper.metrics import Metrics
 from keeper.notify import Notifier
 
 log = logging.getLogger("agap.keeper")
+
+
+def _set_event() -> threading.Event:
+    event = threading.Event()
+    event.set()
+    return event
 
 
 @dataclass
@@ -72,6 +78,8 @@ class Keeper:
     # Set by poke() (Kanboard's webhook: a person just did something); the gesture job
     # runs again at once, also when the poke came while it was running.
     _poked: threading.Event = field(default_factory=threading.Event)
+    # Clear while a job runs (jobs never overlap: one executor thread).
+    _idle: threading.Event = field(default_factory=_set_event)
     _sched: Any = None
 
     @classmethod
@@ -243,6 +251,7 @@ class Keeper:
         start = time.perf_counter()
         stats.runs_total += 1
         stats.last_run = time.time()
+        self._idle.clear()
         try:
             self.last[name] = fn()
         except (BoardError, ConfigError) as exc:
@@ -265,6 +274,7 @@ class Keeper:
             return False
         finally:
             stats.last_duration = time.perf_counter() - start
+            self._idle.set()
         back.failures, back.until = 0, 0.0
         stats.last_success = self.fab().clock()
         with self.metrics.lock:
@@ -339,7 +349,12 @@ class Keeper:
             log.info("keeper stopping")
             self._stopping.set()
             self._sched = None
-            sched.shutdown(wait=True)
+            # No new job starts; the running one gives up its retries (fabric.signals) and
+            # is waited for up to the stop grace. Past it the process exits anyway (the
+            # watchdog): a keeper job is a run of ledger transitions, each safe to cut.
+            sched.shutdown(wait=False)
+            if not self._idle.wait(grace()):
+                log.warning("keeper stopping with a job still running")
 
 
 def _now_dt() -> Any:

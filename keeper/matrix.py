@@ -28,6 +28,7 @@ import requests
 from fabric.cards import MatrixChannel as MatrixSpec
 from fabric.errors import EXIT_UNREACHABLE, ConfigError, FabricError
 from fabric.settings import registry
+from fabric.signals import stop_requested
 
 
 class MatrixSendError(FabricError):
@@ -130,8 +131,9 @@ class MatrixNotifier:
                     wait = max(wait, min(self.max_backoff, _retry_after(resp)))
                 elif 400 <= resp.status_code < 500 and resp.status_code != 408:
                     break  # refused (bad token, not in the room): retrying will not help
-            if attempt + 1 < self.attempts:
-                self.sleep(wait)
+            if attempt + 1 >= self.attempts or stop_requested():
+                break  # the last try, or the keeper is stopping: no retry (bounded stop)
+            self.sleep(wait)
         raise MatrixSendError(
             f"matrix message to {self.room} failed: {last}",
             where=self.homeserver,

@@ -30,6 +30,7 @@ from fabric.cards import WebhookChannel as WebhookSpec
 from fabric.errors import ConfigError, FabricError
 from fabric.people import find_person
 from fabric.settings import registry
+from fabric.signals import stop_requested
 from keeper.matrix import MatrixNotifier
 
 log = logging.getLogger("agap.keeper.notify")
@@ -127,8 +128,9 @@ class WebhookNotifier:
                     break  # the receiver refuses: retrying will not help
             except requests.RequestException as exc:
                 last = type(exc).__name__
-            if attempt + 1 < self.attempts:
-                self.sleep(min(5.0, self.backoff * 2**attempt) * random.uniform(0.8, 1.2))
+            if attempt + 1 >= self.attempts or stop_requested():
+                break  # the last try, or the keeper is stopping: no retry (bounded stop)
+            self.sleep(min(5.0, self.backoff * 2**attempt) * random.uniform(0.8, 1.2))
         raise NotifyError(f"webhook {urlsplit(self.url).hostname} failed: {last}")
 
 

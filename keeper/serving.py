@@ -27,7 +27,9 @@ class BackgroundServer:
         return f"http://{host}:{self.port}"
 
     def start(self) -> Self:
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name=self.thread_name, daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, args=(0.1,), name=self.thread_name, daemon=True
+        )  # a 0.1 s poll: stop() returns that fast
         self.thread.start()
         return self
 

@@ -17,6 +17,7 @@ for a growing while. Neither is the task's fault: the task is released, not fail
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -28,6 +29,7 @@ from fabric.errors import FabricError
 from fabric.kanboard.port import BoardError
 from fabric.ledger import Effect, Fenced
 from fabric.refusals import PolicyRefused
+from fabric.signals import grace, pause
 from workers.admission import Admitted, admit_call
 from workers.answer import Reply, ask, task_messages
 from workers.job import Job, JobOutcome
@@ -44,6 +46,42 @@ from workers.refs import RefResolver, RefUnavailable, UnresolvableRef
 from workers.results import ResultStore
 
 log = logging.getLogger("agap.worker")
+
+
+class Abandoned(Exception):
+    """The worker stopped while a model call was in flight."""
+
+
+def until_stopped(call: Callable[[], Reply], job: Job, *, finish: float | None = None) -> Reply:
+    """``call()``, unless the worker stops and the call is not answered ``finish`` seconds
+    later (then :class:`Abandoned`; default: the stop grace less what releasing needs).
+
+    A model call can take minutes and a blocking socket cannot be interrupted, so the call
+    runs in a thread of its own and the slot waits for it or for the stop: an answer that
+    comes in the window is kept (the call is paid for), else the worker gives its task
+    back instead of holding the lease past the 3 s stop bound (:mod:`fabric.signals`).
+    """
+    box: list[Reply] = []
+    error: list[BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box.append(call())
+        except BaseException as exc:  # handed to the slot, which decides what it means
+            error.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"model-call-{job.lease.task_id}", daemon=True).start()
+    while not done.wait(0.1):  # the bound on how late a stop is noticed
+        if job.stopping.is_set():
+            if not done.wait(max(0.0, grace() - 1.2) if finish is None else finish):
+                raise Abandoned
+            break
+    if error:
+        raise error[0]
+    return box[0]
 
 
 class Outage:
@@ -162,7 +200,11 @@ class ModelExecutor:
         card = admitted.card(self.card)
         client = self.client_of(card) if admitted.endpoint else self.client
         try:
-            reply = ask(card, client, messages, metadata=metadata, key=effect.key)
+            reply = until_stopped(lambda: ask(card, client, messages, metadata=metadata, key=effect.key), job)
+        except Abandoned:
+            # Sent, and may still be charged: its slot stays spent, as a timed-out call's.
+            admitted.settle(self.clock(), cost_usd=self.card.max_cost_usd or 0.0)
+            return JobOutcome.released("worker stopping: the model call in flight was abandoned")
         except Exception as exc:
             return self._call_failed(job, exc, admitted)
         now = self.clock()
@@ -241,7 +283,12 @@ class ModelExecutor:
                         reason=f"board unreachable, result not stored ({exc.what})",
                         evidence=text[:4000],
                     )
-                time.sleep(delay)
+                if pause(delay):  # stopping: give the task back rather than wait on
+                    return JobOutcome(
+                        kind="released",
+                        reason=f"worker stopping, result not stored ({exc.what})",
+                        evidence=text[:4000],
+                    )
                 delay = min(5.0, delay * 2)
             except FabricError as exc:
                 return JobOutcome.failed(f"could not store the result: {exc.line()}")

@@ -32,6 +32,7 @@ from fabric.kanboard.layout import META_COST
 from fabric.kanboard.port import BoardError, BoardUnavailable
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import Fenced, Lease, LedgerError
+from fabric.signals import stop_requested
 from workers.job import Executor, Job, JobOutcome
 from workers.queue import QueueReader
 from workers.results import result_url
@@ -308,8 +309,15 @@ class Worker:
                         exc,
                     )
                     return
+                if self.stop.is_set() or stop_requested():
+                    log.warning(
+                        "task #%s: board away while stopping (%s); leaving the task to lease expiry",
+                        lease.task_id,
+                        exc,
+                    )
+                    return
                 log.warning("task #%s: board away (%s); retrying in %.1fs", lease.task_id, exc, delay)
-                time.sleep(delay)
+                self.stop.wait(delay)
                 delay = min(10.0, delay * 2)
             except (LedgerError, BoardError) as exc:
                 log.warning(

@@ -232,13 +232,19 @@ class EmbeddedBoard:
 
     def start(self) -> EmbeddedBoard:
         """Serve in a background thread."""
-        self._thread = threading.Thread(target=self._server.serve_forever, name="agap-board", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.1,), name="agap-board", daemon=True
+        )  # a 0.1 s poll: stop() returns that fast
         self._thread.start()
         return self
 
     def serve_forever(self) -> None:
-        """Serve in the calling thread until :meth:`stop`."""
-        self._server.serve_forever()
+        """Serve in the calling thread until :meth:`stop` or :meth:`request_stop`."""
+        self._server.serve_forever(0.1)
+
+    def request_stop(self) -> None:
+        """Make :meth:`serve_forever` return (from another thread; returns at once)."""
+        threading.Thread(target=self._server.shutdown, name="agap-board-stop", daemon=True).start()
 
     def stop(self) -> None:
         """Stop serving, drop open connections and close the database."""

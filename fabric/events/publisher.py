@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from fabric.events.schema import SEQ_STRIDE, Event, EventType
 from fabric.events.signing import seal
 from fabric.events.transport import Topic, Transport, TransportError, task_topic
+from fabric.signals import stop_requested
 
 log = logging.getLogger("agap.events")
 
@@ -112,14 +113,15 @@ class Publisher:
         return True
 
     def close(self, timeout: float = 2.0) -> None:
-        """Flush (bounded), stop the sender and close the transport."""
+        """Flush, stop the sender and close the transport, all within ``timeout``."""
+        deadline = time.monotonic() + timeout
         self.flush(timeout)
         with self._cond:
             self._closed = True
             self._queue.clear()
             self._cond.notify_all()
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._thread.join(max(0.0, deadline - time.monotonic()))
         self.transport.close()
 
     # -- internals ------------------------------------------------------------------
@@ -141,6 +143,9 @@ class Publisher:
                             what,
                         )
                     self._degraded = True
+                    return False
+                if stop_requested():  # a stopping process does not wait for a broker
+                    self.stats.skipped += 1
                     return False
                 self._sleep(delay)
                 delay = min(self.max_delay, delay * 2)

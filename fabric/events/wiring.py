@@ -27,7 +27,8 @@ from fabric.task import Record, TaskSpec
 if TYPE_CHECKING:
     from fabric.core import Fabric
 
-FLUSH_AT_EXIT = 2.0
+# What an exiting process gives its last events (within the 3 s stop bound, fabric.signals).
+FLUSH_AT_EXIT = 1.0
 
 
 def submitted_event(receipt: Receipt) -> Event:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ from tenacity import (
     Retrying,
     retry_if_exception_type,
     stop_after_attempt,
+    stop_when_event_set,
     wait_exponential,
 )
 
@@ -33,6 +33,7 @@ from fabric.kanboard.port import (
     RoundTrips,
     RpcError,
 )
+from fabric.signals import STOPPING, pause
 
 DEFAULT_TIMEOUT = 10.0
 READ_ATTEMPTS = 3
@@ -110,7 +111,8 @@ class KanboardClient:
             )
             if not (all_reads and busy) or attempt == self.read_attempts:
                 return outcomes
-            time.sleep(0.05 * attempt)
+            if pause(0.05 * attempt):  # stopping: the caller gets the busy answer now
+                return outcomes
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- internals ------------------------------------------------------------------
@@ -126,8 +128,10 @@ class KanboardClient:
         where = f"{self.url} ({', '.join(c.method for c in calls[:3])}{'…' if len(calls) > 3 else ''})"
         attempts = self.read_attempts if retry else 1
         retrying = Retrying(
-            stop=stop_after_attempt(attempts),
+            # A process told to stop does not retry: its stop is bounded (fabric.signals).
+            stop=stop_after_attempt(attempts) | stop_when_event_set(STOPPING),
             wait=wait_exponential(multiplier=0.05, max=1.0),
+            sleep=_pause,
             retry=retry_if_exception_type((_NotSent, _Ambiguous)),
             reraise=True,
         )
@@ -209,6 +213,10 @@ class KanboardClient:
             else:
                 out.append(Outcome(call, value=item.get("result")))
         return out
+
+
+def _pause(seconds: float) -> None:
+    pause(seconds)  # tenacity's sleep, cut short by a stop
 
 
 def _never_connected(exc: requests.exceptions.ConnectionError) -> bool:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 
 from fabric.kanboard.port import Call, MaybeDone, Outcome, RpcError, RpcPort
+from fabric.signals import stop_requested
 
 RETRIES = 8  # re-sends of an idempotent write that failed ambiguously
 
@@ -34,13 +35,16 @@ IDEMPOTENT = frozenset(
 )
 
 
-def pause(attempt: int) -> None:
+def backoff(attempt: int) -> None:
     """Backoff between re-sends: exponential, jittered, capped at a second.
 
     Real Kanboard on SQLite answers "database is locked" while another PHP worker
-    writes; spreading the re-sends out is what gets them through.
+    writes; spreading the re-sends out is what gets them through. A process told to
+    stop still re-sends (a write left out could leave a step half-done), but at most
+    0.05 s apart, so its stop stays bounded (:mod:`fabric.signals`).
     """
-    time.sleep(min(1.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))
+    cap = 0.05 if stop_requested() else 1.0
+    time.sleep(min(cap, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))
 
 
 def send(port: RpcPort, calls: Sequence[Call]) -> list[Outcome]:
@@ -62,7 +66,7 @@ def send(port: RpcPort, calls: Sequence[Call]) -> list[Outcome]:
         ]
         if not redo:
             break
-        pause(attempt)
+        backoff(attempt)
         try:
             again = port.batch([calls[i] for i in redo])
         except MaybeDone:
@@ -74,7 +78,7 @@ def send(port: RpcPort, calls: Sequence[Call]) -> list[Outcome]:
 
 def _resend(port: RpcPort, calls: Sequence[Call], kept: Sequence[Call]) -> list[Outcome]:
     for attempt in range(RETRIES):
-        pause(attempt)
+        backoff(attempt)
         try:
             again = iter(port.batch(kept))
         except MaybeDone:
@@ -87,4 +91,4 @@ def _resend(port: RpcPort, calls: Sequence[Call], kept: Sequence[Call]) -> list[
     raise MaybeDone("the board kept failing ambiguously", calls=calls)
 
 
-__all__ = ["IDEMPOTENT", "RETRIES", "pause", "send"]
+__all__ = ["IDEMPOTENT", "RETRIES", "backoff", "send"]

@@ -42,7 +42,7 @@ from fabric.kanboard.port import (
     RpcError,
     RpcPort,
 )
-from fabric.kanboard.resend import RETRIES, pause, send
+from fabric.kanboard.resend import RETRIES, backoff, send
 from fabric.kanboard.rows import (
     BoardComment,
     BoardFile,
@@ -55,6 +55,7 @@ from fabric.kanboard.rows import (
 )
 from fabric.kanboard.views import BoardLayout, TaskView, parse_cron_states, parse_park_states, parse_view
 from fabric.kanboard.weblinks import WebLinks
+from fabric.signals import pause
 from fabric.task import Record, TaskSpec
 
 # The views live in fabric.kanboard.views; most of the fabric imports them from here.
@@ -242,7 +243,8 @@ class TaskBoard:
     def settle_moves(self) -> None:
         """Check every card this connection moved, now: for a worker about to exit.
 
-        Waits until competing moves have committed (at most VERIFY_AFTER per try).
+        Waits until competing moves have committed (at most VERIFY_AFTER per try). A
+        process told to stop looks once, at once, and leaves the rest to the keeper's sweep.
         """
         for _ in range(MOVE_TRIES):
             if not self._moved:
@@ -250,9 +252,11 @@ class TaskBoard:
             # Jittered: workers leaving together would otherwise move at the same moment
             # and lose each other's moves again.
             wait = max(m.due for m in self._moved.values()) - time.monotonic()
-            time.sleep(min(max(wait, 0.0), VERIFY_AFTER) + random.uniform(0, VERIFY_AFTER))
+            stopping = pause(min(max(wait, 0.0), VERIFY_AFTER) + random.uniform(0, VERIFY_AFTER))
             due = list(self._moved)
             self._recheck_moves(due, self.port.batch(self.recheck_calls(due)))
+            if stopping:
+                return
 
     def repair_projection(self, view: TaskView) -> bool:
         """Move a card a lost move left behind to its record's column (True if moved).
@@ -380,7 +384,7 @@ class TaskBoard:
                 return False
             if holder is not None:
                 return holder == nonce
-            pause(attempt)
+            backoff(attempt)
         return False
 
     def _lock_holder(self, name: str) -> str | None:
@@ -490,7 +494,7 @@ class TaskBoard:
             row = self.find_by_reference(str(params["reference"]))
             if row is not None:
                 return row.id
-            pause(attempt)
+            backoff(attempt)
             try:
                 result = self.port.call("createTask", params)
             except (MaybeDone, RpcError) as exc:

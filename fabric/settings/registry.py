@@ -243,6 +243,14 @@ REGISTRY: tuple[Var, ...] = (
         "30s",
     ),
     _v(
+        "AGAP_STOP_GRACE",
+        "duration",
+        ("worker", "keeper", "cron", "a2a", "mcp", "board"),
+        "how long a daemon's orderly stop may take after SIGTERM/SIGINT before it exits anyway "
+        "(capped at 2.5s: every daemon is gone within 3s of the signal)",
+        "2s",
+    ),
+    _v(
         "AGAP_WORKER_ID",
         "str",
         ("worker", "cli", "mcp"),

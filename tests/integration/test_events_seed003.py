@@ -136,6 +136,10 @@ def run_to_end(
     assert att is not None
     tid = fab.submit(f"be seen by a seed-003 subscriber ({end})", target=QUEUE).task_id
     broker.retained_tasks.append(tid)
+    if fab.submit_listeners:
+        # The submit's event leaves from another connection than the worker's: nothing
+        # orders the two on the wire, so the worker starts once the subscriber has it.
+        wait_until(lambda: any(t == tid for t, _, _ in reader.got), 30, "the submitted event")
     marker = f'"event":"{end}"'.encode()
     with Running(worker):
 

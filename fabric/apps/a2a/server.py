@@ -33,6 +33,8 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
+from fabric.apps import asgi
+from fabric.apps.asgi import GRACEFUL
 from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.errors import ConfigError
@@ -174,7 +176,7 @@ def uvicorn_config(
         log_level=log_level,
         lifespan="on",
         access_log=False,
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=GRACEFUL,
         **kw,
     )
 
@@ -255,8 +257,7 @@ def serve(
         )
     for agent in agents:
         log.info("A2A agent %s: %s/%s/.well-known/agent-card.json", agent, base, agent)
-    server = uvicorn.Server(uvicorn_config(app, sock, tls=tls, log_level=log_level))
-    asyncio.run(server.serve(sockets=[sock]))
+    asgi.serve(uvicorn_config(app, sock, tls=tls, log_level=log_level), [sock])
 
 
 def _loopback(host: str) -> bool:

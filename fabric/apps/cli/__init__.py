@@ -8,6 +8,7 @@ as one line on stderr and exit non-zero; nothing else is caught.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 from typing import Any
 
@@ -51,6 +52,15 @@ def main() -> None:
     # Settings from AGAP_ENV_FILE and .agap.env join the environment (which wins), so
     # every command and every process it starts sees one resolution order.
     apply_config_files()
+
+
+def run() -> None:
+    """The ``agap`` executable: :data:`main`, with Ctrl-C before a command's own handling
+    ending the process as SIGTERM does (no KeyboardInterrupt traceback mid-import). An
+    ignored SIGINT stays ignored (``agap up``'s children are stopped with SIGTERM)."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    main()
 
 
 COMMAND_MODULES = (

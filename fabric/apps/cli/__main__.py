@@ -1,5 +1,5 @@
 """``python -m fabric.apps.cli`` runs the ``agap`` command line."""
 
-from fabric.apps.cli import main
+from fabric.apps.cli import run
 
-main()
+run()

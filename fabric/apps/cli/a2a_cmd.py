@@ -17,6 +17,7 @@ from fabric.cards import load_cards
 from fabric.errors import ConfigError
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
+from fabric.signals import exit_on_signal
 
 if TYPE_CHECKING:
     from a2a.types.a2a_pb2 import Task
@@ -68,6 +69,7 @@ def serve_cmd(
     the server refuses to start without one. Push targets on private addresses need
     AGAP_A2A_PUSH_ALLOW.
     """
+    exit_on_signal(0)  # a stop during start-up exits 0, as one later does
     from fabric.apps.a2a.auth import load_tokens  # optional a2a extra (see the top)
     from fabric.apps.a2a.server import TlsConfig, make_service, serve  # optional a2a extra
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
+import threading
 from pathlib import Path
-from types import FrameType
 
 import click
 
@@ -17,6 +16,7 @@ from fabric.embedded.server import EmbeddedBoard
 from fabric.errors import ConfigError
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
+from fabric.signals import set_on_signal
 
 DEFAULT_DB = Path("var/board.sqlite3")
 DEFAULT_PORT = 8765
@@ -83,13 +83,9 @@ def serve(db_path: Path, host: str, port: int, flavour: str, webhook_url: str) -
     click.echo(f"# embedded board on {db_path} ({flavour} flavour); Ctrl-C stops it", err=True)
     sys.stdout.flush()
 
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _stop)
+    # The relay thread asks serve_forever (this thread) to return (fabric.signals).
+    set_on_signal(threading.Event(), note=lambda _: srv.request_stop())
     try:
         srv.serve_forever()
-    except KeyboardInterrupt:
-        pass
     finally:
         srv.stop()

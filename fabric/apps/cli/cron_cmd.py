@@ -20,7 +20,7 @@ from fabric.degraded import Backoff, BoardWait
 from fabric.errors import EXIT_FAILED, InvalidInput
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
-from fabric.signals import set_on_signal
+from fabric.signals import exit_on_signal, set_on_signal
 
 if TYPE_CHECKING:
     from fabric.apps.cron import CronState, Firing, Schedule
@@ -181,6 +181,7 @@ def cron_cmd(
             if any(f.error for f in fired):
                 raise SystemExit(EXIT_FAILED)
         return
+    exit_on_signal(0)  # a stop during start-up exits 0, as one later does
     logs.configure(verbose=verbose, quiet=quiet)
     stop = threading.Event()
     set_on_signal(stop)

@@ -16,6 +16,7 @@ from fabric.errors import EXIT_UNREACHABLE
 from fabric.settings import registry
 from fabric.settings.keeper import KeeperConfig
 from fabric.settings.resolve import Settings
+from fabric.signals import exit_on_signal
 from keeper.daemon import Keeper
 from keeper.hook import HookServer
 from keeper.metrics import MetricsServer
@@ -52,8 +53,8 @@ def keeper_cmd(
     It never assigns or triggers work: stop it and work still flows. SIGTERM exits cleanly.
     Started while the board is away, it waits for it (AGAP_BOARD_WAIT_CAP between tries).
     """
-    # Imported here: other commands must not pay for APScheduler.
-
+    if not once:
+        exit_on_signal(0)  # a stop during start-up exits 0, as one later does
     logs.configure(verbose=verbose, quiet=quiet)
     config = KeeperConfig.from_env()
     if metrics_port is not None:

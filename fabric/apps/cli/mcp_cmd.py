@@ -17,6 +17,7 @@ from fabric.events.wiring import attach_submitter
 from fabric.kanboard.principals import worker_settings
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
+from fabric.signals import exit_on_signal
 from workers.results import store_for
 
 # fabric.apps.mcp.server is imported where it is needed: it needs the optional `mcp`
@@ -52,6 +53,7 @@ def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str |
     Over HTTP the endpoint is http://HOST:PORT/mcp and every request needs
     `Authorization: Bearer $AGAP_MCP_TOKEN`; the server refuses to start without it.
     """
+    exit_on_signal(0)  # a stop during start-up exits 0, as one later does
     from fabric.apps.mcp.server import check_loopback, check_token, serve_http, serve_stdio  # mcp extra
 
     logging.basicConfig(

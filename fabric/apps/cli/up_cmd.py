@@ -17,9 +17,9 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from types import FrameType
 
 import click
 
@@ -40,8 +40,11 @@ from fabric.kanboard.principals import (
 )
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
+from fabric.signals import STOP_BOUND, exit_on_signal, grace, set_on_signal
 
 RESTART_DELAY = 5.0
+# Runs a command with SIGINT ignored, without a Python pre-exec hook (unsafe with threads).
+IGNORE_SIGINT = ["/bin/sh", "-c", 'trap "" INT; exec "$0" "$@"']
 EXAMPLE_SCHEDULES = "schedules.example.yaml"
 
 
@@ -85,11 +88,20 @@ class Supervisor:
         self.children: dict[str, tuple[list[str], subprocess.Popen[bytes]]] = {}
         self.restart_at: dict[str, float] = {}
         self.envs: dict[str, dict[str, str]] = {}  # a child's own environment, if not env
+        self.stopping = threading.Event()
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        if self.stopping.is_set():
+            return  # told to stop while starting the others: start nothing more
         if env is not None:
             self.envs[name] = env
-        self.children[name] = (argv, subprocess.Popen(argv, env=self.envs.get(name, self.env)))
+        # In this process group: Ctrl-C in the terminal reaches the children too, and the
+        # SIGTERM sent below then is the same stop said twice (fabric.signals ignores it).
+        # A child starts with SIGINT ignored (Python keeps an ignored SIGINT so, until the
+        # daemon's own handler): a Ctrl-C while its interpreter is still loading would end
+        # it with a traceback. `agap up` stops it with SIGTERM.
+        proc = subprocess.Popen([*IGNORE_SIGINT, *argv], env=self.envs.get(name, self.env))
+        self.children[name] = (argv, proc)
 
     def watch(self) -> None:
         for name, (argv, proc) in list(self.children.items()):
@@ -102,17 +114,25 @@ class Supervisor:
                 self.restart_at.pop(name)
                 self.start(name, argv)
 
-    def stop(self, grace: float = 20.0) -> None:
+    def stop(self, deadline: float) -> None:
+        """SIGTERM to every child at once; SIGKILL to any still running at ``deadline``
+        (monotonic). A child's own watchdog ends it before that (:mod:`fabric.signals`)."""
         for _, proc in self.children.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for _, proc in self.children.values():
+        for name, (_, proc) in self.children.items():
             try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
+                proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                click.echo(f"agap up: {name} did not stop in time; killed", err=True)
                 proc.kill()
                 proc.wait()
+
+    def kill(self) -> None:
+        """SIGKILL every child (``agap up``'s own watchdog, before it exits)."""
+        for _, proc in self.children.values():
+            if proc.poll() is None:
+                proc.kill()
 
 
 def _derived_password(token: str, agent: str) -> str:
@@ -144,6 +164,7 @@ def _worker_env(env: dict[str, str], card: Card, passwords: dict[str, str]) -> d
 )
 def up_cmd(port: int, no_workers: bool, verbose: int) -> None:
     """Run the fabric on the embedded board: board, init, workers, keeper. Ctrl-C stops."""
+    exit_on_signal(0)  # a stop during start-up exits 0 (no child is started yet)
     settings = Settings.from_env()
     cards = load_cards(settings.cards_dir)
     state = settings.state_dir
@@ -187,6 +208,14 @@ def up_cmd(port: int, no_workers: bool, verbose: int) -> None:
         memory = HindsightStandIn.with_demo_memories().start()
         env["AGAP_HINDSIGHT_URL"] = memory.url
     sup = Supervisor(env)
+    stop = sup.stopping
+    asked: list[float] = []
+    # From here a stop is orderly: the children get the daemons' grace to stop on their
+    # own, then SIGKILL; `agap up` is gone inside the 3 s bound (its watchdog kills them
+    # all if not). Before, a stop exits at once: the board and init are transactional.
+    set_on_signal(
+        stop, note=lambda _: asked.append(time.monotonic()), on_force=sup.kill, grace=STOP_BOUND - 0.2
+    )
     agents = [] if no_workers else worker_agents(cards)
     cli = [sys.executable, "-m", "fabric.apps.cli"]
     for agent in agents:
@@ -223,21 +252,12 @@ Ctrl-C stops everything.""",
     )
     sys.stdout.flush()
 
-    stopping = False
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
     try:
-        while not stopping:
+        while not stop.wait(0.2):
             sup.watch()
-            time.sleep(0.2)
     finally:
         click.echo("agap up: stopping workers and the board…", err=True)
-        sup.stop()
+        sup.stop((asked[0] if asked else time.monotonic()) + grace() + 0.3)
         if memory is not None:
             memory.stop()
         board.stop()

@@ -16,17 +16,15 @@ middleware with a constant-time comparison; without the token the server does no
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import ipaddress
 import logging
-import signal
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import metadata
-from types import FrameType
 from typing import Annotated, Any, TypeVar
 
 import anyio
@@ -38,7 +36,9 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
+from fabric.apps import asgi
 from fabric.errors import ConfigError, FabricError, InvalidInput
+from fabric.signals import exit_now, set_on_signal
 
 from .agent import AgentTools, as_json, tool_error
 
@@ -411,30 +411,33 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt  # SIGTERM ends the server as Ctrl-C does: leases are released
-
-
 @contextmanager
 def _serving(tools: AgentTools) -> Iterator[None]:
-    """Run with the renewer until the transport ends or SIGINT/SIGTERM; then release the
-    leases still held. (uvicorn re-raises a signal it caught once it has shut down: the
-    handler installed here turns that into the same orderly exit.)"""
-    signal.signal(signal.SIGTERM, _terminate)
+    """Run with the renewer until the transport ends; then release the leases still held."""
     tools.start()
     try:
         yield
-    except KeyboardInterrupt:
-        pass
     finally:
-        released = tools.close()
-        if released:
-            log.warning("released %s on shutdown", ", ".join(f"#{t}" for t in released))
+        _release(tools)
+
+
+def _release(tools: AgentTools) -> None:
+    released = tools.close()
+    if released:
+        log.warning("released %s on shutdown", ", ".join(f"#{t}" for t in released))
 
 
 def serve_stdio(tools: AgentTools) -> None:
     """Serve over stdin/stdout until the client closes them (or SIGTERM/SIGINT)."""
     mcp = build_server(tools)
+
+    def _stop() -> None:
+        # The thread reading stdin cannot be interrupted, and the interpreter would wait
+        # for it at exit: release the leases, then end the process (fabric.signals).
+        _release(tools)
+        exit_now(0)
+
+    set_on_signal(threading.Event(), note=lambda _: threading.Thread(target=_stop, daemon=True).start())
     with _serving(tools):
         anyio.run(mcp.run_stdio_async)
 
@@ -450,13 +453,14 @@ def serve_http(
     base = f"http://{shown}:{bound_port}"
     mcp = build_server(tools, token=token, base_url=base)
     app = mcp.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
-    server = uvicorn.Server(config)
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan="on", access_log=False, timeout_graceful_shutdown=asgi.GRACEFUL
+    )
     try:
         with _serving(tools):
             if ready is not None:
                 ready(base + MCP_PATH)
-            asyncio.run(server.serve(sockets=[sock]))
+            asgi.serve(config, [sock])
     finally:
         sock.close()
 
