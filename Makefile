@@ -48,12 +48,12 @@ unit: install
 integration: install
 	$(PY) -m pytest tests/integration
 
-## the contract suite; set KANBOARD_URL and KANBOARD_API_TOKEN to run it against a real Kanboard too
+## the contract suite; AGAP_TEST_KANBOARD_URL, _TOKEN and _FLAVOUR name a scratch real Kanboard too
 contract: install
 	$(PY) -m pytest tests/contract -v
 
 ## benchmarks (never part of the tests); results land in bench/results/. Real Kanboards come
-## from KANBOARD_URL/KANBOARD_API_TOKEN/KANBOARD_FLAVOUR and AGAP_BENCH_KANBOARDS (see bench/__init__.py)
+## from AGAP_BENCH_KANBOARDS only (see bench/__init__.py)
 bench: install
 	$(PY) -m bench
 

@@ -8,18 +8,15 @@ Boards measured, each its own column of the tables:
 * the embedded board, always, in its default flavour (``strict``: the rules of every
   Kanboard backend at once); ``AGAP_BENCH_EMBEDDED_FLAVOUR=sqlite|postgres|mysql|strict``
   picks another;
-* a real Kanboard named by ``KANBOARD_URL`` and ``KANBOARD_API_TOKEN`` (as for the fabric
-  itself), with ``KANBOARD_FLAVOUR=sqlite|postgres|mysql`` naming its database backend
-  (default ``sqlite``);
-* any number of real Kanboards in ``AGAP_BENCH_KANBOARDS``: comma-separated entries
+* any number of real Kanboards in ``AGAP_BENCH_KANBOARDS`` (the only way to name one: the
+  fabric's own ``KANBOARD_URL`` is never benchmarked): comma-separated entries
   ``<flavour>=<url>|<token>``, for example::
 
     AGAP_BENCH_KANBOARDS="sqlite=http://127.0.0.1:8081/jsonrpc.php|tok1,
                           postgres=http://127.0.0.1:8082/jsonrpc.php|tok2,
                           mysql=http://127.0.0.1:8083/jsonrpc.php|tok3"
 
-  Whitespace and newlines around entries are ignored. ``|<token>`` may be left out to
-  use ``KANBOARD_API_TOKEN``; ``postgresql``/``pg`` and ``mariadb`` are accepted for
+  Whitespace and newlines around entries are ignored; ``postgresql``/``pg`` and ``mariadb`` are accepted for
   ``postgres`` and ``mysql``. A URL named twice is measured once. The columns read
   "real Kanboard (SQLite)", "real Kanboard (PostgreSQL)", "real Kanboard
   (MySQL/MariaDB)" (a second board of the same backend gets "#2").

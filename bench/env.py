@@ -1,8 +1,7 @@
 """What every benchmark shares: targets (boards), counting clients, a counting proxy.
 
-The real Kanboards to measure come from the environment only (``KANBOARD_URL``,
-``KANBOARD_API_TOKEN``, ``KANBOARD_FLAVOUR``, ``AGAP_BENCH_KANBOARDS``): see
-:mod:`bench` for the syntax.
+The real Kanboards to measure are named by ``AGAP_BENCH_KANBOARDS`` only (never by the
+fabric's own ``KANBOARD_URL``): see :mod:`bench` for the syntax.
 """
 
 from __future__ import annotations
@@ -156,7 +155,7 @@ _FLAVOUR_ALIASES = {
 
 
 class TargetSpecError(ValueError):
-    """A malformed ``AGAP_BENCH_KANBOARDS`` or ``KANBOARD_FLAVOUR``."""
+    """A malformed ``AGAP_BENCH_KANBOARDS``."""
 
 
 def flavour_of(text: str, where: str) -> str:
@@ -185,7 +184,7 @@ def parse_kanboards(spec: str, default_token: str | None = None) -> list[tuple[s
         if not token:
             raise TargetSpecError(
                 f"AGAP_BENCH_KANBOARDS: {flavour.strip()}= has no token "
-                "(add |<token>, or set KANBOARD_API_TOKEN)"
+                "(add |<token>)"
             )
         if not urlsplit(url).scheme.startswith("http"):
             raise TargetSpecError(f"AGAP_BENCH_KANBOARDS: {url!r} is not an http(s) URL")
@@ -196,11 +195,9 @@ def parse_kanboards(spec: str, default_token: str | None = None) -> list[tuple[s
 def real_targets(environ: Mapping[str, str] | None = None) -> list[Target]:
     """The real Kanboards named by the environment (see the module docstring)."""
     env = os.environ if environ is None else environ
-    found: list[tuple[str, str, str]] = []
-    url, token = env.get("KANBOARD_URL"), env.get("KANBOARD_API_TOKEN")
-    if url and token:
-        found.append((flavour_of(env.get("KANBOARD_FLAVOUR") or "sqlite", "KANBOARD_FLAVOUR"), url, token))
-    found += parse_kanboards(env.get("AGAP_BENCH_KANBOARDS", ""), token)
+    # Only boards named for the benchmark: a KANBOARD_URL in the shell is the user's own
+    # Kanboard, which the run would fill with projects and load hard.
+    found = parse_kanboards(env.get("AGAP_BENCH_KANBOARDS", ""))
     targets: list[Target] = []
     seen: set[str] = set()
     per_flavour: Counter[str] = Counter()

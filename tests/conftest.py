@@ -37,6 +37,25 @@ class FakeClock:
         self.now += seconds
 
 
+# A test reads its own variables, never the fabric's: a shell that points KANBOARD_URL at a
+# household's Kanboard (as the README's tour does) must not send a single test there.
+TEST_VARS = "AGAP_TEST_"
+REAL_URL = "AGAP_TEST_KANBOARD_URL"  # the .../jsonrpc.php URL of a scratch Kanboard
+REAL_TOKEN = "AGAP_TEST_KANBOARD_TOKEN"  # its application token
+REAL_FLAVOUR = "AGAP_TEST_KANBOARD_FLAVOUR"  # its database: sqlite, postgres or mysql
+# The project a real board must hold (or be empty) before a test writes to it.
+SCRATCH_MARK = "agap-tests scratch board"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Nothing of the caller's fabric settings reaches a test or the processes it starts:
+    # KANBOARD_* and AGAP_* (but AGAP_TEST_*) go, and no .agap.env is read.
+    for key in list(os.environ):
+        if key.startswith(("KANBOARD_", "AGAP_")) and not key.startswith(TEST_VARS):
+            del os.environ[key]
+    os.environ["AGAP_ENV_FILE"] = os.devnull
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     # The NATS streams earlier runs left are deleted once, by the process that starts the
     # run: under pytest-xdist that is the controller, before any worker runs a test (a
@@ -101,6 +120,35 @@ def http_fabric(embedded_board: EmbeddedBoard, cards: CardSet) -> Fabric:
 
 
 def real_kanboard() -> tuple[str, str] | None:
-    """(url, token) of a real Kanboard when KANBOARD_URL and KANBOARD_API_TOKEN are set."""
-    url, token = os.environ.get("KANBOARD_URL"), os.environ.get("KANBOARD_API_TOKEN")
+    """(url, token) of the scratch Kanboard named by AGAP_TEST_KANBOARD_URL and _TOKEN."""
+    url, token = os.environ.get(REAL_URL), os.environ.get(REAL_TOKEN)
     return (url, token) if url and token else None
+
+
+REAL_SKIP = (
+    f"{REAL_URL} / {REAL_TOKEN} not set: name a scratch Kanboard with them to run this on a "
+    "real one (KANBOARD_URL is never used by a test)"
+)
+
+
+def scratch_board(url: str, token: str) -> None:
+    """Refuse a real Kanboard that holds projects the tests did not make.
+
+    A board is a test's to write on when it is empty (it is marked then) or carries the
+    mark; anything else fails the test with one line, having written nothing.
+    """
+    client = KanboardClient(url, token, timeout=30)
+    try:
+        names = sorted(str(p.get("name", "")) for p in client.call("getAllProjects") or [])
+        if SCRATCH_MARK in names:
+            return
+        if names:
+            shown = ", ".join(names[:5]) + (" …" if len(names) > 5 else "")
+            pytest.fail(
+                f"{url} holds projects the tests did not make ({shown}): the tests write only "
+                f"to an empty Kanboard or one they marked; point {REAL_URL} at a scratch one",
+                pytrace=False,
+            )
+        client.call("createProject", {"name": SCRATCH_MARK})
+    finally:
+        client.close()

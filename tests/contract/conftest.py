@@ -6,9 +6,12 @@
   on an ephemeral loopback port with a temporary database), once per flavour
   (``strict``, ``sqlite``, ``postgres``, ``mysql``; see :mod:`fabric.embedded.flavour`),
   always;
-* ``real``: a real Kanboard, when ``KANBOARD_URL`` (the full ``.../jsonrpc.php`` URL),
-  ``KANBOARD_API_TOKEN`` (its application token) and ``KANBOARD_FLAVOUR`` (its database:
-  ``sqlite``, ``postgres`` or ``mysql``) are set; skipped with a reason otherwise.
+* ``real``: a real, scratch Kanboard, when ``AGAP_TEST_KANBOARD_URL`` (the full
+  ``.../jsonrpc.php`` URL), ``AGAP_TEST_KANBOARD_TOKEN`` (its application token) and
+  ``AGAP_TEST_KANBOARD_FLAVOUR`` (its database: ``sqlite``, ``postgres`` or ``mysql``) are
+  set; skipped with a reason otherwise. ``KANBOARD_URL`` is never read: a shell that points
+  at a household's Kanboard sends no test there. A board holding projects the tests did
+  not make is refused (:func:`tests.conftest.scratch_board`).
 
 Where the backends differ, a test asks the board's traits (:attr:`Board.ci`,
 :attr:`Board.booleans`, ...) what to expect; ``strict`` must fail wherever any real
@@ -37,6 +40,7 @@ import requests
 from fabric.embedded.flavour import FLAVOURS
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
+from tests.conftest import REAL_FLAVOUR, REAL_SKIP, REAL_TOKEN, REAL_URL, scratch_board
 
 REAL_FLAVOURS = ("sqlite", "postgres", "mysql")
 
@@ -173,26 +177,18 @@ def board(request: pytest.FixtureRequest) -> Iterator[Board]:
         emb: EmbeddedBoard = request.getfixturevalue("_embedded")(flavour)
         url, token = emb.url, emb.token
     else:
-        url = os.environ.get("KANBOARD_URL", "")
-        token = os.environ.get("KANBOARD_API_TOKEN", "")
-        flavour = os.environ.get("KANBOARD_FLAVOUR", "")
-        if not url:
-            pytest.skip(
-                "KANBOARD_URL is not set: set KANBOARD_URL (the .../jsonrpc.php URL),"
-                " KANBOARD_API_TOKEN and KANBOARD_FLAVOUR to run the contract suite"
-                " on a real Kanboard"
-            )
-        if not token:
-            pytest.skip(
-                "KANBOARD_API_TOKEN is not set: the real Kanboard's application token"
-                " is needed to run the contract suite against it"
-            )
+        url = os.environ.get(REAL_URL, "")
+        token = os.environ.get(REAL_TOKEN, "")
+        flavour = os.environ.get(REAL_FLAVOUR, "")
+        if not url or not token:
+            pytest.skip(REAL_SKIP)
         if flavour not in REAL_FLAVOURS:
             pytest.skip(
-                f"KANBOARD_FLAVOUR is {flavour or 'not set'}: with KANBOARD_URL, set it"
+                f"{REAL_FLAVOUR} is {flavour or 'not set'}: with {REAL_URL}, set it"
                 f" to the real Kanboard's database ({', '.join(REAL_FLAVOURS)}); the"
                 " expected behaviour depends on it"
             )
+        scratch_board(url, token)
     client = KanboardClient(url, token, timeout=30)
     try:
         yield Board(kind, url, token, client, flavour)

@@ -1,6 +1,6 @@
 """The key gestures on a real Kanboard, made as its UI makes them: signed in as a person.
 
-Runs when KANBOARD_URL and KANBOARD_API_TOKEN name a real Kanboard (skipped otherwise).
+Runs when AGAP_TEST_KANBOARD_URL and AGAP_TEST_KANBOARD_TOKEN name a scratch Kanboard (skipped otherwise).
 Its projects and users start with ``g_``: the two people are the cards ``alvis`` and
 ``elizaveta`` under Kanboard usernames of their own, with a password the test knows.
 """
@@ -24,13 +24,13 @@ from fabric.kanboard.layout import Column, State
 from fabric.settings.keeper import KeeperConfig
 from fabric.settings.resolve import Settings
 from keeper.daemon import Keeper
-from tests.conftest import ROOT, make_fabric, real_kanboard
+from tests.conftest import REAL_SKIP, ROOT, make_fabric, real_kanboard, scratch_board
 
 PASSWORD = "g-real-gestures"
 pytestmark = pytest.mark.skipif(
     real_kanboard() is None,
-    reason="KANBOARD_URL / KANBOARD_API_TOKEN not set: these gestures run on a real Kanboard "
-    "(tests/unit/test_keeper_gestures.py makes each of them on the embedded board)",
+    reason=REAL_SKIP
+    + " (tests/unit/test_keeper_gestures.py makes each of these gestures on the embedded board)",
 )
 
 
@@ -81,6 +81,7 @@ def real(tmp_path: Path) -> Iterator[Real]:
     found = real_kanboard()
     assert found is not None
     url, token = found
+    scratch_board(url, token)
     tag = uuid.uuid4().hex[:8]
     cards_dir = tmp_path / "cards"
     shutil.copytree(ROOT / "cards", cards_dir)

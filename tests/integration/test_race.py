@@ -1,7 +1,7 @@
 """Race: 8 OS processes drain one queue (300 tasks; 60 on a real Kanboard) over HTTP.
 
 Runs against the embedded board always, and against a real Kanboard when
-KANBOARD_URL and KANBOARD_API_TOKEN are set. Every task ends Done exactly once, no
+AGAP_TEST_KANBOARD_URL and AGAP_TEST_KANBOARD_TOKEN are set. Every task ends Done exactly once, no
 epoch is executed by two owners, and with nobody dying the number of executions
 equals the number of tasks.
 """
@@ -24,7 +24,7 @@ from fabric.kanboard.layout import Column, State
 from fabric.settings.keeper import KeeperConfig
 from fabric.settings.resolve import Settings
 from keeper.daemon import Keeper
-from tests.conftest import ROOT, make_fabric, real_kanboard
+from tests.conftest import REAL_SKIP, ROOT, make_fabric, real_kanboard, scratch_board
 from tests.integration.procs import drill_worker
 
 TASKS = 300
@@ -43,10 +43,8 @@ def board_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tup
         return
     real = real_kanboard()
     if real is None:
-        pytest.skip(
-            "KANBOARD_URL is not set: set KANBOARD_URL and KANBOARD_API_TOKEN to "
-            "race the workers against a real Kanboard too"
-        )
+        pytest.skip(REAL_SKIP)
+    scratch_board(*real)
     yield real[0], real[1], REAL_TASKS
 
 

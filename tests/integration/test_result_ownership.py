@@ -28,7 +28,7 @@ from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.layout import State, evidence_key
 from fabric.settings.resolve import Settings
 from keeper.sweeps import sweep_leases_and_gaps
-from tests.conftest import make_fabric, real_kanboard
+from tests.conftest import REAL_SKIP, make_fabric, real_kanboard, scratch_board
 from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import Running, wait_until
 from tests.integration.procs import model_worker_one_task
@@ -60,7 +60,8 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]
         return
     real = real_kanboard()
     if real is None:
-        pytest.skip("KANBOARD_URL is not set: set it and KANBOARD_API_TOKEN to run this on a real Kanboard")
+        pytest.skip(REAL_SKIP)
+    scratch_board(*real)
     yield Settings(
         board_url=real[0],
         board_token=real[1],
