@@ -182,10 +182,7 @@ def parse_kanboards(spec: str, default_token: str | None = None) -> list[tuple[s
         if not bar or not token:
             token = default_token or ""
         if not token:
-            raise TargetSpecError(
-                f"AGAP_BENCH_KANBOARDS: {flavour.strip()}= has no token "
-                "(add |<token>)"
-            )
+            raise TargetSpecError(f"AGAP_BENCH_KANBOARDS: {flavour.strip()}= has no token (add |<token>)")
         if not urlsplit(url).scheme.startswith("http"):
             raise TargetSpecError(f"AGAP_BENCH_KANBOARDS: {url!r} is not an http(s) URL")
         out.append((flavour_of(flavour, "AGAP_BENCH_KANBOARDS"), url, token))
