@@ -26,8 +26,9 @@ from bench.keeper_sweep import fabric_on
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import Column, State
+from fabric.kanboard.layout import Column
 from fabric.settings.keeper import KeeperConfig
+from fabric.task import State
 from keeper.daemon import Keeper
 from keeper.hook import HookServer
 

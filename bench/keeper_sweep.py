@@ -22,13 +22,13 @@ from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import META_SPEC, META_UID, Column, State, record_key
+from fabric.kanboard.layout import META_SPEC, META_UID, Column, record_key
 from fabric.kanboard.port import Call
 from fabric.kanboard.taskboard import TaskBoard
 from fabric.ledger import Ledger
 from fabric.settings.keeper import KeeperConfig
 from fabric.settings.resolve import Settings
-from fabric.task import Record, TaskSpec
+from fabric.task import Record, State, TaskSpec
 from keeper.daemon import Keeper
 
 ROOT = Path(__file__).resolve().parent.parent

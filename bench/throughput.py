@@ -27,9 +27,10 @@ from bench.pool import Pool
 from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.kanboard import taskboard
-from fabric.kanboard.layout import COLUMN_OF_STATE, Column, State
+from fabric.kanboard.layout import COLUMN_OF_STATE, Column
 from fabric.kanboard.port import BoardError, Call
 from fabric.kanboard.taskboard import BoardLayout, TaskBoard, TaskView
+from fabric.task import State
 from workers.drill import open_log as open_drill_log
 
 # When a mover may check its card (the competing moves have committed): the fabric's own

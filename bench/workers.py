@@ -22,8 +22,8 @@ from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import State
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from workers.drill import DrillExecutor
 from workers.loop import Worker, WorkerConfig
 

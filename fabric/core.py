@@ -33,7 +33,7 @@ from fabric.policy import GateRequest, PolicyContext, SubmitPolicy, default_poli
 from fabric.router import Choice, route
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
-from fabric.submit import Receipt, Submitter, build_spec, seal_key
+from fabric.submit import Receipt, Submitter, build_spec
 from fabric.taint import GATE_ACTOR
 from fabric.task import TaskSpec, parse_priority, parse_when
 
@@ -88,9 +88,8 @@ class Fabric:
         port = fit(port)  # one port for every caller, so every write fits every backend
         layout = cached_layout(port, settings, refresh=refresh_layout)
         links = links_for(settings.board_url, settings.web_url)
-        # The seal is derived from the app token: without it (a board user) there is none.
-        seal = seal_key(settings.board_token) if settings.board_token else b""
-        board = TaskBoard(port, layout, clock=clock, seal_key=seal, links=links)
+        # Cards are sealed with a key derived from the app token (none for a board user).
+        board = TaskBoard(port, layout, clock=clock, secret=settings.board_token, links=links)
         # `agap keeper` with a home's projects (as `agap up` and the compose stack run a
         # home's keeper) is that home's fabric: its own queue is here, the rest is the
         # work project's.
@@ -98,7 +97,7 @@ class Fabric:
         if home_of and not settings.board_user:
             work = home_work_settings(settings, cards.get(home_of))
             main_layout = cached_layout(port, work, refresh=refresh_layout)
-            main = TaskBoard(port, main_layout, clock=clock, seal_key=seal, links=links)
+            main = board.sibling(main_layout)
         return cls(
             settings, cards, port, board, Ledger(board, clock=clock), clock, home_of=home_of, main=main
         )
@@ -195,9 +194,7 @@ class Fabric:
                     where=home_settings(self.settings, card).project,
                     hint="run `agap init`",
                 )
-            board = TaskBoard(
-                self.port, home, clock=self.clock, seal_key=self.board.seal_key, links=self.board.links
-            )
+            board = self.board.sibling(home)
             self.homes[card.id] = board
         return board
 

@@ -39,7 +39,6 @@ from fabric.people import find_person
 from fabric.policy_file import PolicyConfig
 from fabric.refcanon import BadRef, Canon, canonical, canonical_prefix, local_service, under
 from fabric.refusals import PrivacyViolation
-from fabric.submit import parse_description
 
 #: The domain of a ref whose owner cannot be decided; no card lists it.
 UNKNOWN = "unknown"
@@ -194,7 +193,7 @@ class Domains:
             except BoardAuthError:
                 rows = []
             for row in rows:
-                parsed = parse_description(row.description, self.board.seal_key)
+                parsed = self.board.sealed(row.description)
                 if parsed and parsed[0] == uid:
                     found = row.id
                     break

@@ -19,22 +19,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fabric.description import needs_rewrite, result_link_in
 from fabric.errors import EXIT_LOST, FabricError, InvalidInput
-from fabric.kanboard.layout import (
-    META_GAP,
-    TERMINAL,
-    State,
-    effect_key,
-    epoch_lock,
-    evidence_key,
-    record_key,
-)
+from fabric.kanboard.layout import META_GAP, effect_key, epoch_lock, evidence_key, record_key
 from fabric.kanboard.port import BoardError
 from fabric.kanboard.rows import BoardTask
 from fabric.kanboard.taskboard import TaskBoard, TaskView
-from fabric.submit import render_description
-from fabric.task import Record, TaskSpec
+from fabric.task import TERMINAL, Record, State, TaskSpec
 
 Clock = Callable[[], float]
 
@@ -213,15 +203,12 @@ class Ledger:
         comment: str | None = None,
         close: bool = False,
         reopen: bool = False,
-        description: str | None = None,
         files: Iterable[tuple[str, str]] = (),
         extra_meta: dict[str, str] | None = None,
         result_url: str | None = None,
     ) -> Record:
-        """Win epoch n+1 with its lock tag, then write its record and projections.
-
-        The description is rewritten when the transition changes what the card asks of a
-        person (a question, a result to verify, a dead letter): same round trip.
+        """Win epoch n+1 with its lock tag, then write its record and projections (the
+        board rewrites the card when what it asks of a person changes: same round trip).
         """
         uid, current = self._require(view)
         if current.state not in LEGAL[op]:
@@ -238,31 +225,15 @@ class Ledger:
             if fresh.epoch >= nxt:
                 raise LostRace(view.id, nxt)
         record = make(nxt, current)
-        # Without the seal key (a confined agent's board user) the description is left as it
-        # is: a rewrite would carry a seal nobody can verify (fabric.kanboard.principals).
-        rewrite = self.board.seal_key and view.spec is not None and needs_rewrite(view.spec, current, record)
-        if description is None and rewrite and view.spec is not None:
-            if result_url is None and record.result_ref:
-                result_url = result_link_in(view.task.description, record.result_ref)
-            first = view.records.get(0)
-            description = render_description(
-                view.spec,
-                uid,
-                record=record,
-                assignee=first.assignee if first else None,
-                key=self.board.seal_key,
-                links=self.board.links,
-                result_url=result_url,
-            )
         self._write(
             view,
             record,
             comment=comment,
             close=close,
             reopen=reopen,
-            description=description,
             files=tuple(files),
             extra_meta=extra_meta,
+            result_url=result_url,
         )
         return record
 
@@ -487,7 +458,6 @@ class Ledger:
         *,
         note: str | None = None,
         files: Iterable[tuple[str, str]] = (),
-        description: str | None = None,
         extra_meta: dict[str, str] | None = None,
         result_url: str | None = None,
     ) -> Record:
@@ -515,7 +485,6 @@ class Ledger:
             ),
             comment=text + (f"\n\n{note}" if note else ""),
             files=files,
-            description=description,
             extra_meta=extra_meta,
             result_url=result_url,
         )

@@ -44,15 +44,15 @@ from fabric.domains import (
     scopes_of,
 )
 from fabric.errors import ConfigError, InvalidInput
-from fabric.kanboard.layout import State, receipt_reference
+from fabric.kanboard.layout import receipt_reference
 from fabric.kanboard.reader import ReadOnlyBoard
 from fabric.kanboard.views import TaskView
 from fabric.people import find_person
 from fabric.policy_file import PolicyConfig, policy_config
 from fabric.refusals import PolicyRefused, PrivacyViolation
-from fabric.submit import Receipt, parse_description
+from fabric.submit import Receipt
 from fabric.taint import GATE_ACTOR, find_by_uid, gate_key, ungated_taint
-from fabric.task import TaskSpec
+from fabric.task import State, TaskSpec
 
 # ---------------------------------------------------------------------------------------
 # Errors
@@ -279,7 +279,7 @@ class Lineage:
             # Every descendant of the root mentions the root's uid: one search finds them all.
             rows = board.search(f"desc:{spec.ancestry[0]}")
             for row in rows:
-                parsed = parse_description(row.description, board.seal_key)
+                parsed = board.sealed(row.description)
                 if parsed and parsed[0] in rest:
                     out[parsed[0]] = (row.id, parsed[1])
         return out

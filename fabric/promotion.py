@@ -28,7 +28,7 @@ from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.domains import Domains, canon_ref, check_file, rules_domain
 from fabric.errors import ConfigError, InvalidInput
-from fabric.kanboard.layout import State, receipt_reference
+from fabric.kanboard.layout import receipt_reference
 from fabric.kanboard.reader import ReadOnlyBoard
 from fabric.kanboard.taskboard import TaskBoard
 from fabric.kanboard.views import TaskView
@@ -36,6 +36,7 @@ from fabric.people import find_person
 from fabric.policy_file import POLICY_FILE, PolicyConfig
 from fabric.refcanon import canonical
 from fabric.refusals import PrivacyViolation
+from fabric.task import State
 
 #: The actor of promotion approval tasks.
 PROMOTE_ACTOR = "fabric-promote"

@@ -46,13 +46,12 @@ from typing import Any, Literal
 from fabric.cards import Card, CardSet, cost_rank, tier_rank, trust_rank
 from fabric.constraints import Constraints, constraints_from_dict, is_routed, parse_constraints
 from fabric.errors import InvalidInput
-from fabric.kanboard.layout import State
 from fabric.kanboard.reader import ReadOnlyBoard
 from fabric.kanboard.views import TaskView
 from fabric.policy import ref_domain
 from fabric.policy_file import policy_config
 from fabric.router_rules import router_policy
-from fabric.task import TaskSpec, parse_priority
+from fabric.task import State, TaskSpec, parse_priority
 
 AUTO = "auto"
 #: The ranking rule among qualifying agents, as recorded on routed tasks.

@@ -16,10 +16,6 @@ tag, whose colour names the task id).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
-import re
 import secrets
 import time
 from collections.abc import Callable
@@ -28,21 +24,10 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from fabric.cards.problems import error_message
-from fabric.description import human_text
 from fabric.errors import EXIT_COLLISION, FabricError, InvalidInput
-from fabric.kanboard.layout import State, receipt_lock, receipt_reference, uid_reference
+from fabric.kanboard.layout import receipt_lock, receipt_reference, uid_reference
 from fabric.kanboard.taskboard import TaskBoard, TaskView
-from fabric.kanboard.weblinks import WebLinks
-from fabric.task import Record, TaskSpec
-
-# The sealed spec is the description's last line, a Markdown reference definition (which
-# Markdown, Kanboard's included, never shows). Layout 2 boards wrote it as a fenced block in
-# an HTML <details> element (Kanboard shows that HTML as text): both are read.
-SPEC_LINE = "[fabric-spec]: # ("
-_SPEC_BLOCK = re.compile(
-    r"^\[fabric-spec\]: # \((\{[^\n]*\})\)[ ]*$|```json fabric-spec\n(.*?)\n```", re.S | re.M
-)
-SPEC_FENCE = "```json fabric-spec"
+from fabric.task import Record, State, TaskSpec
 
 
 class ActionIdCollision(FabricError):
@@ -106,64 +91,6 @@ def initial_record(spec: TaskSpec, *, assignee: str | None) -> Record:
     )
 
 
-def seal_key(secret: str) -> bytes:
-    """The key spec blocks are sealed with, derived from a secret every fabric process has."""
-    return hashlib.sha256(b"agap-fabric spec seal v1\x00" + secret.encode()).digest()
-
-
-def _seal(key: bytes, block: dict[str, object]) -> str:
-    body = json.dumps(block, sort_keys=True, separators=(",", ":"))
-    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()[:32]
-
-
-def spec_block(spec: TaskSpec, uid: str, *, assignee: str | None, key: bytes) -> str:
-    """The machine-readable, sealed JSON of a task's uid, spec and assignee."""
-    block: dict[str, object] = {"uid": uid, "assignee": assignee, "spec": json.loads(spec.to_meta())}
-    return json.dumps({**block, "seal": _seal(key, block)}, sort_keys=True)
-
-
-def render_description(
-    spec: TaskSpec,
-    uid: str,
-    *,
-    assignee: str | None = None,
-    key: bytes = b"",
-    record: Record | None = None,
-    links: WebLinks | None = None,
-    result_url: str | None = None,
-) -> str:
-    """The description: what a person reads (:mod:`fabric.description`), then the sealed
-    spec as a Markdown reference definition, which renders as nothing.
-
-    ``record`` is the state the card shows (None: as submitted, waiting on ``assignee``
-    when that is a person); ``assignee`` is also sealed, for a repair's epoch 0.
-    """
-    lines = human_text(spec, record, links=links, result_url=result_url, assignee=assignee)
-    block = spec_block(spec, uid, assignee=assignee, key=key)
-    return "\n".join([*lines, f"{SPEC_LINE}{block})"])
-
-
-def parse_description(text: str, key: bytes) -> tuple[str, TaskSpec, str | None] | None:
-    """The (uid, spec, assignee) the fabric sealed into a description, or None.
-
-    Only the last block counts (the fabric writes it last; text above it is the intent,
-    which anyone may have written), and only with a seal made with ``key``.
-    """
-    blocks = _SPEC_BLOCK.findall(text or "")
-    if not blocks:
-        return None
-    try:
-        d = json.loads(blocks[-1][0] or blocks[-1][1])
-        if not isinstance(d, dict):
-            return None
-        seal = d.pop("seal", None)
-        if not isinstance(seal, str) or not hmac.compare_digest(seal, _seal(key, d)):
-            return None
-        return str(d["uid"]), TaskSpec.model_validate(d["spec"]), d.get("assignee")
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
 # A check a repair must pass before adopting a task (routing and policy, re-applied):
 # raises a FabricError to refuse.
 Vet = Callable[[TaskView, TaskSpec], None]
@@ -179,7 +106,7 @@ def repair_unrecorded(board: TaskBoard, view: TaskView, *, vet: Vet | None = Non
     """
     if view.current is not None or view.uid is not None:
         return None  # it has records: nothing to repair, and nothing to overwrite
-    parsed = parse_description(view.task.description, board.seal_key)
+    parsed = board.sealed(view.task.description)
     if parsed is None:
         return None
     uid, spec, assignee = parsed
@@ -209,11 +136,8 @@ class Submitter:
         if spec.action_id:
             receipt = receipt_lock(spec.actor, spec.action_id)
         owner_id = self.board.layout.users.get(assignee or "", 0)
-        description = render_description(
-            spec, uid, assignee=assignee, key=self.board.seal_key, links=self.board.links
-        )
         task_id, won = self.board.create_task(
-            spec, description=description, reference=reference, owner_id=owner_id, receipt=receipt
+            spec, uid=uid, assignee=assignee, reference=reference, owner_id=owner_id, receipt=receipt
         )
         if not won:
             assert spec.action_id is not None

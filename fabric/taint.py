@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from fabric.cards import Card, CardSet
-from fabric.kanboard.layout import State, is_uid
+from fabric.kanboard.layout import is_uid
 from fabric.kanboard.reader import ReadOnlyBoard
 from fabric.kanboard.views import TaskView
 from fabric.policy_file import PolicyConfig
-from fabric.submit import parse_description
-from fabric.task import GATE_ACTOR, TaskSpec
+from fabric.task import GATE_ACTOR, State, TaskSpec
 
 _TASK_REF = re.compile(r"^(?:kanboard://task/|task:)#?(\d+)(?:/.*)?$")
 
@@ -51,7 +50,7 @@ def find_by_uid(board: ReadOnlyBoard, uids: Iterable[str]) -> dict[str, tuple[in
     found: dict[str, tuple[int, TaskSpec, str | None]] = {}
     for rows in board.search_many([f"desc:{u}" for u in wanted]):
         for row in rows:
-            parsed = parse_description(row.description, board.seal_key)
+            parsed = board.sealed(row.description)
             if parsed and parsed[0] in wanted:
                 found[parsed[0]] = (row.id, parsed[1], parsed[2])
     return found

@@ -9,14 +9,50 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fabric.errors import InvalidInput
-from fabric.kanboard.fit import UNSTORABLE, clean_text
-from fabric.kanboard.layout import PRIORITY_LEVELS, State
+
+
+class State(StrEnum):
+    """A task's state in its current epoch record (the truth; columns are a projection)."""
+
+    QUEUED = "queued"
+    WORKING = "working"
+    INPUT_REQUIRED = "input_required"
+    DONE = "done"  # unverified: the worker says it finished
+    DEAD = "dead"  # dead letter: attempts exhausted, poison, or given up
+    CANCELED = "canceled"
+    CLOSED = "closed"  # verified by someone other than the producer
+    DROPPED = "dropped"  # a dead letter a person gave up on
+
+
+TERMINAL = frozenset({State.CANCELED, State.CLOSED, State.DROPPED})
+
+# Kanboard priorities run 0..3.
+PRIORITY_LEVELS = {"low": 0, "normal": 1, "high": 2, "urgent": 3}
+PRIORITY_NAMES = {v: k for k, v in PRIORITY_LEVELS.items()}
+
+# No backend stores a NUL (PostgreSQL cuts text there) or a lone surrogate (what invalid
+# UTF-8 in an argument decodes to; PHP's JSON refuses it).
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def clean_text(value: Any) -> Any:
+    """``value`` with NULs and lone surrogates replaced, in strings at any depth."""
+    if isinstance(value, str):
+        return UNSTORABLE.sub("\ufffd", value) if UNSTORABLE.search(value) else value
+    if isinstance(value, Mapping):
+        return {clean_text(k): clean_text(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean_text(v) for v in value]
+    return value
+
 
 _REF_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:")
 

@@ -21,12 +21,12 @@ from fabric import people
 from fabric.availability import Availability, ParkTracker, Verdict, reason_key
 from fabric.cards import Card
 from fabric.core import Fabric
-from fabric.kanboard.layout import META_COST, META_ESCALATED, META_NOTIFIED, META_REMINDED, Column, State
+from fabric.kanboard.layout import META_COST, META_ESCALATED, META_NOTIFIED, META_REMINDED, Column
 from fabric.kanboard.taskboard import TaskView
 from fabric.people import find_person as find_human
 from fabric.settings.keeper import KeeperConfig
 from fabric.submit import ActionIdCollision, Receipt
-from fabric.task import KEEPER_ACTOR
+from fabric.task import KEEPER_ACTOR, State
 from keeper import snapshot
 from keeper.notify import Notifier
 from keeper.snapshot import Snapshot

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 
 from fabric.core import Fabric
 from fabric.kanboard.keeperstore import KeeperStore
-from fabric.kanboard.layout import META_ORPHANS, TERMINAL, is_uid, receipt_lock
+from fabric.kanboard.layout import META_ORPHANS, is_uid, receipt_lock
+from fabric.kanboard.reader import ReadOnlyBoard
 from fabric.kanboard.rows import BoardTag, BoardTask
-from fabric.submit import parse_description
+from fabric.task import TERMINAL
 
 log = logging.getLogger("agap.keeper.gc")
 
@@ -86,9 +87,9 @@ class _Locks:
         return names | {name for name in self.receipts if name not in receipts}
 
 
-def _identify(row: BoardTask, key: bytes) -> _Task:
+def _identify(row: BoardTask, board: ReadOnlyBoard) -> _Task:
     """A task's uid and receipt tag, from the description's spec block or its reference."""
-    parsed = parse_description(row.description, key)
+    parsed = board.sealed(row.description)
     if parsed is not None:
         uid, spec, _ = parsed
         rcpt = receipt_lock(spec.actor, spec.action_id) if spec.action_id else None
@@ -116,7 +117,7 @@ def collect(fab: Fabric, *, retention: float) -> GcReport:
     cutoff = now - retention
     inventory = store.lock_inventory()
     report.trips += 1
-    tasks = [_identify(r, fab.board.seal_key) for r in inventory.tasks]
+    tasks = [_identify(r, fab.board) for r in inventory.tasks]
     seen = _orphans_seen(inventory.meta)
     _read_uids(fab, [t for t in tasks if t.uid is None], report)
     locks = _Locks.of(inventory.tags)

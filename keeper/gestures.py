@@ -39,12 +39,12 @@ from functools import partial
 
 from fabric.core import Fabric
 from fabric.errors import FabricError
-from fabric.kanboard.layout import COLUMN_OF_STATE, TERMINAL, Column, State
+from fabric.kanboard.layout import COLUMN_OF_STATE, Column
 from fabric.kanboard.rows import BoardComment
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import APPROVAL_REF, IllegalTransition
 from fabric.promotion import PROMOTE_ACTOR
-from fabric.task import GATE_ACTOR, Record
+from fabric.task import GATE_ACTOR, TERMINAL, Record, State
 from keeper import handmade, people
 from keeper.people import UNKNOWN, Act
 from keeper.policy import decision_for, settle_decision

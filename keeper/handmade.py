@@ -18,7 +18,6 @@ from fabric.core import Fabric
 from fabric.errors import FabricError
 from fabric.kanboard.layout import META_HINTED, Column
 from fabric.kanboard.taskboard import TaskView
-from fabric.submit import parse_description
 from keeper import people
 from keeper.people import Act
 from keeper.snapshot import column_of
@@ -37,7 +36,7 @@ def creator(fab: Fabric, view: TaskView, act: Act | None) -> str | None:
     None too for a card carrying the fabric's own sealed spec: a submit still writing its
     records, whoever's credentials it used.
     """
-    if parse_description(view.task.description, fab.board.seal_key) is not None:
+    if fab.board.sealed(view.task.description) is not None:
         return None
     name = act.person if act is not None and act.kind == "create" else None
     if name is None and view.task.creator_id:

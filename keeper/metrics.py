@@ -25,9 +25,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from fabric.errors import ConfigError
-from fabric.kanboard.layout import META_CRON_PREFIX, State
+from fabric.kanboard.layout import META_CRON_PREFIX
 from fabric.kanboard.rows import BoardTask
 from fabric.kanboard.taskboard import TaskView
+from fabric.task import State
 from keeper.serving import BackgroundServer
 
 log = logging.getLogger("agap.keeper.metrics")

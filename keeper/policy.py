@@ -12,12 +12,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fabric.core import Fabric
-from fabric.kanboard.layout import TERMINAL, State
 from fabric.kanboard.views import TaskView
 from fabric.policy import plan_escalation
 from fabric.router import plan_reroute
 from fabric.submit import Receipt
 from fabric.taint import find_by_uid
+from fabric.task import TERMINAL, State
 
 
 def escalate_dead_letter(fab: Fabric, view: TaskView, *, actor: str = "keeper") -> Receipt | None:

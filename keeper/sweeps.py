@@ -14,12 +14,12 @@ from functools import partial
 
 from fabric.core import Fabric
 from fabric.errors import FabricError
-from fabric.kanboard.layout import State
 from fabric.kanboard.port import BoardError, BoardUnavailable
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import IllegalTransition, LedgerError, LostRace
 from fabric.policy import vet_unrecorded
 from fabric.submit import repair_unrecorded
+from fabric.task import State
 from keeper import snapshot
 from keeper.snapshot import ACTIVE_COLUMNS, Snapshot
 

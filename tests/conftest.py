@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -53,7 +54,9 @@ def pytest_configure(config: pytest.Config) -> None:
     for key in list(os.environ):
         if key.startswith(("KANBOARD_", "AGAP_")) and not key.startswith(TEST_VARS):
             del os.environ[key]
-    os.environ["AGAP_ENV_FILE"] = os.devnull
+    empty = Path(tempfile.gettempdir()) / "agap-tests-empty.env"
+    empty.touch()
+    os.environ["AGAP_ENV_FILE"] = str(empty)  # named, it is the only env file
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -93,7 +96,7 @@ def make_fabric(
     assert report.layout is not None
     clk = clock or time.time
     links = links_for(settings.board_url, settings.web_url)
-    board = TaskBoard(port, report.layout, clock=clk, links=links)
+    board = TaskBoard(port, report.layout, clock=clk, secret=settings.board_token, links=links)
     return Fabric(settings, cards, port, board, Ledger(board, clock=clk), clk)
 
 

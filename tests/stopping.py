@@ -30,9 +30,9 @@ from fabric.apps.cli import main
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import State
 from fabric.settings.resolve import Settings
 from fabric.signals import STOP_BOUND
+from fabric.task import State
 from tests.fakes.openai_stub import OpenAIStub
 
 ROOT = Path(__file__).resolve().parents[1]

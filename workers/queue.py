@@ -14,10 +14,11 @@ import time
 from collections.abc import Callable
 
 from fabric.errors import FabricError
-from fabric.kanboard.layout import Column, State
+from fabric.kanboard.layout import Column
 from fabric.kanboard.rows import BoardTask
 from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.ledger import IllegalTransition, Lease, Ledger, LostRace
+from fabric.task import State
 
 # How many of the best candidates one poll reads records for. Contending workers
 # spread over them instead of all racing for the single best task.

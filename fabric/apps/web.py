@@ -34,10 +34,11 @@ from fabric.embedded.local import LocalPort
 from fabric.embedded.rpc import BoardApi
 from fabric.errors import ConfigError
 from fabric.kanboard.bootstrap import load_layout
-from fabric.kanboard.layout import COLUMN_ORDER, PRIORITY_NAMES, Column, State, projected_column
+from fabric.kanboard.layout import COLUMN_ORDER, Column, projected_column
 from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.kanboard.weblinks import links_for
 from fabric.settings.resolve import Settings
+from fabric.task import PRIORITY_NAMES, State
 
 log = logging.getLogger("agap.board.view")
 

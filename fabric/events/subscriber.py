@@ -34,8 +34,8 @@ from fabric.events.schema import (
 )
 from fabric.events.signing import Dropped, open_sealed
 from fabric.events.transport import Signal, Subscription, Transport, queue_topic, task_topic
-from fabric.kanboard.layout import State
 from fabric.kanboard.port import BoardError
+from fabric.task import State
 
 log = logging.getLogger("agap.events.watch")
 

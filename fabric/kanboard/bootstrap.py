@@ -29,7 +29,6 @@ from fabric.kanboard.port import BoardRefused, Call, Outcome, RpcPort
 from fabric.kanboard.taskboard import BoardLayout
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
-from fabric.submit import seal_key
 
 # Kanboard's default columns, renamed in place when the fabric adopts a new project.
 _RENAME_DEFAULTS = {
@@ -106,7 +105,7 @@ def init_board(port: RpcPort, settings: Settings, cards: CardSet, *, env: regist
     report.layout = dataclasses.replace(report.layout, homes=discover_homes(port, settings, users))
     # A board written by an older storage layout is brought up to date (one read when
     # it already is).
-    report.migration = migrate(port, report.layout, seal_key=seal_key(settings.board_token))
+    report.migration = migrate(port, report.layout, secret=settings.board_token)
     m = report.migration
     if m.changed:
         report.created.append(

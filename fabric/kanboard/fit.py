@@ -31,6 +31,7 @@ from typing import Any
 
 from fabric.errors import EXIT_STORAGE, FabricError
 from fabric.kanboard.port import Call, Outcome, Params, RoundTrips, RpcPort
+from fabric.task import clean_text
 
 NAME_MAX = 50  # task/project/user metadata name: VARCHAR(50) on PostgreSQL and MySQL
 VALUE_MAX = 255  # metadata value: VARCHAR(255) on PostgreSQL and MySQL
@@ -179,22 +180,6 @@ class FittedPort:
 def fit(port: RpcPort) -> RpcPort:
     """``port`` wrapped in a :class:`FittedPort` (once: wrapping twice is a no-op)."""
     return port if isinstance(port, FittedPort) else FittedPort(port)
-
-
-# No backend stores a NUL (PostgreSQL cuts text there) or a lone surrogate (what invalid
-# UTF-8 in an argument decodes to; PHP's JSON refuses it).
-UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-def clean_text(value: Any) -> Any:
-    """``value`` with NULs and lone surrogates replaced, in strings at any depth."""
-    if isinstance(value, str):
-        return UNSTORABLE.sub("\ufffd", value) if UNSTORABLE.search(value) else value
-    if isinstance(value, Mapping):
-        return {clean_text(k): clean_text(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [clean_text(v) for v in value]
-    return value
 
 
 def _fit_call(call: Call) -> Call:

@@ -10,21 +10,7 @@ import hashlib
 import re
 from enum import StrEnum
 
-
-class State(StrEnum):
-    """A task's state in its current epoch record (the truth; columns are a projection)."""
-
-    QUEUED = "queued"
-    WORKING = "working"
-    INPUT_REQUIRED = "input_required"
-    DONE = "done"  # unverified: the worker says it finished
-    DEAD = "dead"  # dead letter: attempts exhausted, poison, or given up
-    CANCELED = "canceled"
-    CLOSED = "closed"  # verified by someone other than the producer
-    DROPPED = "dropped"  # a dead letter a person gave up on
-
-
-TERMINAL = frozenset({State.CANCELED, State.CLOSED, State.DROPPED})
+from fabric.task import State
 
 
 class Column(StrEnum):
@@ -58,10 +44,6 @@ def projected_column(state: State, assignee: str | None) -> Column:
         return Column.WAITING
     return COLUMN_OF_STATE[state]
 
-
-# Kanboard priorities run 0..3.
-PRIORITY_LEVELS = {"low": 0, "normal": 1, "high": 2, "urgent": 3}
-PRIORITY_NAMES = {v: k for k, v in PRIORITY_LEVELS.items()}
 
 # -- task metadata keys (values are strings: Kanboard stores text) -----------------
 # A name holds at most 46 characters (PostgreSQL and MySQL cap it at 50, less the

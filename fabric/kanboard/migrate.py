@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fabric.kanboard.card import SPEC_FENCE, SPEC_LINE, derive_seal_key, spec_block
 from fabric.kanboard.fit import VALUE_MAX, FittedPort, fit, unpack
 from fabric.kanboard.layout import (
     LAYOUT_VERSION,
@@ -34,7 +35,6 @@ from fabric.kanboard.layout import (
 )
 from fabric.kanboard.port import Call, RpcPort
 from fabric.kanboard.taskboard import BoardLayout, parse_view
-from fabric.submit import SPEC_FENCE, SPEC_LINE, spec_block
 
 CHUNK = 50  # tasks per round trip
 
@@ -61,7 +61,7 @@ def layout_version(port: RpcPort, layout: BoardLayout) -> str:
     return str((meta or {}).get(META_LAYOUT) or "1") if isinstance(meta, dict) else "1"
 
 
-def migrate(port: RpcPort, layout: BoardLayout, *, seal_key: bytes, force: bool = False) -> MigrationReport:
+def migrate(port: RpcPort, layout: BoardLayout, *, secret: str, force: bool = False) -> MigrationReport:
     """Migrate the board to ``LAYOUT_VERSION`` (a no-op on a board already there)."""
     # Reads go to the raw port, to see which values are stored unchunked; writes go
     # through the fitting one, which chunks them.
@@ -71,6 +71,7 @@ def migrate(port: RpcPort, layout: BoardLayout, *, seal_key: bytes, force: bool 
     if report.from_version == LAYOUT_VERSION and not force:
         return report
     _long_project_values(raw, port, layout, report)
+    seal_key = derive_seal_key(secret)
     rows: list[dict[str, Any]] = []
     for status in (1, 0):
         rows += list(port.call("getAllTasks", {"project_id": layout.project_id, "status_id": status}) or [])

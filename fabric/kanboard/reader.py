@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from fabric.kanboard.card import Sealed
 from fabric.kanboard.rows import BoardTask
 from fabric.kanboard.views import BoardLayout, TaskView
 
@@ -26,9 +27,8 @@ class ReadOnlyBoard(Protocol):
         """The Kanboard ids of the work project, its columns and queue swimlanes."""
         ...
 
-    @property
-    def seal_key(self) -> bytes:
-        """The key the fabric's spec blocks are sealed with (only sealed blocks are trusted)."""
+    def sealed(self, description: str) -> Sealed | None:
+        """The spec the fabric sealed into a card's description (only its own blocks)."""
         ...
 
     def read(self, task_id: int) -> TaskView:

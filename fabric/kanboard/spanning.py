@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from fabric.kanboard.card import Sealed
 from fabric.kanboard.layout import Column
 from fabric.kanboard.port import Call
 from fabric.kanboard.rows import BoardTask, task_rows
@@ -32,9 +33,8 @@ class SpanningReader:
     def layout(self) -> BoardLayout:
         return self.main.layout
 
-    @property
-    def seal_key(self) -> bytes:
-        return self.main.seal_key
+    def sealed(self, description: str) -> Sealed | None:
+        return self.main.sealed(description)
 
     def read(self, task_id: int) -> TaskView:
         return self.main.read(task_id)

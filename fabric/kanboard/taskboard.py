@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from fabric.errors import ConfigError, InvalidInput
+from fabric.kanboard.card import Sealed, derive_seal_key, parse_description, render_description
+from fabric.kanboard.cardtext import needs_rewrite, result_link_in
 from fabric.kanboard.dates import format_input_date
 from fabric.kanboard.fit import fit
 from fabric.kanboard.layout import (
@@ -25,7 +27,6 @@ from fabric.kanboard.layout import (
     META_SPEC,
     META_UID,
     Column,
-    State,
     cron_key,
     epoch_lock,
     park_key,
@@ -56,7 +57,7 @@ from fabric.kanboard.rows import (
 from fabric.kanboard.views import BoardLayout, TaskView, parse_cron_states, parse_park_states, parse_view
 from fabric.kanboard.weblinks import WebLinks
 from fabric.signals import pause
-from fabric.task import Record, TaskSpec
+from fabric.task import Record, State, TaskSpec
 
 # The views live in fabric.kanboard.views; most of the fabric imports them from here.
 __all__ = [
@@ -116,7 +117,7 @@ class TaskBoard:
         layout: BoardLayout,
         *,
         clock: Any = time.time,
-        seal_key: bytes = b"",
+        secret: str = "",
         links: WebLinks | None = None,
     ) -> None:
         # Every value goes through the fitting port: records, specs and answers longer
@@ -124,13 +125,63 @@ class TaskBoard:
         self.port = fit(port)
         self.layout = layout
         self.clock = clock
-        # Seals the spec block of descriptions (fabric.submit): only the fabric's own
-        # blocks are ever trusted to rebuild a task.
-        self.seal_key = seal_key
+        # Seals the spec block of descriptions (fabric.kanboard.card): only the fabric's
+        # own blocks are ever trusted to rebuild a task. Derived from the app token;
+        # without it (a confined agent's board user) cards are written as they are.
+        self._seal = derive_seal_key(secret) if secret else b""
         # Kanboard's pages for a task and its files, for the links on cards (None: the
         # board has no web address, e.g. one reached in process).
         self.links = links
         self._moved: dict[int, _Move] = {}
+
+    def sibling(self, layout: BoardLayout) -> TaskBoard:
+        """The same connection on another project (a confined agent's home, the work one)."""
+        twin = TaskBoard(self.port, layout, clock=self.clock, links=self.links)
+        twin._seal = self._seal
+        return twin
+
+    # -- the card -------------------------------------------------------------------
+
+    def sealed(self, description: str) -> Sealed | None:
+        """The uid, spec and first assignee the fabric sealed into ``description``, or
+        None (no block, or one whose seal this fabric did not make)."""
+        return parse_description(description, self._seal)
+
+    def describe(
+        self,
+        spec: TaskSpec,
+        uid: str,
+        *,
+        assignee: str | None = None,
+        record: Record | None = None,
+        result_url: str | None = None,
+    ) -> str:
+        """The card's description for ``spec`` as ``record`` shows it (None: as submitted)."""
+        return render_description(
+            spec,
+            uid,
+            assignee=assignee,
+            key=self._seal,
+            record=record,
+            links=self.links,
+            result_url=result_url,
+        )
+
+    def _rewritten(self, view: TaskView, record: Record, result_url: str | None) -> str | None:
+        """The description a transition to ``record`` gives the card, or None to keep it:
+        rewritten when what the card asks of a person changes (a question, a result to
+        verify, a dead letter), never without the seal (a rewrite nobody could verify)."""
+        spec, uid = view.spec, view.uid
+        if not self._seal or spec is None or uid is None or not needs_rewrite(spec, view.current, record):
+            return None
+        if result_url is None and record.result_ref:
+            # Keep the link the card already gives: the file id is known only to the
+            # process that attached it.
+            result_url = result_link_in(view.task.description, record.result_ref)
+        first = view.records.get(0)
+        return self.describe(
+            spec, uid, assignee=first.assignee if first else None, record=record, result_url=result_url
+        )
 
     # -- reading --------------------------------------------------------------------
 
@@ -408,8 +459,9 @@ class TaskBoard:
         self,
         spec: TaskSpec,
         *,
-        description: str,
+        uid: str,
         reference: str,
+        assignee: str | None = None,
         owner_id: int = 0,
         receipt: str | None = None,
     ) -> tuple[int, bool]:
@@ -419,6 +471,7 @@ class TaskBoard:
         task; when the lock is lost the caller must remove the task (it has no records
         yet, so nothing can claim it meanwhile).
         """
+        description = self.describe(spec, uid, assignee=assignee)
         params = self._task_params(spec, description=description, reference=reference, owner_id=owner_id)
         calls = [Call("createTask", params)]
         nonce = secrets.token_hex(6)
@@ -591,16 +644,18 @@ class TaskBoard:
         extra_meta: dict[str, str] | None = None,
         close: bool = False,
         reopen: bool = False,
-        description: str | None = None,
         files: Sequence[tuple[str, str]] = (),
+        result_url: str | None = None,
     ) -> None:
         """Write ``record`` and update the projection, all in one round trip.
 
-        The record comes first: it is the truth. Column, assignee, comment and the rest
-        are projections for humans and polls; their failures (e.g. ``moveTaskPosition``
-        answering false because the card is already there) do not matter.
+        The record comes first: it is the truth. Column, assignee, description, comment
+        and the rest are projections for humans and polls; their failures (e.g.
+        ``moveTaskPosition`` answering false because the card is already there) do not
+        matter. ``result_url`` is where the card links the result (its attachment's page).
         """
         self.check_own(view)
+        description = self._rewritten(view, record, result_url)
         values = {record_key(record.epoch): record.to_meta(), **(extra_meta or {})}
         calls = [Call("saveTaskMetadata", {"task_id": view.id, "values": values})]
         calls += [self.file_call(view.id, name, blob) for name, blob in files]

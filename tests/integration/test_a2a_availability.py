@@ -19,7 +19,7 @@ import pytest
 
 from fabric.cards import load_cards
 from fabric.embedded.server import EmbeddedBoard
-from fabric.kanboard.layout import State
+from fabric.task import State
 from tests.fakes.openai_stub import OpenAIStub
 from tests.integration.test_a2a_interop import HELPER, Env, reply, setup_env, start_server
 from tests.integration.test_a2a_interop import rpc as call

@@ -19,9 +19,10 @@ from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import State, epoch_lock
+from fabric.kanboard.layout import epoch_lock
 from fabric.ledger import IllegalTransition, LostRace
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from tests.conftest import ROOT, make_fabric
 from workers.queue import QueueReader
 from workers.results import AttachmentStore

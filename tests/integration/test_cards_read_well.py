@@ -20,11 +20,10 @@ from fabric.apps.web import WebView
 from fabric.cards import CardSet, load_cards
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
+from fabric.kanboard.card import SPEC_LINE
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import State
 from fabric.settings.resolve import Settings
-from fabric.submit import SPEC_LINE, parse_description, seal_key
-from fabric.task import GATE_ACTOR
+from fabric.task import GATE_ACTOR, State
 from keeper.policy import escalate_dead_letter
 from tests.conftest import ROOT, make_fabric
 from tests.fakes.openai_stub import OpenAIStub
@@ -45,20 +44,14 @@ def readable(fab: Fabric, tid: int) -> str:
     assert not TAG.search(text), f"HTML in the description of #{tid}:\n{text}"
     *shown, last = text.splitlines()
     assert last.startswith(SPEC_LINE) and last.endswith(")")
-    assert parse_description(text, fab.board.seal_key) is not None
+    assert fab.board.sealed(text) is not None
     assert "fabric-spec" not in "\n".join(shown)
     return "\n".join(shown)
 
 
 @pytest.fixture
 def fab(http_fabric: Fabric) -> Fabric:
-    return sealed(http_fabric)
-
-
-def sealed(fab: Fabric) -> Fabric:
-    """A fabric process as deployed: it holds the seal key (so it rewrites descriptions)."""
-    fab.board.seal_key = seal_key(fab.settings.board_token)
-    return fab
+    return http_fabric  # sealed, as a deployed fabric is (tests/conftest.make_fabric)
 
 
 def base(board: EmbeddedBoard) -> str:
@@ -130,7 +123,7 @@ def wfab(embedded_board: EmbeddedBoard, tmp_path: Path) -> tuple[Fabric, Setting
         state_dir=tmp_path / "state",
     )
     client = KanboardClient(embedded_board.url, embedded_board.token)
-    return sealed(make_fabric(client, cards, settings=settings)), settings, cards
+    return make_fabric(client, cards, settings=settings), settings, cards
 
 
 def test_a_done_card_links_its_attachment_and_waits_on_its_verifier(
@@ -196,4 +189,4 @@ def test_cards_made_before_keep_working(fab: Fabric) -> None:
         + line[len(SPEC_LINE) : -1]
         + "\n```\n</details>",
     )
-    assert parse_description(old, fab.board.seal_key) == parse_description(text, fab.board.seal_key)
+    assert fab.board.sealed(old) == fab.board.sealed(text)

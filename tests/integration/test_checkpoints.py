@@ -10,7 +10,7 @@ from pathlib import Path
 from fabric.cards import CardSet
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import State
+from fabric.task import State
 from keeper.sweeps import sweep_leases_and_gaps
 from tests.conftest import ROOT, make_fabric
 from tests.integration.procs import checkpoint_worker

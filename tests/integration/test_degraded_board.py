@@ -29,9 +29,9 @@ from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import State
 from fabric.kanboard.port import BoardError
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from tests.conftest import make_fabric
 from tests.fakes.litellm_proxy import free_port
 from tests.fakes.openai_stub import OpenAIStub

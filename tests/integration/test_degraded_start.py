@@ -27,8 +27,8 @@ from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import State
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from tests.conftest import ROOT, make_fabric
 from tests.helpers import Lines, wait_until
 

@@ -18,8 +18,8 @@ from fabric.events.publisher import Publisher
 from fabric.events.schema import Event, EventType
 from fabric.events.subscriber import EXIT_COMPLETED, EXIT_UNAVAILABLE
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import State
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from tests.conftest import make_fabric
 from tests.helpers import Running, wait_until
 from tests.integration.test_events_helpers import (

@@ -14,8 +14,8 @@ from fabric.events.schema import Event, EventType
 from fabric.events.signing import seal
 from fabric.events.subscriber import EXIT_COMPLETED, BoardStatus
 from fabric.events.transport import Signal, task_topic
-from fabric.kanboard.layout import State
 from fabric.kanboard.port import BoardUnavailable
+from fabric.task import State
 from tests.helpers import wait_until
 from tests.integration.test_events_helpers import QUEUE, Broker, Watching, board_check
 

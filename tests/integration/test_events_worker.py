@@ -17,7 +17,7 @@ from fabric.core import Fabric
 from fabric.errors import ConfigError
 from fabric.events.subscriber import EXIT_COMPLETED, EXIT_FAILED
 from fabric.events.wiring import attach_submitter
-from fabric.kanboard.layout import State
+from fabric.task import State
 from tests.helpers import Lines, Running, wait_until
 from tests.integration.test_events_helpers import (
     QUEUE,

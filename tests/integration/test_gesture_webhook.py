@@ -20,8 +20,9 @@ from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.errors import ConfigError
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import Column, State
+from fabric.kanboard.layout import Column
 from fabric.settings.keeper import KeeperConfig
+from fabric.task import State
 from keeper.daemon import Keeper
 from keeper.hook import HookServer
 from tests.helpers import wait_until

@@ -20,9 +20,10 @@ import pytest
 from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import Column, State
+from fabric.kanboard.layout import Column
 from fabric.settings.keeper import KeeperConfig
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from keeper.daemon import Keeper
 from tests.conftest import REAL_SKIP, ROOT, make_fabric, real_kanboard, scratch_board
 

@@ -19,9 +19,10 @@ from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import Column, State
+from fabric.kanboard.layout import Column
 from fabric.settings.keeper import JOBS, KeeperConfig
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from keeper.daemon import Keeper
 from tests.conftest import ROOT, make_fabric
 from workers.queue import QueueReader

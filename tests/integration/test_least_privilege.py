@@ -21,10 +21,11 @@ from fabric.embedded.server import EmbeddedBoard
 from fabric.errors import ConfigError
 from fabric.kanboard.bootstrap import init_board
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import Column, State
+from fabric.kanboard.layout import Column
 from fabric.kanboard.port import BoardAuthError
 from fabric.kanboard.principals import home_settings, worker_settings
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from keeper.daemon import Keeper
 from tests.conftest import ROOT, FakeClock
 from tests.helpers import Running, wait_until

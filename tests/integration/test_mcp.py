@@ -30,8 +30,8 @@ from fabric.apps.cli import main
 from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
-from fabric.kanboard.layout import State
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from tests.conftest import ROOT
 from tests.helpers import wait_until
 

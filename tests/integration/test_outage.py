@@ -21,8 +21,8 @@ from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import State
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from tests.conftest import make_fabric
 from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import Running, wait_until

@@ -35,8 +35,8 @@ from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.errors import EXIT_POLICY
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import State
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from tests.conftest import ROOT
 from tests.fakes.openai_stub import OpenAIStub
 from workers.daemon import build_worker

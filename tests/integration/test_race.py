@@ -20,9 +20,10 @@ import pytest
 from fabric.cards import CardSet
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import Column, State
+from fabric.kanboard.layout import Column
 from fabric.settings.keeper import KeeperConfig
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from keeper.daemon import Keeper
 from tests.conftest import REAL_SKIP, ROOT, make_fabric, real_kanboard, scratch_board
 from tests.integration.procs import drill_worker

@@ -10,8 +10,8 @@ from pathlib import Path
 from fabric.cards import CardSet
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import State, epoch_lock, record_key
-from fabric.task import Record
+from fabric.kanboard.layout import epoch_lock, record_key
+from fabric.task import Record, State
 from keeper.sweeps import sweep_leases_and_gaps
 from tests.conftest import ROOT, FakeClock, make_fabric
 from tests.integration.procs import drill_worker, win_lock_and_die

@@ -23,8 +23,8 @@ from fabric.core import Fabric
 from fabric.embedded.hindsight import DEMO_MEMORIES, HindsightStandIn
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import State
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from tests.conftest import ROOT
 from tests.helpers import board_env, drain
 from workers.daemon import build_worker

@@ -25,8 +25,9 @@ from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import State, evidence_key
+from fabric.kanboard.layout import evidence_key
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from keeper.sweeps import sweep_leases_and_gaps
 from tests.conftest import REAL_SKIP, make_fabric, real_kanboard, scratch_board
 from tests.fakes.openai_stub import OpenAIStub

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from fabric.kanboard.layout import State
 from fabric.signals import STOP_BOUND
+from fabric.task import State
 from tests import stopping
 from tests.stopping import Queue, Results, percentile, run_trials
 

@@ -20,10 +20,10 @@ from fabric.cards import CardSet, load_cards
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import State
 from fabric.kanboard.port import BoardError
 from fabric.ledger import Lease
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from tests.conftest import make_fabric
 from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import Lines, Running, wait_until

@@ -20,9 +20,9 @@ from fabric.apps.cli import main
 from fabric.apps.workspace import ForgeError, GiteaForge, PushRefused, RepoRef, Workspace, WorkspaceError
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
-from fabric.kanboard.layout import State
 from fabric.ledger import Lease
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from tests.conftest import ROOT, FakeClock
 from tests.fakes.gitea_stub import GiteaStub
 from workers.queue import QueueReader

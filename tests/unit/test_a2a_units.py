@@ -23,7 +23,7 @@ from fabric.apps.a2a.auth import BearerGate, TokenTable, load_tokens
 from fabric.apps.a2a.push import DurablePushConfigs, PushPolicy, RetryingPushSender
 from fabric.cards import CardSet
 from fabric.errors import ConfigError
-from fabric.kanboard.layout import State
+from fabric.task import State
 
 A = "alice-" + "a" * 20
 B = "bob-" + "b" * 20

@@ -15,9 +15,9 @@ import pytest
 from fabric.core import Fabric
 from fabric.degraded import Backoff, BoardWait, transient
 from fabric.errors import ConfigError
-from fabric.kanboard.layout import State
 from fabric.kanboard.port import BoardAuthError, BoardUnavailable, RpcError
 from fabric.settings.keeper import KeeperConfig
+from fabric.task import State
 from keeper.daemon import Keeper
 from workers.job import Job, JobOutcome
 from workers.loop import Worker, WorkerConfig

@@ -184,8 +184,8 @@ def test_a_publisher_refuses_to_exist_without_a_secret() -> None:
 
 def test_without_a_broker_watch_follows_the_board() -> None:
     from fabric.events.subscriber import BoardStatus, WatchOptions, watch
-    from fabric.kanboard.layout import State
     from fabric.kanboard.port import BoardUnavailable
+    from fabric.task import State
 
     states = iter(
         [

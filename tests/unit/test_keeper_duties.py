@@ -13,9 +13,10 @@ import pytest
 
 from fabric.cards import CardSet
 from fabric.core import Fabric
-from fabric.kanboard.layout import State, epoch_lock, receipt_lock
+from fabric.kanboard.layout import epoch_lock, receipt_lock
 from fabric.kanboard.weblinks import links_for
 from fabric.settings.keeper import KeeperConfig
+from fabric.task import State
 from keeper.daemon import Keeper
 from keeper.duties import META_ESCALATED
 from keeper.matrix import MatrixNotifier

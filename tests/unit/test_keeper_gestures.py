@@ -12,10 +12,10 @@ from typing import Any
 
 from fabric.core import Fabric
 from fabric.embedded.local import LocalPort
-from fabric.kanboard.layout import Column, State
+from fabric.kanboard.layout import Column
 from fabric.ledger import Lease
 from fabric.settings.keeper import KeeperConfig
-from fabric.task import GATE_ACTOR
+from fabric.task import GATE_ACTOR, State
 from keeper.daemon import Keeper
 from keeper.gestures import HUMAN
 from tests.conftest import FakeClock

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from fabric.core import Fabric
-from fabric.kanboard.layout import State
 from fabric.kanboard.views import TaskView
 from fabric.settings.keeper import KeeperConfig
+from fabric.task import State
 from keeper.daemon import Keeper
 from tests.conftest import FakeClock
 

@@ -7,10 +7,11 @@ from collections.abc import Sequence
 import pytest
 
 from fabric.core import Fabric
-from fabric.kanboard.layout import Column, State, epoch_lock, record_key
+from fabric.kanboard.layout import Column, epoch_lock, record_key
 from fabric.kanboard.port import BoardUnavailable, Call, Outcome, Params, RpcPort
 from fabric.ledger import LostRace
 from fabric.settings.keeper import KeeperConfig
+from fabric.task import State
 from keeper.daemon import Keeper
 from keeper.sweeps import sweep_leases_and_gaps
 from tests.conftest import FakeClock

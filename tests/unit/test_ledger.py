@@ -8,11 +8,11 @@ from collections.abc import Callable
 import pytest
 
 from fabric.core import Fabric
-from fabric.kanboard.layout import State, epoch_lock, record_key
+from fabric.kanboard.layout import epoch_lock, record_key
 from fabric.kanboard.rows import BoardTask
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import LEGAL, Fenced, IllegalTransition, Lease, LostRace
-from fabric.task import Record
+from fabric.task import Record, State
 from tests.conftest import FakeClock
 from workers.queue import QueueReader
 

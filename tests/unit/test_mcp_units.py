@@ -28,10 +28,11 @@ from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.embedded.local import LocalPort
 from fabric.errors import ConfigError, InvalidInput
-from fabric.kanboard.layout import State, evidence_key
+from fabric.kanboard.layout import evidence_key
 from fabric.ledger import Fenced, NotHolder
 from fabric.policy import PolicyRefused, PrivacyViolation, TaintRefused
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from tests.conftest import ROOT, FakeClock, make_fabric
 from workers.results import AttachmentStore
 

@@ -7,9 +7,9 @@ import json
 from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.embedded.local import LocalPort
+from fabric.kanboard.card import SPEC_FENCE, SPEC_LINE
 from fabric.kanboard.layout import META_LAYOUT, legacy_receipt_reference
 from fabric.kanboard.migrate import layout_version, migrate
-from fabric.submit import SPEC_FENCE, SPEC_LINE, parse_description
 from tests.conftest import FakeClock, make_fabric
 
 LEGACY_OPEN = "<details><summary>fabric spec (machine-readable)</summary>\n\n"
@@ -66,7 +66,7 @@ def test_migration_fits_every_value_hashes_references_and_seals_blocks(cards: Ca
     assert layout_version(raw, layout) == "1"
     assert max(len(v) for v in raw.call("getTaskMetadata", {"task_id": keyed}).values()) > 255
 
-    report = migrate(raw, layout, seal_key=fab.board.seal_key)
+    report = migrate(raw, layout, secret=fab.settings.board_token)
     assert (report.from_version, report.references, report.blocks_sealed) == ("1", 1, 2)
     assert report.values_chunked >= 3 and report.unrecorded == [bare]
     for tid in (keyed, keyed + 1):
@@ -75,7 +75,7 @@ def test_migration_fits_every_value_hashes_references_and_seals_blocks(cards: Ca
         view = fab.board.read(tid)
         assert view.meta == before[tid] and not view.problems
         desc = str(view.row["description"])
-        assert parse_description(desc, fab.board.seal_key)
+        assert fab.board.sealed(desc)
         # Rewritten as a line Kanboard's Markdown does not show: no HTML left on the card.
         assert "<details>" not in desc and "</details>" not in desc and SPEC_FENCE not in desc
         assert desc.splitlines()[-1].startswith(SPEC_LINE)
@@ -89,8 +89,8 @@ def test_migration_fits_every_value_hashes_references_and_seals_blocks(cards: Ca
     )
     assert again.task_id == keyed and not again.created
     assert layout_version(raw, layout) == "2"
-    assert not migrate(raw, layout, seal_key=fab.board.seal_key).changed
-    forced = migrate(raw, layout, seal_key=fab.board.seal_key, force=True)
+    assert not migrate(raw, layout, secret=fab.settings.board_token).changed
+    forced = migrate(raw, layout, secret=fab.settings.board_token, force=True)
     assert not forced.changed and forced.tasks_seen == 3
     assert raw.call("getTaskMetadata", {"task_id": bare}) == {}  # never adopted
 
@@ -105,9 +105,9 @@ def test_force_rewrites_a_layout_2_details_block_as_an_invisible_line(cards: Car
     sealed = desc[start + len(SPEC_LINE) : -1]
     old = f"{desc[:start]}{LEGACY_OPEN}{SPEC_FENCE}\n{sealed}\n```\n</details>"
     raw.call("updateTask", {"id": tid, "description": old})
-    assert parse_description(old, fab.board.seal_key)  # the old form still reads
-    report = migrate(raw, fab.board.layout, seal_key=fab.board.seal_key, force=True)
+    assert fab.board.sealed(old)  # the old form still reads
+    report = migrate(raw, fab.board.layout, secret=fab.settings.board_token, force=True)
     assert report.blocks_sealed == 1
     assert str(fab.board.read(tid).row["description"]) == desc
-    again = migrate(raw, fab.board.layout, seal_key=fab.board.seal_key, force=True)
+    again = migrate(raw, fab.board.layout, secret=fab.settings.board_token, force=True)
     assert again.blocks_sealed == 0

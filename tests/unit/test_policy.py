@@ -10,7 +10,7 @@ from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.embedded.local import LocalPort
 from fabric.errors import ConfigError
-from fabric.kanboard.layout import Column, State
+from fabric.kanboard.layout import Column
 from fabric.policy import (
     ClaimRefused,
     CycleDetected,
@@ -28,6 +28,7 @@ from fabric.policy import (
 from fabric.policy_file import PolicyConfig, load_policy_config
 from fabric.settings.resolve import Settings
 from fabric.taint import GATE_ACTOR, task_of_ref
+from fabric.task import State
 from keeper.policy import escalate_dead_letter
 from tests.conftest import ROOT, FakeClock, make_fabric
 

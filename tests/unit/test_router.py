@@ -11,10 +11,10 @@ from fabric.constraints import Constraints, constraints_from_dict, parse_constra
 from fabric.core import Fabric
 from fabric.embedded.local import LocalPort
 from fabric.errors import ConfigError, InvalidInput
-from fabric.kanboard.layout import State
 from fabric.router import RULE, choose
 from fabric.router_rules import load_router_policy
 from fabric.settings.resolve import Settings
+from fabric.task import State
 from keeper.policy import reroute_parked
 from tests.conftest import FakeClock, make_fabric
 

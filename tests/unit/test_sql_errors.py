@@ -40,7 +40,7 @@ def test_a_missing_project_is_a_stale_layout_and_the_receipt_is_given_back(local
     fab.port.stats.reset()
     with pytest.raises(ConfigError, match="stale"):
         fab.board.create_task(
-            fab_spec(fab), description="d", reference="uid:x", receipt="rcpt/feedfeedfeedfeedfeedfeedfeedfeed"
+            fab_spec(fab), uid="ab" * 8, reference="uid:x", receipt="rcpt/feedfeedfeedfeedfeedfeedfeedfeed"
         )
     tags = fab.port.call("getTagsByProject", {"project_id": fab.board.layout.locks_project_id})
     assert "rcpt/feedfeedfeedfeedfeedfeedfeedfeed" not in {t["name"] for t in tags or []}

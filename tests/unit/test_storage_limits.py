@@ -21,10 +21,9 @@ from fabric.cards import CardSet
 from fabric.embedded.local import LocalPort
 from fabric.errors import InvalidInput
 from fabric.kanboard.fit import NAME_MAX, REFERENCE_MAX, VALUE_MAX, pack, unpack
-from fabric.kanboard.layout import State
 from fabric.kanboard.port import Call, Outcome, RoundTrips
 from fabric.settings.keeper import KeeperConfig
-from fabric.task import storable_text
+from fabric.task import State, storable_text
 from keeper.daemon import Keeper
 from keeper.notify import Notifier
 from tests.conftest import FakeClock, make_fabric

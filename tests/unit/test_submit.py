@@ -6,8 +6,9 @@ import pytest
 
 from fabric.core import Fabric
 from fabric.errors import InvalidInput
-from fabric.kanboard.layout import State
-from fabric.submit import ActionIdCollision, parse_description, repair_unrecorded
+from fabric.kanboard.card import derive_seal_key, parse_description
+from fabric.submit import ActionIdCollision, repair_unrecorded
+from fabric.task import State
 from tests.conftest import FakeClock
 
 
@@ -35,9 +36,9 @@ def test_submit_creates_a_readable_task_with_spec_and_epoch_zero(
     assert view.uid == r.uid and view.spec is not None and view.spec.target == "kimi"
     assert view.epoch == 0 and view.current is not None
     assert (view.current.state, view.current.op, view.current.by) == (State.QUEUED, "submit", "cli")
-    parsed = parse_description(desc, fab.board.seal_key)
+    parsed = fab.board.sealed(desc)
     assert parsed is not None and parsed[0] == r.uid and parsed[1] == view.spec
-    assert parse_description(desc, b"another key") is None  # only the fabric's own seal
+    assert parse_description(desc, derive_seal_key("another token")) is None  # only the fabric's own seal
 
 
 @pytest.mark.parametrize(

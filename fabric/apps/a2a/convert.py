@@ -29,8 +29,8 @@ from a2a.types.a2a_pb2 import (
 )
 
 from fabric.cards import Card
-from fabric.kanboard.layout import State
 from fabric.kanboard.taskboard import TaskView
+from fabric.task import State
 
 from . import store as st
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from fabric.core import Fabric
 from fabric.errors import FabricError
-from fabric.kanboard.layout import META_COST, Column, State, epoch_lock, receipt_lock, receipt_reference
+from fabric.kanboard.layout import META_COST, Column, epoch_lock, receipt_lock, receipt_reference
 from fabric.kanboard.rows import BoardTask
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import Lease
@@ -31,10 +31,9 @@ from fabric.submit import (
     build_spec,
     initial_record,
     new_uid,
-    render_description,
     repair_unrecorded,
 )
-from fabric.task import Record, TaskSpec
+from fabric.task import Record, State, TaskSpec
 
 from . import store as st
 
@@ -102,7 +101,7 @@ class Journal:
         uid = new_uid()
         task_id, won = board.create_task(
             spec,
-            description=render_description(spec, uid, key=board.seal_key, links=board.links),
+            uid=uid,
             reference=receipt_reference(actor, row.message_id),
             receipt=receipt_lock(actor, row.message_id),
         )

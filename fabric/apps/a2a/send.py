@@ -24,10 +24,10 @@ from a2a.utils.errors import (
 )
 
 from fabric.core import Fabric
-from fabric.kanboard.layout import State
 from fabric.kanboard.port import BoardError
 from fabric.kanboard.taskboard import TaskNotFound, TaskView
 from fabric.ledger import IllegalTransition, LedgerError
+from fabric.task import State
 
 from . import convert as cv
 from . import store as st

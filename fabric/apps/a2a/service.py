@@ -41,12 +41,12 @@ from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, TaskNo
 from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.errors import FabricError, InvalidInput
-from fabric.kanboard.layout import State
 from fabric.kanboard.port import BoardError
 from fabric.kanboard.taskboard import TaskNotFound, TaskView
 from fabric.ledger import LedgerError
 from fabric.policy import PolicyRefused
 from fabric.submit import ActionIdCollision
+from fabric.task import State
 from workers.results import AttachmentStore
 
 from . import convert as cv

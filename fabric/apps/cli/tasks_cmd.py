@@ -24,13 +24,13 @@ from fabric.errors import InvalidInput
 from fabric.events.wiring import attach_submitter
 from fabric.kanboard.bootstrap import InitReport, init_board, load_layout, save_layout_cache
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import LAYOUT_VERSION, PRIORITY_NAMES, State
+from fabric.kanboard.layout import LAYOUT_VERSION
 from fabric.kanboard.migrate import migrate
 from fabric.kanboard.taskboard import TaskView
 from fabric.kanboard.weblinks import WebLinks, links_for
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
-from fabric.submit import seal_key
+from fabric.task import PRIORITY_NAMES, State
 
 
 def _emit(data: Any, as_json: bool, text: str) -> None:
@@ -129,7 +129,7 @@ def migrate_cmd(force: bool, as_json: bool) -> None:
     url, token = settings.require_board()
     port = KanboardClient(url, token)
     layout = load_layout(port, settings)
-    m = migrate(port, layout, seal_key=seal_key(token), force=force)
+    m = migrate(port, layout, secret=token, force=force)
     data = {
         "from_version": m.from_version,
         "to_version": LAYOUT_VERSION,

@@ -44,7 +44,6 @@ from typing import Any
 from fabric.cards import Card
 from fabric.core import Fabric
 from fabric.errors import EXIT_CODES, ConfigError, FabricError, InvalidInput
-from fabric.kanboard.layout import PRIORITY_NAMES, State
 from fabric.kanboard.port import BoardError
 from fabric.kanboard.views import TaskView
 from fabric.ledger import Fenced, Lease, NotHolder, conversation
@@ -59,7 +58,7 @@ from fabric.policy import (
 )
 from fabric.policy_file import PolicyConfig
 from fabric.taint import is_tainted
-from fabric.task import TaskSpec
+from fabric.task import PRIORITY_NAMES, State, TaskSpec
 from workers.queue import QueueReader
 from workers.results import AttachmentStore, DirectoryStore, ResultStore, result_url
 

@@ -22,9 +22,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from fabric.kanboard.layout import PRIORITY_NAMES, State
 from fabric.kanboard.weblinks import WebLinks
-from fabric.task import GATE_ACTOR, KEEPER_ACTOR, Record, TaskSpec
+from fabric.task import GATE_ACTOR, KEEPER_ACTOR, PRIORITY_NAMES, Record, State, TaskSpec
 
 CLOSE = "close this card (**Close this task** in its menu)"
 _TASK_REF = re.compile(r"^(?:kanboard://task/|task:)#?(\d+)/?$")
