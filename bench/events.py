@@ -110,7 +110,7 @@ class _Rig:
             self._execute,
             WorkerConfig(queue=self.queue, owner="bench", lease_seconds=60, poll_seconds=poll),
         )
-        self.worker.listeners.append(self._on_event)
+        self.worker.add_listener(self._on_event)
         self.attachment = attach_worker(self.worker, env=env) if env else None
         self.submitter = self._fabric(self._client())
         if env:

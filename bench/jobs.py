@@ -103,7 +103,7 @@ def settle_job(p: dict[str, Any]) -> Runner:
         failed = 0
         for fab, _ in last:
             try:
-                QueueReader(fab.board, fab.ledger, queue).poll()
+                QueueReader.for_agent(fab, fab.cards.by_queue(queue)).poll()
             except BoardError:
                 failed += 1
         trips = sum(c.stats.trips - t for (_, c), (t, _) in zip(last, before, strict=True))

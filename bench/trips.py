@@ -79,8 +79,7 @@ def measure_trips(target: Target, cards: CardSet, *, n: int, cli_runs: int, tmp:
     settings, _ = target.fresh("trips", cards)
     client = target.client()
     fab = Fabric.connect(settings, cards=cards, port=client)  # as a worker connects
-    queue = cards.get(QUEUE_AGENT).queue_name
-    reader = QueueReader(fab.board, fab.ledger, queue)
+    reader = QueueReader.for_agent(fab, cards.get(QUEUE_AGENT))
     sample = _Sampler(client)
 
     out: dict[str, Any] = {}

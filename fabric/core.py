@@ -29,7 +29,7 @@ from fabric.kanboard.spanning import SpanningReader
 from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.kanboard.weblinks import links_for
 from fabric.ledger import Ledger
-from fabric.policy import GateRequest, PolicyContext, SubmitPolicy, default_policies
+from fabric.policy import GateRequest, PolicyContext, SubmitPolicy, check_claim_on_board, default_policies
 from fabric.router import Choice, route
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
@@ -248,6 +248,18 @@ class Fabric:
             priority=priority,
             clock=self.clock,
         )
+
+    def claim_check(self, card: Card) -> Callable[[TaskView], None]:
+        """The policy every claim from ``card``'s queue passes, whoever claims (a worker
+        daemon, ``agap claim``, the MCP tools): the queue and trust floor, the privacy
+        domains of the refs and of the parent chain, and the taint rule
+        (:func:`fabric.policy.check_claim_on_board`). Raises to refuse."""
+
+        def check(view: TaskView) -> None:
+            if view.spec is not None:
+                check_claim_on_board(self.policy_context(), card, view.spec)
+
+        return check
 
     def policy_context(self) -> PolicyContext:
         """What the policies read now: the cards, the policy file and this board."""

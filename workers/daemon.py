@@ -24,9 +24,8 @@ from fabric.cards import Card, CardSet
 from fabric.core import Fabric
 from fabric.errors import ConfigError
 from fabric.kanboard.principals import board_client, worker_settings
-from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import Lease
-from fabric.policy import check_claim_on_board, read_guard
+from fabric.policy import read_guard
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.signals import set_on_signal
@@ -38,8 +37,9 @@ from workers.events import attach_worker
 from workers.executor import ModelExecutor, Outage
 from workers.job import Executor, Job
 from workers.llm import ModelClient
-from workers.loop import Worker, WorkerConfig
+from workers.loop import Worker, WorkerConfig, WorkerHooks, card_policy
 from workers.prompt import persona_for
+from workers.queue import ClaimCheck
 from workers.refs import RefResolver
 from workers.results import ResultStore, store_for
 from workers.stores import store_readers
@@ -166,6 +166,7 @@ def build_worker(
     concurrency: int | None = None,
     executor: Executor | None = None,
     drain: bool = False,
+    claim_policy: Callable[[Fabric, str], ClaimCheck] = card_policy,
 ) -> Worker:
     """A ready-to-run worker for ``card_id``'s queue (model cards run the model executor)."""
     env = registry.environ(env)
@@ -237,15 +238,12 @@ def build_worker(
         board_url=url,
         board_wait_cap=registry.get_duration("AGAP_BOARD_WAIT_CAP", env),
     )
-    worker = Worker(connect, executor, config)
-    worker.availability = availability
-
-    def claim_check(fab: Fabric, view: TaskView) -> None:
-        if view.spec is not None:
-            check_claim_on_board(fab.policy_context(), card, view.spec)
-
-    worker.claim_check = claim_check
-    worker.models_parked = _models_parked(card, cards, availability)
+    hooks = WorkerHooks(
+        availability=availability,
+        claim_policy=claim_policy,
+        models_parked=_models_parked(card, cards, availability),
+    )
+    worker = Worker(connect, executor, config, hooks)
     # Live events (signed, over MQTT or NATS) when AGAP_EVENTS_URL is set: published
     # after each transition, and submit events wake this worker before its next poll.
     attach_worker(worker, env=env)

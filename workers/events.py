@@ -183,7 +183,7 @@ def attach_worker(
     queue = queue or worker.config.queue
     publisher = Publisher(transport or open_transport(config), config.secret)
     listener = WorkerEvents(publisher)
-    worker.listeners.append(listener)
+    worker.add_listener(listener)
     att = WorkerAttachment(config, publisher, listener)
     if wake:
         att.waker = QueueWaker(open_transport(config), queue, config.secret, worker.wake.set)

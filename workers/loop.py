@@ -30,11 +30,10 @@ from fabric.core import Fabric
 from fabric.degraded import DEFAULT_CAP, Backoff, BoardWait
 from fabric.kanboard.layout import META_COST
 from fabric.kanboard.port import BoardError, BoardUnavailable
-from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import Fenced, Lease, LedgerError
 from fabric.signals import stop_requested
 from workers.job import Executor, Job, JobOutcome
-from workers.queue import QueueReader
+from workers.queue import ClaimCheck, QueueReader
 from workers.results import result_url
 
 INTERACTIVE_PRIORITY = 2  # high and urgent tasks count as interactive work
@@ -80,25 +79,54 @@ class WorkerStats:
             setattr(self, name, getattr(self, name) + 1)
 
 
+def card_policy(fab: Fabric, queue: str) -> ClaimCheck:
+    """The claim policy of the card whose queue this is (:meth:`Fabric.claim_check`)."""
+    return fab.claim_check(fab.cards.by_queue(queue))
+
+
+def no_claim_policy(fab: Fabric, queue: str) -> ClaimCheck:
+    """No claim-time check: only for tests of the guards behind it (the read-time one)."""
+    return lambda view: None
+
+
+@dataclass
+class WorkerHooks:
+    """What a worker is given beyond its connection, executor and config."""
+
+    #: a(t): checked before each claim (None: always available).
+    availability: Availability | None = None
+    #: The policy re-checked at claim (a task may predate a card's change); a refused
+    #: task is dead-lettered with the reason. Built per connection, from the queue.
+    claim_policy: Callable[[Fabric, str], ClaimCheck] = card_policy
+    #: Told of every change the worker makes or sees (live event publishers).
+    listeners: list[Listener] = field(default_factory=list)
+    #: The model endpoints a refusal of a(t) parks (named in the published park state,
+    #: so `agap ls` and the metrics show parks per model as well as per queue).
+    models_parked: Callable[[], list[str]] = list
+
+
 class Worker:
     """Drains one queue with ``concurrency`` slots."""
 
-    def __init__(self, connect: Callable[[], Fabric], executor: Executor, config: WorkerConfig) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], Fabric],
+        executor: Executor,
+        config: WorkerConfig,
+        hooks: WorkerHooks | None = None,
+    ) -> None:
+        hooks = hooks or WorkerHooks()
         self.connect = connect
         self.executor = executor
         self.config = config
         self.stop = threading.Event()
         self.stats = WorkerStats()
-        self.availability: Availability | None = None
+        self.availability = hooks.availability
         self.park = ParkTracker(config.queue)
         self._park_lock = threading.Lock()
-        self.listeners: list[Listener] = []
-        # Policy re-checked at claim (a task may have been submitted before a card
-        # changed): raises to refuse; the task is then dead-lettered with the reason.
-        self.claim_check: Callable[[Fabric, TaskView], None] | None = None
-        #: The model endpoints a refusal of a(t) parks (named in the published park state,
-        #: so `agap ls` and the metrics show parks per model as well as per queue).
-        self.models_parked: Callable[[], list[str]] = list
+        self.listeners = list(hooks.listeners)
+        self.claim_policy = hooks.claim_policy
+        self.models_parked = hooks.models_parked
         # Set by a wake-up hint (a submit event, a webhook): an idle slot polls at once.
         # The poll interval stays as the safety net.
         self.wake = threading.Event()
@@ -155,13 +183,12 @@ class Worker:
         beat_fab = self.reach_board(self.connect)  # the heartbeat thread's own connection
         if beat_fab is None:
             return
-        check = self.claim_check
         reader = QueueReader(
             fab.board,
             fab.ledger,
             self.config.queue,
             clock=fab.clock,
-            claim_check=(lambda view: check(fab, view)) if check else None,
+            claim_check=self.claim_policy(fab, self.config.queue),
         )
         owner = self.config.owner if self.config.concurrency == 1 else f"{self.config.owner}/{index}"
         while not self.stop.is_set():
@@ -191,6 +218,10 @@ class Worker:
                 self.wake.clear()
                 return True
         return False
+
+    def add_listener(self, listener: Listener) -> None:
+        """Tell ``listener`` of every change from now on (a live event publisher)."""
+        self.listeners.append(listener)
 
     def emit(self, event: str, lease: Lease, detail: str = "") -> None:
         """Tell the listeners (never raises: publishing is not on the correctness path)."""

@@ -12,7 +12,10 @@ import contextlib
 import random
 import time
 from collections.abc import Callable
+from typing import Any
 
+from fabric.cards import Card
+from fabric.core import Fabric
 from fabric.errors import FabricError
 from fabric.kanboard.layout import Column
 from fabric.kanboard.rows import BoardTask
@@ -22,6 +25,9 @@ from fabric.task import State
 
 # How many of the best candidates one poll reads records for. Contending workers
 # spread over them instead of all racing for the single best task.
+# The claim policy: raises (a FabricError) to refuse a task (Fabric.claim_check).
+ClaimCheck = Callable[[TaskView], None]
+
 CANDIDATES = 8
 # A reader that lost a claim race this recently spreads over the candidates of a
 # priority (at random); one that has not (a single worker) keeps the strict order.
@@ -55,11 +61,12 @@ class QueueReader:
         *,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        claim_check: ClaimCheck,
         max_age: float = 2.0,
-        claim_check: Callable[[TaskView], None] | None = None,
     ):
         self.board = board
         # Policy at claim time (privacy domains, trust, taint): raises PolicyRefused.
+        # Required: no claim path may leave it out (Fabric.claim_check builds it).
         self.claim_check = claim_check
         self.ledger = ledger
         self.queue = queue
@@ -71,6 +78,14 @@ class QueueReader:
         self._polled_at = float("-inf")
         self._skip: dict[int, float] = {}  # task id -> time.monotonic() it is polled again
         self._lost_at = float("-inf")  # time.monotonic() of the last claim race lost
+
+    @classmethod
+    def for_agent(cls, fab: Fabric, card: Card, **kw: Any) -> QueueReader:
+        """The reader of ``card``'s queue on ``fab`` (its home, for a confined agent),
+        under the claim policy: the one way every claimer gets one."""
+        home = fab.home_fabric(card)
+        kw.setdefault("clock", home.clock)
+        return cls(home.board, home.ledger, card.queue_name, claim_check=home.claim_check(card), **kw)
 
     def poll(self) -> list[BoardTask]:
         """The queue's queued open tasks that may be due, best first (one round trip)."""
@@ -162,15 +177,14 @@ class QueueReader:
             return None
         if cur.not_before and cur.not_before > self.clock():
             return None
-        if self.claim_check is not None:
-            try:
-                self.claim_check(view)
-            except FabricError as exc:
-                # Refused by policy: retrying cannot help. Dead letter, with the reason;
-                # the keeper turns it into a decision for a person.
-                with contextlib.suppress(LostRace, IllegalTransition):
-                    self.ledger.dead_letter(view.id, owner, f"refused at claim: {exc.line()}", view=view)
-                return None
+        try:
+            self.claim_check(view)
+        except FabricError as exc:
+            # Refused by policy: retrying cannot help. Dead letter, with the reason;
+            # the keeper turns it into a decision for a person.
+            with contextlib.suppress(LostRace, IllegalTransition):
+                self.ledger.dead_letter(view.id, owner, f"refused at claim: {exc.line()}", view=view)
+            return None
         try:
             return self.ledger.claim(view, owner, lease_seconds=lease_seconds)
         except LostRace:

@@ -190,7 +190,7 @@ def test_a_populated_board_round_trips_into_a_fresh_one_and_works(
         dst.ledger.cancel(stale.id, "alvis", view=stale)
 
     # The restored board works: a worker claims a queued task and completes it ...
-    lease = QueueReader(dst.board, dst.ledger, "kimi").claim_next("w-new", lease_seconds=30)
+    lease = QueueReader.for_agent(dst, dst.cards.get("kimi")).claim_next("w-new", lease_seconds=30)
     assert lease is not None and lease.task_id in (id_map[ids["queued"]], id_map[ids["keyed"]])
     dst.ledger.complete(lease, "file:///tmp/out.md")
     # ... a done task is verified (and its producer still may not) ...

@@ -60,7 +60,7 @@ def viewed_board(embedded_board: EmbeddedBoard, cards: CardSet) -> Viewed:
         "evil": fab.submit(EVIL, target="kimi", priority="high").task_id,
         "parked": fab.submit("Reflect on the garden bank", target="gemma-local").task_id,
     }
-    lease = QueueReader(fab.board, fab.ledger, "kimi").claim_next("w1", lease_seconds=60)
+    lease = QueueReader.for_agent(fab, fab.cards.get("kimi")).claim_next("w1", lease_seconds=60)
     assert lease is not None
     ids["claimed"] = lease.task_id
     now = time.time()

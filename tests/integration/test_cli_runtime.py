@@ -288,3 +288,36 @@ def test_sigterm_during_worker_start_up_exits_zero(embedded_board: EmbeddedBoard
         proc.kill()
     assert proc.returncode == 0, err
     assert "Traceback" not in err
+
+
+# -- one claim path: `agap claim` refuses what a worker refuses -----------------------------
+
+PRIVATE = "file:///srv/agap/private/alvis/diary.md"
+
+
+def _claimed_or_dead(env: dict[str, str], fab: Fabric, tid: int) -> str:
+    res = run(env, "claim", "--agent", "claude-coder", "--json")
+    assert res.exit_code == 4, res.output  # nothing it may claim
+    cur = fab.board.read(tid).current
+    assert cur is not None and cur.state == State.DEAD, cur
+    return cur.reason or ""
+
+
+def test_agap_claim_refuses_a_ref_in_a_domain_the_agent_may_not_see(env: dict[str, str], fab: Fabric) -> None:
+    # Written past the submit policy (the card changed since it was submitted, say): only
+    # the claim-time check stands between the task and claude-coder, which sees "shared".
+    fab.policies = []
+    tid = fab.submit("compare with the diary", target="claude-coder", refs=[PRIVATE]).task_id
+    reason = _claimed_or_dead(env, fab, tid)
+    assert reason.startswith("refused at claim:") and "private:alvis" in reason
+
+
+def test_agap_claim_refuses_untrusted_output_without_a_gate(env: dict[str, str], fab: Fabric) -> None:
+    found = fab.submit("find the datasheet", target="researcher").task_id
+    home = fab.home_fabric(fab.cards.get("researcher"))  # untrusted work runs in its home
+    lease = home.ledger.claim(home.board.read(found), "research-1", lease_seconds=60)
+    home.ledger.complete(lease, "https://example.org/datasheet")
+    fab.policies = []  # past the submit policy's taint gate
+    tid = fab.submit("use what the researcher found", target="claude-coder", refs=[f"task:{found}"]).task_id
+    reason = _claimed_or_dead(env, fab, tid)
+    assert reason.startswith("refused at claim:") and "untrusted work by researcher" in reason

@@ -46,7 +46,7 @@ def run(env: dict[str, str], *args: str) -> Result:
 def test_with_no_keeper_running_submit_claim_complete_still_works(http_fabric: Fabric) -> None:
     """Off the critical path: nothing here starts a keeper; only hygiene would wait."""
     receipt = http_fabric.submit("no janitor today", target="gemma-local")
-    reader = QueueReader(http_fabric.board, http_fabric.ledger, "gemma-local")
+    reader = QueueReader.for_agent(http_fabric, http_fabric.cards.get("gemma-local"))
     lease = reader.claim_next("w1", lease_seconds=30)
     assert lease is not None and lease.task_id == receipt.task_id
     http_fabric.ledger.complete(lease, "file:///out.md")

@@ -40,6 +40,7 @@ from fabric.task import State
 from tests.conftest import ROOT
 from tests.fakes.openai_stub import OpenAIStub
 from workers.daemon import build_worker
+from workers.loop import card_policy, no_claim_policy
 
 MARK = "ALVIS-DIARY-7f3a9c"  # in alvis's private files and in his own words on the board
 SHARE = "ALVIS-SHOPPING-41be"  # in the one file alvis promotes
@@ -85,9 +86,9 @@ class World:
             settings = dataclasses.replace(
                 settings, board_user=f"agap-{agent}", board_password=CONFINED[agent]
             )
-        worker = build_worker(agent, settings, self.cards, env=self.env, drain=True)
-        if not claim_check:
-            worker.claim_check = None  # only the read-time guard stands in the way
+        # Without the claim check, only the read-time guard stands in the way.
+        policy = card_policy if claim_check else no_claim_policy
+        worker = build_worker(agent, settings, self.cards, env=self.env, drain=True, claim_policy=policy)
         t = threading.Thread(target=worker.run, daemon=True)
         t.start()
         t.join(60)

@@ -88,7 +88,7 @@ def test_a_winner_dying_between_tag_and_record_leaves_a_gap_that_is_resolved(
     p.join(30)
     assert p.exitcode == 9
     fab.ledger.gap_grace = 0.2
-    reader = QueueReader(fab.board, fab.ledger, "gemma-local", max_age=0, clock=clock)
+    reader = QueueReader.for_agent(fab, fab.cards.get("gemma-local"), max_age=0, clock=clock)
     assert reader.claim_next("w1", lease_seconds=30) is None, "epoch 1 is held by the dead"
     clock.advance(0.25)
     assert reader.claim_next("w1", lease_seconds=30) is None
@@ -109,7 +109,7 @@ def test_a_delayed_stale_write_never_changes_the_current_state(
 ) -> None:
     fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards)
     tid = fab.submit("stale write drill", target="gemma-local").task_id
-    reader = QueueReader(fab.board, fab.ledger, "gemma-local")
+    reader = QueueReader.for_agent(fab, fab.cards.get("gemma-local"))
     lease = reader.claim_next("w1", lease_seconds=30)
     assert lease is not None
     # A renewal from epoch 1 was sent, stalled in the network, and arrives after the

@@ -34,6 +34,7 @@ from tests.fakes.hindsight_stub import HindsightStub, Memory
 from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import board_env, drain
 from workers.daemon import build_worker
+from workers.loop import card_policy, no_claim_policy
 
 MARK = "ALVIS-BANK-c41d"  # in alvis's bank and in his private repository
 SHARED_FACT = "the recycling goes out on Tuesday"
@@ -65,11 +66,15 @@ class Stores:
         settings = dataclasses.replace(
             self.settings, board_user="agap-torgash", board_password=TORGASH_PASSWORD
         )
+        # Without the claim check, only the read-time guard stands in the way.
         worker = build_worker(
-            "torgash", settings, load_cards(self.settings.cards_dir), env=self.env, drain=True
+            "torgash",
+            settings,
+            load_cards(self.settings.cards_dir),
+            env=self.env,
+            drain=True,
+            claim_policy=card_policy if claim_check else no_claim_policy,
         )
-        if not claim_check:
-            worker.claim_check = None  # only the read-time guard stands in the way
         drain(worker)
 
     def state(self, task_id: int) -> tuple[State | None, str]:

@@ -71,7 +71,7 @@ def forge() -> Iterator[GiteaStub]:
 
 
 def claim(fab: Fabric, owner: str) -> Lease:
-    lease = QueueReader(fab.board, fab.ledger, AGENT).claim_next(owner, lease_seconds=60)
+    lease = QueueReader.for_agent(fab, fab.cards.get(AGENT)).claim_next(owner, lease_seconds=60)
     assert lease is not None
     return lease
 

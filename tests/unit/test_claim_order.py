@@ -29,7 +29,7 @@ def test_a_single_worker_claims_in_the_documented_order(
     newer = fab.submit("newer, no deadline", target="kimi").task_id
     clock.advance(1)
     urgent = fab.submit("urgent, newest", target="kimi", priority="urgent").task_id
-    reader = QueueReader(fab.board, fab.ledger, "kimi", clock=clock, rng=random.Random(seed))
+    reader = QueueReader.for_agent(fab, fab.cards.get("kimi"), clock=clock, rng=random.Random(seed))
     order = []
     while (lease := reader.claim_next("alone", lease_seconds=60)) is not None:
         order.append(lease.task_id)
@@ -42,8 +42,8 @@ def test_a_reader_that_lost_a_race_spreads_within_a_priority(local_fabric: Fabri
     for i in range(8):
         ids.append(fab.submit(f"task {i}", target="kimi").task_id)
         clock.advance(1)
-    other = QueueReader(fab.board, fab.ledger, "kimi", clock=clock)
-    mine = QueueReader(fab.board, fab.ledger, "kimi", clock=clock, rng=random.Random(3))
+    other = QueueReader.for_agent(fab, fab.cards.get("kimi"), clock=clock)
+    mine = QueueReader.for_agent(fab, fab.cards.get("kimi"), clock=clock, rng=random.Random(3))
     stale = fab.board.read(ids[0])  # both read the first task; the other worker claims it first
     assert (taken := other.claim_next("other", lease_seconds=60)) is not None and taken.task_id == ids[0]
     assert mine._try(stale, "mine", 60) is None  # mine loses the race for it

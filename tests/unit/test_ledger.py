@@ -241,7 +241,7 @@ def test_expired_lease_on_last_attempt_dead_letters(local_fabric: Fabric, clock:
 def test_fail_retries_with_backoff_then_dead_letters(local_fabric: Fabric, clock: FakeClock) -> None:
     fab = local_fabric
     submit(fab)
-    reader = QueueReader(fab.board, fab.ledger, "kimi", clock=clock, max_age=0)
+    reader = QueueReader.for_agent(fab, fab.cards.get("kimi"), clock=clock, max_age=0)
     lease = reader.claim_next("w1", lease_seconds=LEASE)
     assert lease is not None
     rec = fab.ledger.fail(lease, "timeout", backoff_base=10)
@@ -349,7 +349,7 @@ def test_gap_is_detected_and_resolved(local_fabric: Fabric, clock: FakeClock) ->
     assert view.uid is not None
     # A claimer wins epoch 1's lock and dies before writing its record.
     assert fab.board.lock(epoch_lock(view.uid, 1))
-    reader = QueueReader(fab.board, fab.ledger, "kimi", clock=clock, max_age=0)
+    reader = QueueReader.for_agent(fab, fab.cards.get("kimi"), clock=clock, max_age=0)
     assert reader.claim_next("w2", lease_seconds=LEASE) is None
     assert fab.board.read(tid).gap is None, "one loss proves nothing: the winner may be live"
     clock.advance(fab.ledger.gap_grace)

@@ -186,6 +186,50 @@ def test_the_embedded_board_depends_only_on_the_storage_port() -> None:
     )
 
 
+# The library's foundations, bottom up. Each may import only itself and those before it:
+# storage (fabric.kanboard) stands on the task model and the settings, never on a use
+# case above it (submit, the ledger, policy); the task model knows nothing of storage.
+FOUNDATIONS = (
+    "fabric.errors",
+    "fabric.durations",
+    "fabric.settings",
+    "fabric.signals",
+    "fabric.task",
+    "fabric.cards",
+    "fabric.kanboard",
+)
+
+
+def _foundation(name: str) -> int | None:
+    for i, base in enumerate(FOUNDATIONS):
+        if name == base or name.startswith(base + "."):
+            return i
+    return None
+
+
+def _upward(modules: dict[str, Module]) -> list[str]:
+    wrong = []
+    for mod in modules.values():
+        level = _foundation(mod.name)
+        if level is None:
+            continue
+        for target, line in _imports(mod):
+            there = _foundation(target)
+            if there is None or there > level:
+                wrong.append(f"{mod.rel}:{line}: {mod.name} imports {target}")
+    return wrong
+
+
+def test_the_foundations_import_only_what_lies_beneath_them() -> None:
+    wrong = _upward(MODULES)
+    assert not wrong, (
+        "each foundation imports only itself and those before it ("
+        + " < ".join(FOUNDATIONS)
+        + "); move the shared piece down:\n"
+        + "\n".join(wrong)
+    )
+
+
 def test_every_function_local_import_says_why() -> None:
     silent = []
     for mod in MODULES.values():
@@ -311,3 +355,12 @@ def test_the_rules_above_can_fail() -> None:
     assert list(_keys(mod)) == [("fabric.spec", 2)]
     assert "createTask" in procedure_names()
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+    up = Module(
+        "fabric.kanboard.sample",
+        ROOT / "fabric" / "kanboard" / "sample.py",
+        ast.parse("from fabric.submit import Receipt\nfrom fabric.task import State\n"),
+        [],
+    )
+    assert _upward({up.name: up}) == [
+        "fabric/kanboard/sample.py:1: fabric.kanboard.sample imports fabric.submit"
+    ]

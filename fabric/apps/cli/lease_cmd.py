@@ -93,7 +93,8 @@ def claim_cmd(
     fab = Fabric.connect()
     card = fab.cards.get(agent)
     owner = owner or shell_owner(agent)
-    lease = QueueReader(fab.board, fab.ledger, card.queue_name).claim_next(
+    # The claim policy every claimer passes (privacy domains, the parent chain, taint).
+    lease = QueueReader.for_agent(fab, card).claim_next(
         owner, lease_seconds=lease_seconds or card.runtime.lease_seconds
     )
     if lease is None:

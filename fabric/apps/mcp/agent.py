@@ -53,7 +53,6 @@ from fabric.policy import (
     PolicyContext,
     PolicyRefused,
     TaintRefused,
-    check_claim_on_board,
     check_domains,
 )
 from fabric.policy_file import PolicyConfig
@@ -239,9 +238,7 @@ class AgentTools:
         self.result_dir = result_dir
         self.renew_for = float(card.runtime.timeout_seconds if renew_for is None else renew_for)
         fab.policies.insert(0, AgentSubmitScope(card))
-        self._reader = QueueReader(
-            fab.board, fab.ledger, card.queue_name, clock=fab.clock, claim_check=self._claim_check
-        )
+        self._reader = QueueReader.for_agent(fab, card)
         self._lock = threading.RLock()
         self._held: dict[int, _Held] = {}
         self._fenced: dict[int, Fenced] = {}
@@ -250,11 +247,6 @@ class AgentTools:
         self._thread: threading.Thread | None = None
 
     # -- scope ----------------------------------------------------------------------
-
-    def _claim_check(self, view: TaskView) -> None:
-        # The worker's claim-time policy (workers/daemon.py): queue, domains, trust, taint.
-        if view.spec is not None:
-            check_claim_on_board(self.fab.policy_context(), self.card, view.spec)
 
     def _read(self, task_id: int) -> TaskView:
         view = self.fab.show(task_id)
