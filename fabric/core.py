@@ -34,7 +34,7 @@ from fabric.router import Choice, route
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.submit import Receipt, Submitter, build_spec
-from fabric.taint import GATE_ACTOR
+from fabric.taint import GATE_ACTOR, find_by_uid
 from fabric.task import TaskSpec, parse_priority, parse_when
 
 log = logging.getLogger("agap.submit")
@@ -153,6 +153,48 @@ class Fabric:
             max_attempts=card.runtime.max_attempts,
             now=now,
         )
+        return self._create(spec, choice, parent_view)
+
+    def resubmit(
+        self,
+        spec: TaskSpec,
+        *,
+        key: str,
+        target: str | None = None,
+        constraints: str | Constraints | None = None,
+    ) -> Receipt:
+        """The same work again, routed anew: to ``target`` (a lane a person dragged the card
+        to) or by ``constraints`` (off a parked queue), under the action id ``key`` (so a
+        crash between the old task's cancel and this submit is finished by calling again).
+
+        Every other field of ``spec`` carries over as it is: intent, refs, priority,
+        deadline, start, actor, lineage and attempts. Routing and policy apply as to any
+        submit; the re-submitters of the keeper use this and nothing else.
+        """
+        choice = self.route(
+            intent=spec.intent, target=target, constraints=constraints, refs=spec.refs, priority=spec.priority
+        )
+        card = choice.card
+        changes = {
+            "target": card.id,
+            "queue": card.queue_name,
+            "constraints": choice.recorded(),
+            "action_id": key,
+            "submitted_at": round(self.clock(), 3),
+        }
+        again = TaskSpec.model_validate({**spec.model_dump(), **changes})
+        return self._create(again, choice, self._parent_of(spec))
+
+    def _parent_of(self, spec: TaskSpec) -> TaskView | None:
+        """The parent task of ``spec`` (by its uid), for the lineage policies; None if gone."""
+        if spec.parent is None:
+            return None
+        found = find_by_uid(self.reader(), [spec.parent])
+        return self.board.read(found[spec.parent][0]) if spec.parent in found else None
+
+    def _create(self, spec: TaskSpec, choice: Choice, parent_view: TaskView | None) -> Receipt:
+        """Apply the submit policies to a routed spec, create the task, tell the listeners."""
+        card = choice.card
         if self.policies:
             ctx = self.policy_context()
             for policy in self.policies:

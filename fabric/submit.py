@@ -30,6 +30,44 @@ from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.task import Record, State, TaskSpec
 
 
+@dataclass(frozen=True)
+class SubmitOption:
+    """One option of a submit, said once: ``Fabric.submit``'s keyword, ``agap submit``'s
+    flag and the MCP ``submit_task`` argument are all made from it (a new spec field is
+    one line here, plus the spec and its use)."""
+
+    name: str  # Fabric.submit's keyword and the MCP tool's argument
+    help: str  # the CLI's help and the MCP argument's description
+    kind: type = str  # str, int, or list (of str: repeatable)
+    default: str | None = None
+    flag: str = ""  # the CLI flag (default: --name with dashes)
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+
+INTENT_HELP = "What to do, in words; the first line becomes the title (at most 4000 characters)."
+SUBMIT_OPTIONS = (
+    SubmitOption("target", "An agent or person id (direct), or 'auto' for the fabric's routing rules."),
+    SubmitOption(
+        "constraints", "Instead of a target, a constraint set: e.g. 'tier>=large,cap=code,trust>=trusted'."
+    ),
+    SubmitOption(
+        "refs",
+        "Context by reference, never pasted: a URI such as file:///notes.md, task:12 or https://…"
+        " (repeatable).",
+        kind=list,
+        flag="--ref",
+    ),
+    SubmitOption("priority", "low, normal, high or urgent.", default="normal"),
+    SubmitOption("deadline", "'YYYY-MM-DD HH:MM' (UTC), ISO-8601 with an offset, or a delay like +2h."),
+    SubmitOption("not_before", "Do not start before this time (the same formats)."),
+    SubmitOption("key", "Idempotency key (action id): a retry with the same key and content makes one task."),
+    SubmitOption("parent", "The task (its id) this one is part of.", kind=int),
+)
+
+
 class ActionIdCollision(FabricError):
     """The same (actor, action id) was used before with different content."""
 

@@ -324,16 +324,7 @@ def _reroute(fab: Fabric, g: Gesture, report: GestureReport) -> None:
     assert spec is not None and lane is not None
     target = fab.cards.by_queue(lane).id
     try:
-        receipt = fab.submit(
-            spec.intent,
-            target=target,
-            refs=spec.refs,
-            priority=spec.priority,
-            deadline=spec.deadline,
-            not_before=spec.not_before,
-            key=f"moved/{g.view.uid}/e{g.rec.epoch}",
-            actor=spec.actor,
-        )
+        receipt = fab.resubmit(spec, target=target, key=f"moved/{g.view.uid}/e{g.rec.epoch}")
     except FabricError as exc:
         raise Refused(f"Not moved to {target}: {exc.line()}") from exc
     why = f"moved to {target}'s lane by {g.by}: now task #{receipt.task_id}"

@@ -16,7 +16,6 @@ from fabric.kanboard.views import TaskView
 from fabric.policy import plan_escalation
 from fabric.router import plan_reroute
 from fabric.submit import Receipt
-from fabric.taint import find_by_uid
 from fabric.task import TERMINAL, State
 
 
@@ -111,24 +110,7 @@ def reroute_parked(
         return None
     if move.cancel_reason is not None:
         fab.ledger.cancel(view.id, by, reason=move.cancel_reason, view=view)
-    spec = move.spec
-    parent_id = _task_id_of_uid(fab, spec.parent) if spec.parent else None
-    return fab.submit(
-        spec.intent,
-        constraints=move.constraints,
-        refs=spec.refs,
-        priority=spec.priority,
-        deadline=spec.deadline,
-        not_before=spec.not_before,
-        key=move.key,
-        actor=spec.actor,
-        parent=parent_id,
-    )
-
-
-def _task_id_of_uid(fab: Fabric, uid: str) -> int | None:
-    found = find_by_uid(fab.board, [uid])
-    return found[uid][0] if uid in found else None
+    return fab.resubmit(move.spec, constraints=move.constraints, key=move.key)
 
 
 __all__ = ["decision_for", "escalate_dead_letter", "reroute_parked", "settle_decision", "settle_decisions"]

@@ -30,6 +30,7 @@ from fabric.kanboard.taskboard import TaskView
 from fabric.kanboard.weblinks import WebLinks, links_for
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
+from fabric.submit import INTENT_HELP, SUBMIT_OPTIONS
 from fabric.task import PRIORITY_NAMES, State
 
 
@@ -155,52 +156,36 @@ def migrate_cmd(force: bool, as_json: bool) -> None:
     _emit(data, as_json, text)
 
 
+def submit_options(fn: Any) -> Any:
+    """``agap submit``'s options, made from the one declaration (fabric.submit.SUBMIT_OPTIONS)."""
+    for opt in reversed(SUBMIT_OPTIONS):
+        if opt.kind is list:
+            fn = click.option(opt.cli_flag, opt.name, multiple=True, help=opt.help)(fn)
+        else:
+            show = opt.default is not None
+            fn = click.option(
+                opt.cli_flag, opt.name, type=opt.kind, default=opt.default, show_default=show, help=opt.help
+            )(fn)
+    return fn
+
+
 @main.command("submit")
-@click.option("--target", help="Agent id (direct target).")
-@click.option("--constraints", help="Constraint set, e.g. tier>=large,cap=tools.")
-@click.option("--intent", help="What to do (the first line becomes the title).")
+@click.option("--intent", help=INTENT_HELP)
 @click.option("--intent-file", help="The intent from a file, or - for stdin (long intents).")
-@click.option("--ref", "refs", multiple=True, help="Context reference (URI); repeatable.")
-@click.option("--priority", default="normal", show_default=True, help="low, normal, high or urgent.")
-@click.option("--deadline", help="'YYYY-MM-DD HH:MM' (UTC), ISO-8601, or +2h.")
-@click.option("--not-before", help="Do not start before this time (same formats).")
-@click.option("--key", help="Idempotency key (action id): the same key and content make one task.")
-@click.option("--parent", type=int, help="Task id of the task submitting this one.")
+@submit_options
 @click.option("--actor", help="Who is submitting (default: AGAP_ACTOR or 'cli').")
 @click.option("--json", "as_json", is_flag=True)
 def submit_cmd(
-    target: str | None,
-    constraints: str | None,
-    intent: str | None,
-    intent_file: str | None,
-    refs: tuple[str, ...],
-    priority: str,
-    deadline: str | None,
-    not_before: str | None,
-    key: str | None,
-    parent: int | None,
-    actor: str | None,
-    as_json: bool,
+    intent: str | None, intent_file: str | None, actor: str | None, as_json: bool, **options: Any
 ) -> None:
     """Submit a task and print its ref at once."""
     intent = _intent_input(intent, intent_file)
     if actor is not None and not actor.strip():
         raise InvalidInput("the actor is empty", where="--actor", hint="name who submits, or leave it out")
-    check_file_refs(refs)
+    check_file_refs(options["refs"])
     fab = Fabric.connect()
     attach_submitter(fab)  # publishes "submitted" (and wakes the queue) when events are on
-    receipt = fab.submit(
-        intent,
-        target=target,
-        constraints=constraints,
-        refs=refs,
-        priority=priority,
-        deadline=deadline,
-        not_before=not_before,
-        key=key,
-        actor=actor,
-        parent=parent,
-    )
+    receipt = fab.submit(intent, actor=actor, **options)
     data = {
         "ref": receipt.ref,
         "task_id": receipt.task_id,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import inspect
 import ipaddress
 import logging
 import socket
@@ -39,6 +40,7 @@ from pydantic import Field
 from fabric.apps import asgi
 from fabric.errors import ConfigError, FabricError, InvalidInput
 from fabric.signals import exit_now, set_on_signal
+from fabric.submit import INTENT_HELP, SUBMIT_OPTIONS
 
 from .agent import AgentTools, as_json, tool_error
 
@@ -88,55 +90,27 @@ def _renew_words(tools: AgentTools) -> str:
     return f"{minutes:g} minutes" if minutes >= 1 else f"{tools.renew_for:g} seconds"
 
 
+def submit_signature() -> inspect.Signature:
+    """``submit_task``'s arguments, made from the one declaration (fabric.submit.SUBMIT_OPTIONS)."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter("intent", kind, annotation=Annotated[str, Field(description=INTENT_HELP)])]
+    for opt in SUBMIT_OPTIONS:
+        base: Any = list[str] if opt.kind is list else opt.kind
+        field = Field(description=opt.help, gt=0) if opt.kind is int else Field(description=opt.help)
+        annotation: Any = Annotated[base if opt.default is not None else base | None, field]
+        params.append(inspect.Parameter(opt.name, kind, default=opt.default, annotation=annotation))
+    return inspect.Signature(params, return_annotation=dict[str, Any])
+
+
 def _add_submit_and_read(mcp: MCPServer[Any], tools: AgentTools) -> None:
     card = tools.card
 
-    def submit_task(
-        intent: Annotated[
-            str, Field(description="What to do, in words; the first line becomes the title (max 4000).")
-        ],
-        target: Annotated[
-            str | None,
-            Field(description="An agent or person id (direct), or 'auto' for the fabric's routing rules."),
-        ] = None,
-        constraints: Annotated[
-            str | None,
-            Field(
-                description="Instead of a target: e.g. 'tier>=large,cap=code,trust>=trusted,cost<=standard'."
-            ),
-        ] = None,
-        refs: Annotated[
-            list[str] | None,
-            Field(description="Context by reference: URIs such as file:///notes.md, task:12, https://…"),
-        ] = None,
-        priority: Annotated[str, Field(description="low, normal, high or urgent.")] = "normal",
-        deadline: Annotated[
-            str | None, Field(description="'YYYY-MM-DD HH:MM' (UTC), ISO-8601 with offset, or +2h.")
-        ] = None,
-        not_before: Annotated[str | None, Field(description="Do not start before (same formats).")] = None,
-        key: Annotated[
-            str | None,
-            Field(
-                description="Idempotency key: a retry with the same key and content returns the same task."
-            ),
-        ] = None,
-        parent: Annotated[
-            int | None,
-            Field(gt=0, description="The task this one is part of (default: the one task you hold)."),
-        ] = None,
-    ) -> dict[str, Any]:
-        return _call(
-            tools.submit,
-            intent,
-            target=target,
-            constraints=constraints,
-            refs=refs or [],
-            priority=priority,
-            deadline=deadline,
-            not_before=not_before,
-            key=key,
-            parent=parent,
-        )
+    def submit_task(**arguments: Any) -> dict[str, Any]:
+        intent = arguments.pop("intent")
+        arguments["refs"] = arguments.get("refs") or []
+        return _call(tools.submit, intent, **arguments)
+
+    submit_task.__signature__ = submit_signature()  # type: ignore[attr-defined]
 
     mcp.add_tool(
         submit_task,
@@ -146,7 +120,8 @@ def _add_submit_and_read(mcp: MCPServer[Any], tools: AgentTools) -> None:
             "Submit a new task to the fabric; it returns at once with the task id, and the task runs "
             "later on another agent or a person. Give exactly one of target (an agent or person id, or "
             "'auto') or constraints. Pass context as URIs in refs, never pasted into the intent. A key "
-            f"makes retries safe. You submit as {card.id!r}: its creation quota, the depth and cycle "
+            "makes retries safe. parent defaults to the one task you hold. "
+            f"You submit as {card.id!r}: its creation quota, the depth and cycle "
             "rules and its privacy domains apply. Follow the task with get_task."
         ),
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
