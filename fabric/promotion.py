@@ -36,10 +36,7 @@ from fabric.people import find_person
 from fabric.policy_file import POLICY_FILE, PolicyConfig
 from fabric.refcanon import canonical
 from fabric.refusals import PrivacyViolation
-from fabric.task import State
-
-#: The actor of promotion approval tasks.
-PROMOTE_ACTOR = "fabric-promote"
+from fabric.task import PROMOTE_ACTOR, State
 
 
 def file_digest(path: Path) -> str | None:

@@ -59,6 +59,7 @@ _REF_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:")
 # Actors the fabric itself submits as: the policy's taint gates, the keeper's decisions
 # and digests. A card's text says what such a task asks of its person.
 GATE_ACTOR = "fabric-policy"
+PROMOTE_ACTOR = "fabric-promote"  # the approval task `agap promote` files (fabric.promotion)
 KEEPER_ACTOR = "keeper"
 
 

@@ -10,22 +10,9 @@ column, swimlane or open/closed state disagrees with its record is one of two th
 * a **lagging projection** (the projection part of a batch failed): no person touched the
   card, and it last changed within the tolerance: the keeper quietly puts it right.
 
-  =====================================  ===========================================
-  record says / card shows               action
-  =====================================  ===========================================
-  input required, moved to Queued or     resume with the person's latest comment
-  Working                                (the person it waits on, or a deputy)
-  waiting on a person, moved to Done     approve (that person, or a deputy)
-  waiting on a person, commented, closed approve with the comment, then verify (a
-                                         gate or promotion: refuse; only Done approves)
-  done, closed                           verify (an approved gate too; its verifier)
-  done, moved back to Queued             reopen (the verifier's comment is the reason)
-  queued, moved to another agent's lane  reroute there (routing and policy apply)
-  queued, working or asking, closed      cancel
-  dead letter, moved to Queued           revive; its decision task is closed
-  dead letter, closed                    drop; its decision task is closed
-  anything else, or not allowed          put back, with one comment saying why
-  =====================================  ===========================================
+  What each gesture means is one table, :data:`fabric.kanboard.gestures.GESTURES`: this
+  module dispatches on it (:data:`HANDLERS`), cards offer its lines, and the README's
+  gesture table is made from it.
 
 A card a person made with "+" is handled by :mod:`keeper.handmade`.
 """
@@ -39,12 +26,12 @@ from functools import partial
 
 from fabric.core import Fabric
 from fabric.errors import FabricError
+from fabric.kanboard.gestures import MOVED_TO, Rule, Trigger, help_text, match
 from fabric.kanboard.layout import COLUMN_OF_STATE, Column
 from fabric.kanboard.rows import BoardComment
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import APPROVAL_REF, IllegalTransition
-from fabric.promotion import PROMOTE_ACTOR
-from fabric.task import GATE_ACTOR, TERMINAL, Record, State
+from fabric.task import GATE_ACTOR, PROMOTE_ACTOR, TERMINAL, Record, State
 from keeper import handmade, people
 from keeper.people import UNKNOWN, Act
 from keeper.policy import decision_for, settle_decision
@@ -57,16 +44,6 @@ HUMAN = UNKNOWN  # who a gesture is recorded as when the board's activity does n
 #: Actors of the cards that ask a person to approve something: closing one refuses it.
 APPROVALS = frozenset({GATE_ACTOR, PROMOTE_ACTOR})
 APPROVED_REF = APPROVAL_REF
-
-HELP = (
-    "The keeper put this card back where the task's state says it belongs ({column}). "
-    "Moves that mean something: answer a question by commenting and moving the card to "
-    "Queued; approve a task waiting on you by moving it to Done (a task that is not an "
-    "approval also by commenting and closing it); "
-    "verify a done task by closing it; send a done task back by moving it to Queued; move a "
-    "queued task to another agent's lane to give it to that agent; cancel a task by closing "
-    "it; retry a dead letter by moving it to Queued, or drop it by closing it."
-)
 
 
 @dataclass
@@ -161,13 +138,12 @@ def _consider(
 
 
 def _act(fab: Fabric, g: Gesture, report: GestureReport) -> None:
-    action = _closed_action(g) if not g.view.is_open else _open_action(g)
-    if action is None:
+    rule = _rule(g)
+    if rule is None:
         _repair(fab, g.view, g.rec, report, explain=True)
         return
-    name, fn = action
     try:
-        name = fn(fab, g, report) or name
+        name = HANDLERS[rule.handler](fab, g, report) or rule.handler
     except Refused as exc:
         _refuse(fab, g, str(exc), report)
         return
@@ -183,35 +159,22 @@ def _act(fab: Fabric, g: Gesture, report: GestureReport) -> None:
 Action = Callable[[Fabric, Gesture, GestureReport], str | None]
 
 
-def _closed_action(g: Gesture) -> tuple[str, Action] | None:
-    s = g.rec.state
-    if s == State.DONE:
-        return "verify", _verify
-    if s == State.DEAD:
-        return "drop", _drop
-    if s == State.QUEUED and expected_column(g.rec) == Column.WAITING:
-        return "approve", _close_gate
-    if s in (State.QUEUED, State.WORKING, State.INPUT_REQUIRED):
-        return "cancel", _cancel
-    return None
-
-
-def _open_action(g: Gesture) -> tuple[str, Action] | None:
-    s, col = g.rec.state, g.col
+def _rule(g: Gesture) -> Rule | None:
+    """The rule of the gesture table this card's change answers (None: it means nothing)."""
     assert g.view.spec is not None
-    if s == State.INPUT_REQUIRED and col in (Column.QUEUED, Column.WORKING):
-        return "resume", _resume
-    if s == State.DONE and col == Column.QUEUED:
-        return "reopen", _reopen
-    if s == State.DEAD and col == Column.QUEUED:
-        return "revive", _revive
-    if s == State.QUEUED and expected_column(g.rec) == Column.WAITING and col == Column.DONE:
-        return "approve", _approve
-    # Work queued for an agent may change hands; what waits on a person (a gate, a
-    # decision) stays theirs: moving it to another lane means nothing.
-    if s == State.QUEUED and col == Column.QUEUED == expected_column(g.rec) and _moved_lane(g):
-        return "reroute", _reroute
-    return None
+    rec = g.rec
+    waiting = rec.state == State.QUEUED and expected_column(rec) == Column.WAITING
+    approval = g.view.spec.actor in APPROVALS
+    if not g.view.is_open:
+        return match(Trigger.CLOSE, rec.state, waiting=waiting, approval=approval)
+    # A move to another lane is a reroute only for work queued for an agent (what waits on
+    # a person stays theirs); a dead letter revived there goes to that agent (_revive).
+    if g.col == Column.QUEUED and _moved_lane(g):
+        rule = match(Trigger.TO_LANE, rec.state, waiting=waiting, approval=approval)
+        if rule is not None:
+            return rule
+    trigger = MOVED_TO.get(g.col)
+    return match(trigger, rec.state, waiting=waiting, approval=approval) if trigger else None
 
 
 def _moved_lane(g: Gesture) -> bool:
@@ -353,7 +316,7 @@ def _repair(fab: Fabric, view: TaskView, rec: Record, report: SweepReport, *, ex
         rec.epoch,
         want,
         is_open=expected_open(rec),
-        comment=HELP.format(column=want.value) if explain else None,
+        comment=help_text(want.value) if explain else None,
         queue=view.spec.queue if view.spec is not None else None,
     )
     if explain and isinstance(report, GestureReport):
@@ -366,3 +329,17 @@ def _repair(fab: Fabric, view: TaskView, rec: Record, report: SweepReport, *, ex
         want.value,
         "a gesture with no meaning" if explain else "lagging projection",
     )
+
+
+#: The keeper's action for each handler the gesture table names.
+HANDLERS: dict[str, Action] = {
+    "resume": _resume,
+    "approve": _approve,
+    "close_waiting": _close_gate,
+    "verify": _verify,
+    "reopen": _reopen,
+    "reroute": _reroute,
+    "cancel": _cancel,
+    "revive": _revive,
+    "drop": _drop,
+}

@@ -13,7 +13,8 @@ a card carries no HTML at all. From the top:
 * the routing facts and provenance.
 
 The machine-readable spec follows as a Markdown reference definition, which Markdown
-never shows (:mod:`fabric.submit` writes and reads it). This module only makes text:
+never shows (:mod:`fabric.kanboard.card` writes and reads it). The gestures a card offers
+are the gesture table's (:mod:`fabric.kanboard.gestures`). This module only makes text:
 a pure function of the spec, the record and the links.
 """
 
@@ -22,28 +23,28 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+from fabric.kanboard.gestures import CLOSE, offers
 from fabric.kanboard.weblinks import WebLinks
-from fabric.task import GATE_ACTOR, KEEPER_ACTOR, PRIORITY_NAMES, Record, State, TaskSpec
+from fabric.task import GATE_ACTOR, KEEPER_ACTOR, PRIORITY_NAMES, PROMOTE_ACTOR, Record, State, TaskSpec
 
-CLOSE = "close this card (**Close this task** in its menu)"
 _TASK_REF = re.compile(r"^(?:kanboard://task/|task:)#?(\d+)/?$")
 _FILE_REF = re.compile(r"^kanboard://task/(\d+)/file/([^/]+)$")
 _RESULT_LINK = re.compile(r"^\*\*Result:\*\* \[[^\]\n]*\]\((\S+)\) \(`([^`\n]+)`\)$", re.M)
+# The cards that ask a person to approve something: closing one refuses it.
+APPROVALS = frozenset({GATE_ACTOR, PROMOTE_ACTOR})
 
 
 def _who(name: str | None) -> str:
     return f"@{name}" if name else "you"
 
 
+def _gestures(spec: TaskSpec, state: State, *, waiting: bool) -> list[str]:
+    """The gestures that answer this card, as bullets (from the gesture table)."""
+    return [f"- {line}" for line in offers(state, waiting=waiting, approval=spec.actor in APPROVALS)]
+
+
 def _for_person(spec: TaskSpec, assignee: str | None) -> list[str]:
     who = _who(assignee)
-    if spec.actor == GATE_ACTOR:
-        return [
-            f"**Waiting on {who}: approve or refuse.**",
-            "",
-            "- Approve: drag this card to **Done**.",
-            f"- Refuse: {CLOSE} (a comment before it says why; closing never approves).",
-        ]
     if spec.actor == KEEPER_ACTOR and spec.refs:
         return [
             f"**Waiting on {who}: a decision.** The options are below: act on the task they "
@@ -51,12 +52,10 @@ def _for_person(spec: TaskSpec, assignee: str | None) -> list[str]:
         ]
     if spec.actor == KEEPER_ACTOR:
         return [f"**For {who} to read.** When you have read it, {CLOSE}."]
-    return [
-        f"**Waiting on {who}.**",
-        "",
-        "- Done: drag this card to **Done** (or write what you did as a comment, then close it).",
-        f"- Not doing it: {CLOSE}, without a comment.",
-    ]
+    head = (
+        f"**Waiting on {who}: approve or refuse.**" if spec.actor in APPROVALS else f"**Waiting on {who}.**"
+    )
+    return [head, "", *_gestures(spec, State.QUEUED, waiting=True)]
 
 
 def asked(spec: TaskSpec, record: Record | None) -> list[str]:
@@ -70,7 +69,7 @@ def asked(spec: TaskSpec, record: Record | None) -> list[str]:
         return [
             f"**Question for {_who(assignee)}:** {record.reason or ''}",
             "",
-            "To answer: write the answer as a comment, then drag this card back to **Queued**.",
+            *[line[2:] for line in _gestures(spec, state, waiting=False)],
         ]
     if state == State.DONE and spec.actor == GATE_ACTOR:
         return [
@@ -78,18 +77,12 @@ def asked(spec: TaskSpec, record: Record | None) -> list[str]:
             f"When you no longer need it, {CLOSE}."
         ]
     if state == State.DONE:
-        return [
-            f"**Done: please verify, {_who(assignee)}.**",
-            "",
-            f"- Accept the result: {CLOSE}.",
-            "- Send it back: write what is wrong as a comment, then drag this card to **Queued**.",
-        ]
+        return [f"**Done: please verify, {_who(assignee)}.**", "", *_gestures(spec, state, waiting=False)]
     if state == State.DEAD:
         return [
             f"**Dead letter:** {record.reason or 'it gave up'}.",
             "",
-            "- Retry it as it is: drag this card to **Queued**.",
-            f"- Drop it: {CLOSE}.",
+            *_gestures(spec, state, waiting=False),
         ]
     return []
 

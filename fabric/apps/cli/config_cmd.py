@@ -17,6 +17,17 @@ def config() -> None:
     """Settings: environment, then AGAP_ENV_FILE, or else .agap.env (walking up)."""
 
 
+@config.command("gestures")
+def gestures_cmd() -> None:
+    """Print the gesture table (what each move in Kanboard's UI means) as Markdown.
+
+    The README's and docs/POLICY.md's tables are this output.
+    """
+    from fabric.kanboard.gestures import markdown  # only this command renders the table
+
+    click.echo(markdown(), nl=False)
+
+
 @config.command("exit-codes")
 def exit_codes() -> None:
     """The one exit-code table every command follows (Markdown, as in the README)."""

@@ -1,0 +1,261 @@
+"""What a person's gestures in Kanboard's UI mean: one table, and everything made from it.
+
+Each :class:`Rule` says which cards it is for (the record's state; whether the card
+waits on a person; whether it is an approval), which gesture it answers (a close, a
+move to a column, a move to another lane, a card made with "+") and what the fabric does.
+The keeper dispatches on it (each rule names its handler, :mod:`keeper.gestures`), a card
+offers the rules that answer it (:mod:`fabric.kanboard.cardtext`), the comment on a card
+put back lists them, and the README's and ``docs/POLICY.md``'s gesture tables are its
+:func:`markdown` (a test keeps both in sync, as the settings and exit codes are kept).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from fabric.kanboard.layout import Column
+from fabric.task import State
+
+
+class Trigger(StrEnum):
+    """The gesture: what a person did to a card."""
+
+    CLOSE = "close"
+    TO_QUEUED = "to Queued"
+    TO_WORKING = "to Working"
+    TO_DONE = "to Done"
+    TO_LANE = "to another lane"  # Queued, in another agent's (or person's) swimlane
+    NEW_CARD = "new card"  # made with "+" (keeper.handmade)
+    OTHER = "other"  # anything else
+
+
+# The column a card was dragged to, as a gesture.
+MOVED_TO = {
+    Column.QUEUED: Trigger.TO_QUEUED,
+    Column.WORKING: Trigger.TO_WORKING,
+    Column.DONE: Trigger.TO_DONE,
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One gesture and its meaning."""
+
+    handler: str  # the keeper's action (keeper.gestures.HANDLERS)
+    trigger: Trigger | frozenset[Trigger]
+    card: str  # the task is … (the table's first column)
+    you: str  # and you … (what the person does)
+    fabric: str  # the fabric … (what happens)
+    states: frozenset[State] = frozenset()  # the record's states it is for (empty: any)
+    waiting: bool | None = None  # the card waits on a person (None: either)
+    approval: bool | None = None  # the card is an approval (a taint gate, a promotion)
+    offer: str = ""  # the line a card that it answers shows ("" : none)
+    help: str = ""  # the clause in the comment on a card put back ("" : none)
+
+    @property
+    def triggers(self) -> frozenset[Trigger]:
+        return self.trigger if isinstance(self.trigger, frozenset) else frozenset({self.trigger})
+
+    def applies(self, state: State, *, waiting: bool, approval: bool) -> bool:
+        return (
+            (not self.states or state in self.states)
+            and (self.waiting is None or self.waiting == waiting)
+            and (self.approval is None or self.approval == approval)
+        )
+
+
+CLOSE = "close this card (**Close this task** in its menu)"
+_ASKING = frozenset({State.INPUT_REQUIRED})
+_QUEUED = frozenset({State.QUEUED})
+_DONE = frozenset({State.DONE})
+_DEAD = frozenset({State.DEAD})
+
+GESTURES: tuple[Rule, ...] = (
+    Rule(
+        "resume",
+        frozenset({Trigger.TO_QUEUED, Trigger.TO_WORKING}),
+        "asking you a question",
+        "comment the answer, move the card to Queued",
+        "resumes it with your answer",
+        states=_ASKING,
+        offer="To answer: write the answer as a comment, then drag this card back to **Queued**.",
+        help="answer a question by commenting and moving the card to Queued",
+    ),
+    Rule(
+        "approve",
+        Trigger.TO_DONE,
+        "waiting on you: a taint gate or a promotion (an approval)",
+        "move the card to Done",
+        "approves it (done by you)",
+        states=_QUEUED,
+        waiting=True,
+        approval=True,
+        offer="Approve: drag this card to **Done**.",
+        help="approve a task waiting on you by moving it to Done",
+    ),
+    Rule(
+        "approve",
+        Trigger.TO_DONE,
+        "waiting on you: a task or a decision",
+        "move the card to Done",
+        "marks it done by you",
+        states=_QUEUED,
+        waiting=True,
+        approval=False,
+        offer="Done: drag this card to **Done**.",
+    ),
+    Rule(
+        "close_waiting",
+        Trigger.CLOSE,
+        "waiting on you: a taint gate or a promotion (an approval)",
+        "close the card, with or without a comment",
+        "refuses it (canceled; your comment is the reason): closing never approves",
+        states=_QUEUED,
+        waiting=True,
+        approval=True,
+        offer=f"Refuse: {CLOSE} (a comment before it says why; closing never approves).",
+    ),
+    Rule(
+        "close_waiting",
+        Trigger.CLOSE,
+        "waiting on you: a task or a decision",
+        "comment your answer, close the card",
+        "approves it with your comment, and verifies it",
+        states=_QUEUED,
+        waiting=True,
+        approval=False,
+        offer="Done: write what you did as a comment, then close this card.",
+        help="approve a task that is not an approval also by commenting and closing it",
+    ),
+    Rule(
+        "close_waiting",
+        Trigger.CLOSE,
+        "waiting on you: a task or a decision",
+        "close the card, no comment",
+        "dismisses it (canceled)",
+        states=_QUEUED,
+        waiting=True,
+        approval=False,
+        offer=f"Not doing it: {CLOSE}, without a comment.",
+    ),
+    Rule(
+        "verify",
+        Trigger.CLOSE,
+        "done (unverified; an approved gate too)",
+        "close the card",
+        "verifies it",
+        states=_DONE,
+        offer=f"Accept the result: {CLOSE}.",
+        help="verify a done task by closing it",
+    ),
+    Rule(
+        "reopen",
+        Trigger.TO_QUEUED,
+        "done (unverified)",
+        "move it back to Queued, with a comment",
+        "reopens it",
+        states=_DONE,
+        offer="Send it back: write what is wrong as a comment, then drag this card to **Queued**.",
+        help="send a done task back by moving it to Queued",
+    ),
+    Rule(
+        "reroute",
+        Trigger.TO_LANE,
+        "queued",
+        "move it to another agent's (or person's) swimlane",
+        "gives it to them: the same work, submitted there (routing and policy apply); "
+        "this card is canceled, naming the new one",
+        states=_QUEUED,
+        waiting=False,
+        help="move a queued task to another agent's lane to give it to that agent",
+    ),
+    Rule(
+        "cancel",
+        Trigger.CLOSE,
+        "queued, working or asking",
+        "close the card",
+        "cancels it",
+        states=frozenset({State.QUEUED, State.WORKING, State.INPUT_REQUIRED}),
+        waiting=False,
+        help="cancel a task by closing it",
+    ),
+    Rule(
+        "revive",
+        Trigger.TO_QUEUED,
+        "a dead letter",
+        "move it to Queued",
+        "revives it, and closes its decision card",
+        states=_DEAD,
+        offer="Retry it as it is: drag this card to **Queued**.",
+        help="retry a dead letter by moving it to Queued",
+    ),
+    Rule(
+        "drop",
+        Trigger.CLOSE,
+        "a dead letter",
+        "close the card",
+        "drops it (state `dropped`), and closes its decision card",
+        states=_DEAD,
+        offer=f"Drop it: {CLOSE}.",
+        help="drop it by closing it",
+    ),
+    Rule(
+        "handmade",
+        Trigger.NEW_CARD,
+        "—",
+        'make a card with "+" in the Queued column of an agent\'s swimlane',
+        "submits it as you, for that agent (routing and policy apply; the title and description "
+        "are the intent, never read as a spec); your card is closed, naming the task",
+    ),
+    Rule(
+        "handmade",
+        Trigger.NEW_CARD,
+        "—",
+        "make a card anywhere else",
+        "one comment saying where to make it",
+    ),
+    Rule(
+        "put_back",
+        Trigger.OTHER,
+        "anything else",
+        "move it",
+        "puts it back, with one comment listing these gestures",
+    ),
+)
+
+
+def match(trigger: Trigger, state: State, *, waiting: bool, approval: bool) -> Rule | None:
+    """The first rule for this gesture on this card (None: it means nothing)."""
+    for rule in GESTURES:
+        if trigger in rule.triggers and rule.applies(state, waiting=waiting, approval=approval):
+            return rule
+    return None
+
+
+def offers(state: State, *, waiting: bool, approval: bool) -> list[str]:
+    """The gestures a card in ``state`` offers a person, as the card shows them."""
+    return [r.offer for r in GESTURES if r.offer and r.applies(state, waiting=waiting, approval=approval)]
+
+
+def help_text(column: str) -> str:
+    """The comment on a card the keeper put back: where it belongs, and what means something."""
+    clauses = [r.help for r in GESTURES if r.help]
+    return (
+        f"The keeper put this card back where the task's state says it belongs ({column}). "
+        f"Moves that mean something: {'; '.join(clauses)}."
+    )
+
+
+MARKDOWN_BEGIN = "<!-- gestures: generated by fabric/kanboard/gestures.py; do not edit by hand -->"
+MARKDOWN_END = "<!-- end of gestures -->"
+
+
+def markdown() -> str:
+    """The gesture table of the README and docs/POLICY.md, between its markers."""
+    lines = [MARKDOWN_BEGIN, "", "| the task is… | and you… | the fabric… |", "|---|---|---|"]
+    lines += [f"| {r.card} | {r.you} | {r.fabric} |" for r in GESTURES]
+    return "\n".join([*lines, "", MARKDOWN_END]) + "\n"
+
+
+__all__ = ["CLOSE", "GESTURES", "MOVED_TO", "Rule", "Trigger", "help_text", "markdown", "match", "offers"]
