@@ -26,7 +26,7 @@ from bench.naive import open_log as open_naive_log
 from bench.pool import Pool
 from fabric.cards import CardSet
 from fabric.core import Fabric
-from fabric.kanboard import taskboard
+from fabric.kanboard import moves
 from fabric.kanboard.layout import COLUMN_OF_STATE, Column
 from fabric.kanboard.port import BoardError, Call
 from fabric.kanboard.taskboard import BoardLayout, TaskBoard, TaskView
@@ -35,7 +35,7 @@ from workers.drill import open_log as open_drill_log
 
 # When a mover may check its card (the competing moves have committed): the fabric's own
 # VERIFY_AFTER, read at run time (the fabric is being changed under the benchmarks).
-VERIFY_AFTER = float(getattr(taskboard, "VERIFY_AFTER", 0.5))
+VERIFY_AFTER = float(getattr(moves, "VERIFY_AFTER", 0.5))
 READ_CHUNK = 25  # tasks per read-back round trip (two calls each)
 
 

@@ -291,6 +291,13 @@ class Fabric:
             clock=self.clock,
         )
 
+    def close(self) -> None:
+        """Finish what this connection owes the board (a card move to check), then close it."""
+        self.board.close()
+        closer = getattr(self.port, "close", None)
+        if callable(closer):
+            closer()
+
     def claim_check(self, card: Card) -> Callable[[TaskView], None]:
         """The policy every claim from ``card``'s queue passes, whoever claims (a worker
         daemon, ``agap claim``, the MCP tools): the queue and trust floor, the privacy

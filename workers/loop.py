@@ -174,10 +174,7 @@ class Worker:
         try:
             self._drain(index, fab)
         finally:
-            # Cards this slot moved in its last half second are checked before it goes:
-            # PostgreSQL Kanboard can lose a move made while others move too.
-            with contextlib.suppress(BoardError):
-                fab.board.settle_moves()
+            fab.close()  # the connection settles what it owes the board (fabric.kanboard)
 
     def _drain(self, index: int, fab: Fabric) -> None:
         beat_fab = self.reach_board(self.connect)  # the heartbeat thread's own connection

@@ -154,8 +154,8 @@ class QueueReader:
     def _not_mine(self, view: TaskView, state: State) -> None:
         """A card in this queue's Queued cell that is not a queued task of this queue."""
         if state == State.WORKING:
-            # A lost claim move (PostgreSQL loses some under concurrent moves): put the card
-            # back now rather than at the keeper's next sweep.
+            # The card lags its record (a claim's move did not land): storage puts it
+            # right now rather than at the keeper's next sweep, if it is the fabric's to fix.
             with contextlib.suppress(FabricError):
                 self.board.repair_projection(view)
         # Anything else may be a person's gesture (an answer, a reopen, a revive, a move to

@@ -9,12 +9,12 @@ in :mod:`fabric.kanboard.keeperstore`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import secrets
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from fabric.errors import ConfigError, InvalidInput
@@ -34,7 +34,9 @@ from fabric.kanboard.layout import (
     receipt_reference,
     record_key,
 )
+from fabric.kanboard.moves import MOVE_TOLERANCE, MOVE_TRIES, REPAIR_AGE, VERIFY_AFTER, MoveTracker
 from fabric.kanboard.port import (
+    BoardError,
     BoardRefused,
     BoardUnavailable,
     Call,
@@ -48,7 +50,6 @@ from fabric.kanboard.rows import (
     BoardComment,
     BoardFile,
     BoardTask,
-    activity_rows,
     comment_rows,
     file_rows,
     tag_rows,
@@ -81,31 +82,6 @@ class TaskNotFound(InvalidInput):
 
 
 BOTTOM = 1_000_000  # Kanboard clamps a too-large position to the bottom of the cell
-# Concurrent moveTaskPosition calls lose updates on PostgreSQL: each rewrites the
-# positions (and column) of every card in the column it leaves, from a snapshot that
-# may predate another mover's commit, so a card can land back where it was. A card
-# moved no later than its record's time plus MOVE_TOLERANCE is the fabric's own move;
-# VERIFY_AFTER is when the competing transactions have committed and the card can be
-# checked; a lost move is sent again up to MOVE_TRIES times, and only while the record
-# it projects is still the task's latest (a later transition's writer checks its own).
-# Someone else's card is put right only when its record is REPAIR_AGE old, so that its
-# writer's own check comes first.
-MOVE_TOLERANCE = 15.0  # covers a write batch's own re-sends (deadlocks cost ~1 s each)
-VERIFY_AFTER = 0.5
-MOVE_TRIES = 5
-REPAIR_AGE = 2.0
-
-
-@dataclass
-class _Move:
-    """A card this connection moved, to be checked once competing moves have committed."""
-
-    column_id: int
-    swimlane_id: int
-    epoch: int  # the record this move projects
-    at: float  # the fabric's clock, to compare with the card's date_moved
-    due: float  # time.monotonic() after which competing moves have committed
-    tries: int = 1
 
 
 class TaskBoard:
@@ -132,7 +108,8 @@ class TaskBoard:
         # Kanboard's pages for a task and its files, for the links on cards (None: the
         # board has no web address, e.g. one reached in process).
         self.links = links
-        self._moved: dict[int, _Move] = {}
+        # The cards this connection moved, checked once competing moves have committed.
+        self._moves = MoveTracker(clock)
 
     def sibling(self, layout: BoardLayout) -> TaskBoard:
         """The same connection on another project (a confined agent's home, the work one)."""
@@ -227,15 +204,14 @@ class TaskBoard:
         The same round trip reads back the cards this connection moved a moment ago, and
         moves again any whose move was lost (see MOVE_TOLERANCE).
         """
-        now = time.monotonic()
-        due = [tid for tid, m in self._moved.items() if now >= m.due]
+        due = self._moves.due()
         out = self.port.batch(
             [
                 Call("searchTasks", {"project_id": self.layout.project_id, "query": query}),
                 *self.recheck_calls(due),
             ]
         )
-        self._recheck_moves(due, out[1:])
+        self._resend_lost(due, out[1:])
         return task_rows(out[0].unwrap())
 
     @staticmethod
@@ -256,58 +232,39 @@ class TaskBoard:
             Call("getProjectActivity", {"project_id": self.layout.project_id}),
         ]
 
-    def _moved_by_people(self, out: Outcome) -> dict[int, int]:
-        """Task id -> when a project member (a person) last moved it, from the activity."""
-        people = set(self.layout.users.values())
-        found: dict[int, int] = {}
-        for row in activity_rows(out.value if out.error is None else None):
-            if row.kind == "move" and row.user_id in people:
-                found.setdefault(row.task_id, row.at)
-        return found
+    def _resend_lost(self, task_ids: Sequence[int], out: Sequence[Outcome]) -> None:
+        """Send again the moves among ``task_ids`` that did not land (fabric.kanboard.moves)."""
+        lost = self._moves.recheck(
+            task_ids,
+            out,
+            people=set(self.layout.users.values()),
+            epoch_of=lambda tid, task, meta: parse_view(tid, task, meta, 0.0).epoch,
+        )
+        calls: list[Call] = []
+        for m in lost:
+            calls += [
+                self.stamp_call(m.task_id, m.epoch),
+                self.move_call(m.task_id, m.column_id, m.swimlane_id),
+            ]
+        if calls:
+            self._batch(calls)
 
-    def _recheck_moves(self, task_ids: Sequence[int], out: Sequence[Outcome]) -> None:
-        again: list[Call] = []
-        by_people = self._moved_by_people(out[-1]) if task_ids else {}
-        for i, tid in enumerate(task_ids):
-            move = self._moved.pop(tid)
-            row, meta = out[2 * i], out[2 * i + 1]
-            if row.error is not None or meta.error is not None or not isinstance(row.value, dict):
-                continue  # gone, or unreadable: the keeper's sweep is the backstop
-            task = BoardTask.parse(row.value)
-            if task.column_id == move.column_id:
-                continue  # where we put it
-            if task.moved_at > move.at + MOVE_TOLERANCE or by_people.get(tid, -1) >= int(move.at):
-                continue  # moved again since (a person's gesture): theirs to keep
-            if parse_view(tid, task, meta.value, 0.0).epoch != move.epoch:
-                continue  # a later transition: its writer projects it
-            again += [self.stamp_call(tid, move.epoch), self.move_call(tid, move.column_id, move.swimlane_id)]
-            if move.tries < MOVE_TRIES:
-                self._moved[tid] = self._new_move(
-                    move.column_id, move.swimlane_id, move.epoch, move.tries + 1
-                )
-        if again:
-            self._batch(again)
-
-    def _new_move(self, column_id: int, swimlane_id: int, epoch: int, tries: int = 1) -> _Move:
-        return _Move(column_id, swimlane_id, epoch, self.clock(), time.monotonic() + VERIFY_AFTER, tries)
-
-    def settle_moves(self) -> None:
-        """Check every card this connection moved, now: for a worker about to exit.
-
-        Waits until competing moves have committed (at most VERIFY_AFTER per try). A
-        process told to stop looks once, at once, and leaves the rest to the keeper's sweep.
-        """
-        for _ in range(MOVE_TRIES):
-            if not self._moved:
-                return
-            # Jittered: workers leaving together would otherwise move at the same moment
-            # and lose each other's moves again.
-            wait = max(m.due for m in self._moved.values()) - time.monotonic()
-            stopping = pause(min(max(wait, 0.0), VERIFY_AFTER) + random.uniform(0, VERIFY_AFTER))
-            due = list(self._moved)
-            self._recheck_moves(due, self.port.batch(self.recheck_calls(due)))
-            if stopping:
-                return
+    def close(self) -> None:
+        """Settle what this connection owes the board before it goes: every card it moved
+        is checked (waiting for competing moves to commit, VERIFY_AFTER per try) and moved
+        again if the move was lost. A process told to stop looks once, at once, and
+        leaves the rest to the keeper's sweep. Never raises a board error."""
+        with contextlib.suppress(BoardError):
+            for _ in range(MOVE_TRIES):
+                if not self._moves:
+                    return
+                # Jittered: workers leaving together would otherwise move at the same
+                # moment and lose each other's moves again.
+                stopping = pause(min(self._moves.wait(), VERIFY_AFTER) + random.uniform(0, VERIFY_AFTER))
+                due = self._moves.due(every=True)
+                self._resend_lost(due, self.port.batch(self.recheck_calls(due)))
+                if stopping:
+                    return
 
     def repair_projection(self, view: TaskView) -> bool:
         """Move a card a lost move left behind to its record's column (True if moved).
@@ -329,7 +286,7 @@ class TaskBoard:
         if not calls or fresh.task.moved_at > fresh.fabric_moved_at + MOVE_TOLERANCE:
             return False
         self._batch([self.stamp_call(fresh.id, rec.epoch), *calls])
-        self._remember_moves(calls, fresh.id, rec.epoch)
+        self._moves.remember(calls, fresh.id, rec.epoch)
         return True
 
     def put_back(
@@ -372,15 +329,6 @@ class TaskBoard:
             "saveTaskMetadata",
             {"task_id": task_id, "values": {META_PROJECTED: f"{epoch}:{self.clock():.3f}"}},
         )
-
-    def _remember_moves(self, calls: Sequence[Call], task_id: int, epoch: int) -> None:
-        for c in calls:
-            if c.method == "moveTaskPosition" and isinstance(c.params, dict):
-                self._moved[task_id] = self._new_move(
-                    int(c.params["column_id"]), int(c.params["swimlane_id"]), epoch
-                )
-        if len(self._moved) > 1000:  # a bounded memory: the keeper's sweep is the backstop
-            self._moved.clear()
 
     def move_call(self, task_id: int, column_id: int, swimlane_id: int) -> Call:
         """Move a card to the bottom of a cell (swimlane 0: where it is)."""
@@ -670,7 +618,7 @@ class TaskBoard:
         saved = out[0].unwrap()
         if not saved:
             raise BoardRefused("saveTaskMetadata", saved, f"write record e{record.epoch} of task #{view.id}")
-        self._remember_moves(calls, view.id, record.epoch)
+        self._moves.remember(calls, view.id, record.epoch)
         for o in out[1 : 1 + len(files)]:
             if not o.unwrap():
                 raise BoardRefused("createTaskFile", o.value, f"attach a file to task #{view.id}")

@@ -433,7 +433,7 @@ def test_a_worker_leaves_a_persons_move_of_its_card_alone(local_fabric: Fabric, 
     fab.ledger.complete(claim(fab, tid), "file:///r")
     move(fab, tid, Column.QUEUED)  # alvis sends it back at once, within the tolerance
     wait_until(
-        lambda: fab.board.open_in([Column.QUEUED], "kimi") is not None and not fab.board._moved, timeout=10
+        lambda: fab.board.open_in([Column.QUEUED], "kimi") is not None and not fab.board._moves, timeout=10
     )
     assert col(fab, tid) == Column.QUEUED, "the worker's recheck saw alvis's move and kept it"
 

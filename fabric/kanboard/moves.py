@@ -1,0 +1,130 @@
+"""The card moves one board connection made, checked once competing moves have committed.
+
+Concurrent ``moveTaskPosition`` calls lose updates on PostgreSQL: each rewrites the
+positions (and column) of every card in the column it leaves, from a snapshot that may
+predate another mover's commit, so a card can land back where it was. So every move the
+fabric makes is remembered here, read back once ``VERIFY_AFTER`` has passed (in the round
+trip of the connection's next search, or when it closes), and sent again up to
+``MOVE_TRIES`` times, only while the record it projects is still the task's latest (a
+later transition's writer checks its own) and no person has moved the card since (a
+person's move is a gesture, the keeper's to read).
+
+A card moved no later than its record's time plus ``MOVE_TOLERANCE`` is the fabric's own
+move. Someone else's card is put right only when its record is ``REPAIR_AGE`` old, so
+that its writer's own check comes first. Nothing outside :mod:`fabric.kanboard` knows
+any of this: a connection settles what it owes the board when it is closed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from fabric.kanboard.port import Call, Outcome
+from fabric.kanboard.rows import BoardTask, activity_rows
+
+MOVE_TOLERANCE = 15.0  # covers a write batch's own re-sends (deadlocks cost ~1 s each)
+VERIFY_AFTER = 0.5
+MOVE_TRIES = 5
+REPAIR_AGE = 2.0
+MEMORY = 1000  # moves remembered at most: the keeper's sweep is the backstop
+
+
+@dataclass
+class Move:
+    """A card this connection moved, to be checked once competing moves have committed."""
+
+    column_id: int
+    swimlane_id: int
+    epoch: int  # the record this move projects
+    at: float  # the fabric's clock, to compare with the card's date_moved
+    due: float  # time.monotonic() after which competing moves have committed
+    tries: int = 1
+
+
+@dataclass(frozen=True)
+class Again:
+    """A lost move to send again: the card, where it belongs, and the record it projects."""
+
+    task_id: int
+    column_id: int
+    swimlane_id: int
+    epoch: int
+
+
+class MoveTracker:
+    """The moves one connection made and has not seen land yet."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self._moved: dict[int, Move] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._moved)
+
+    def remember(self, calls: Sequence[Call], task_id: int, epoch: int) -> None:
+        """Note the card moves among ``calls`` (made for record ``epoch`` of ``task_id``)."""
+        for c in calls:
+            if c.method == "moveTaskPosition" and isinstance(c.params, dict):
+                self._moved[task_id] = self._new(
+                    int(c.params["column_id"]), int(c.params["swimlane_id"]), epoch
+                )
+        if len(self._moved) > MEMORY:
+            self._moved.clear()
+
+    def due(self, *, every: bool = False) -> list[int]:
+        """The cards whose competing moves have committed by now (all of them: ``every``)."""
+        now = time.monotonic()
+        return [tid for tid, m in self._moved.items() if every or now >= m.due]
+
+    def wait(self) -> float:
+        """Seconds until the last remembered move may be checked (0: now)."""
+        if not self._moved:
+            return 0.0
+        return max(0.0, max(m.due for m in self._moved.values()) - time.monotonic())
+
+    def recheck(
+        self,
+        task_ids: Sequence[int],
+        out: Sequence[Outcome],
+        *,
+        people: set[int],
+        epoch_of: Callable[[int, BoardTask, object], int],
+    ) -> list[Again]:
+        """The lost moves among ``task_ids``, given their row and metadata reads (``out``:
+        a row and a metadata outcome per card, then the project's activity); each one
+        sent again is remembered for another check, up to ``MOVE_TRIES``."""
+        again: list[Again] = []
+        by_people = _moved_by_people(out[-1], people) if task_ids else {}
+        for i, tid in enumerate(task_ids):
+            move = self._moved.pop(tid)
+            row, meta = out[2 * i], out[2 * i + 1]
+            if row.error is not None or meta.error is not None or not isinstance(row.value, dict):
+                continue  # gone, or unreadable: the keeper's sweep is the backstop
+            task = BoardTask.parse(row.value)
+            if task.column_id == move.column_id:
+                continue  # where we put it
+            if task.moved_at > move.at + MOVE_TOLERANCE or by_people.get(tid, -1) >= int(move.at):
+                continue  # moved again since (a person's gesture): theirs to keep
+            if epoch_of(tid, task, meta.value) != move.epoch:
+                continue  # a later transition: its writer projects it
+            again.append(Again(tid, move.column_id, move.swimlane_id, move.epoch))
+            if move.tries < MOVE_TRIES:
+                self._moved[tid] = self._new(move.column_id, move.swimlane_id, move.epoch, move.tries + 1)
+        return again
+
+    def _new(self, column_id: int, swimlane_id: int, epoch: int, tries: int = 1) -> Move:
+        return Move(column_id, swimlane_id, epoch, self.clock(), time.monotonic() + VERIFY_AFTER, tries)
+
+
+def _moved_by_people(out: Outcome, people: set[int]) -> dict[int, int]:
+    """Task id -> when a project member (a person) last moved it, from the activity."""
+    found: dict[int, int] = {}
+    for row in activity_rows(out.value if out.error is None else None):
+        if row.kind == "move" and row.user_id in people:
+            found.setdefault(row.task_id, row.at)
+    return found
+
+
+__all__ = ["MOVE_TOLERANCE", "MOVE_TRIES", "REPAIR_AGE", "VERIFY_AFTER", "Again", "MoveTracker"]
