@@ -32,14 +32,14 @@ from typing import Any
 from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
-from fabric.events.wiring import attach_submitter
+from fabric.events.attach import attach_submitter
 from fabric.kanboard.bootstrap import init_board
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.taskboard import BoardLayout, TaskBoard
 from fabric.ledger import Lease, Ledger
 from fabric.settings.events import EventsConfig
 from fabric.settings.resolve import Settings
-from workers.events import attach_worker
+from workers.attach import attach_worker
 from workers.job import Job, JobOutcome
 from workers.loop import Worker, WorkerConfig
 

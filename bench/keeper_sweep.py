@@ -1,6 +1,6 @@
 """Keeper sweep cost: round trips and time with 100 active tasks, 0 vs 10,000 closed.
 
-The claim under test (DESIGN §13): a keeper sweep grows with *active* tasks, never with
+The claim under test (docs/DESIGN.md, budgets): a keeper sweep grows with *active* tasks, never with
 history. The closed tasks are written fast, straight through JSON-RPC batches on the
 embedded board, with real fabric records (verified, closed, in Done), so they look like
 ordinary history to every query.

@@ -13,18 +13,18 @@ shape (card)          class: when it says no
                       spent (and an optional second, longer cap), or a provider answered 429
 ``budget``            :class:`~workers.quota.CostBudget`: the dollars spent in the rolling
                       period reached the budget (from the per-call cost LiteLLM reports)
-``on_demand``         :class:`~workers.availability.OnDemand`: the health probe fails; a wake
+``on_demand``         :class:`~workers.probes.OnDemand`: the health probe fails; a wake
                       hook is fired, at most once per ``wake_timeout``
-``gpu``               :class:`~workers.availability.LocalGpu`: free VRAM is short of
+``gpu``               :class:`~workers.probes.LocalGpu`: free VRAM is short of
                       ``vram_mb + headroom_mb``, or loading would evict a never-evict model
-                      (:class:`~workers.availability.GpuResidents`)
+                      (:class:`~workers.probes.GpuResidents`)
 ``hours``             :class:`HumanHours`: outside waking hours, or on vacation
 ====================  =================================================================
 
 This module is the model, shared by workers and the keeper (which follows people's
 hours): verdicts, the shape protocol, their composition, the calendar shapes, the 429 park
 every agent gets, and park states. A worker's counters are in :mod:`workers.quota` and
-its probes in :mod:`workers.availability`.
+its probes in :mod:`workers.probes`.
 
 Every shape is pure logic over an explicit ``now`` (unix seconds); probes (HTTP health,
 wake hooks, ``nvidia-smi``) are injected callables with real defaults, so tests need no
@@ -387,7 +387,7 @@ class Availability:
     def from_card(cls, card: Card, *, shape_of: ShapeOf | None = None) -> Availability:
         """The card's shapes in card order, each made by ``shape_of`` (an entry it makes no
         shape for is left out). The default, :func:`calendar_shape`, knows a person's a(t):
-        quotas, budgets and probes are a worker's (:func:`workers.availability.card_availability`).
+        quotas, budgets and probes are a worker's (:func:`workers.probes.card_availability`).
         """
         make = shape_of or calendar_shape
         shapes = [s for s in (make(card, spec) for spec in card.availability) if s is not None]

@@ -170,7 +170,7 @@ class Ledger:
         self._suspects: dict[tuple[int, int], float] = {}
         # Lock tags are garbage-collected only for tasks closed longer than a retention
         # period (days). A transition whose basis read is older than this re-checks
-        # for a newer record before writing (DESIGN §4 rule 7).
+        # for a newer record before writing (docs/DESIGN.md, the epoch ledger, rule 7).
         self.recheck_after = recheck_after
 
     # -- reading --------------------------------------------------------------------

@@ -21,7 +21,7 @@ Configuration: ``cards/_policy.yaml`` (optional; every key has a default), read 
 Policies decide and never write: they read a :class:`PolicyContext` (the cards, the
 policy file, a read-only board). A taint gate is a :class:`GateRequest` the submitter
 creates (:meth:`fabric.core.Fabric.submit`); a dead letter's decision task is an
-:class:`Escalation` the keeper submits (:mod:`keeper.policy`).
+:class:`Escalation` the keeper submits (:mod:`keeper.decisions`).
 """
 
 from __future__ import annotations

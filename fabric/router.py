@@ -29,7 +29,7 @@ to route (:mod:`fabric.router_rules`; constraint sets are :mod:`fabric.constrain
 Routing decides and never writes: it reads cards, the policy file's privacy domains and
 the published park states (a :class:`~fabric.kanboard.reader.ReadOnlyBoard`). Submit
 creates the routed task (:meth:`fabric.core.Fabric.submit`); the keeper carries out a
-:class:`Reroute` (:mod:`keeper.policy`).
+:class:`Reroute` (:mod:`keeper.decisions`).
 """
 
 from __future__ import annotations

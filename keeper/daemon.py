@@ -35,7 +35,7 @@ from fabric.errors import ConfigError
 from fabric.kanboard.port import BoardError
 from fabric.settings.keeper import JOBS, KeeperConfig
 from fabric.signals import grace, set_on_signal
-from keeper import duties, gc, gestures, policy, snapshot, sweeps
+from keeper import decisions, duties, gc, gestures, snapshot, sweeps
 from keeper.metrics import Metrics
 from keeper.notify import Notifier
 
@@ -179,14 +179,14 @@ class Keeper:
             mark = (view.id, view.epoch)
             if mark in self._escalated:
                 continue
-            receipt = policy.escalate_dead_letter(fab, view)
+            receipt = decisions.escalate_dead_letter(fab, view)
             self._escalated.add(mark)
             if receipt is not None:
                 report.escalated[view.id] = receipt.task_id
-        report.settled = policy.settle_decisions(fab, snap.views)
+        report.settled = decisions.settle_decisions(fab, snap.views)
         for view in snap.views:
             if view.spec is not None and is_routed(view.spec.constraints):
-                receipt = policy.reroute_parked(fab, view, parks=snap.parks)
+                receipt = decisions.reroute_parked(fab, view, parks=snap.parks)
                 if receipt is not None:
                     report.requeued.append(view.id)
         return report

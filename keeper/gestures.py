@@ -32,9 +32,9 @@ from fabric.kanboard.rows import BoardComment
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import APPROVAL_REF, IllegalTransition
 from fabric.task import GATE_ACTOR, PROMOTE_ACTOR, TERMINAL, Record, State
-from keeper import handmade, people
-from keeper.people import UNKNOWN, Act
-from keeper.policy import decision_for, settle_decision
+from keeper import acts, handmade
+from keeper.acts import UNKNOWN, Act
+from keeper.decisions import decision_for, settle_decision
 from keeper.snapshot import Snapshot, column_of
 from keeper.sweeps import SweepReport, guarded, usable
 
@@ -98,15 +98,16 @@ def changed_at(view: TaskView, closed_mismatch: bool) -> float:
 def sweep_gestures(fab: Fabric, snap: Snapshot, *, tolerance: float = 15.0) -> GestureReport:
     """Act on people's gestures, repair lagging projections (see the module doc)."""
     report = GestureReport()
-    acts = people.acts_by_people(fab.cards, snap.activity)
+    by_card = acts.acts_by_people(fab.cards, snap.activity)  # task id -> its act
     for view in (*snap.views, *snap.closed_active, *snap.vanished):
         report.scanned += 1
         if view.current is None and not view.problems:
-            guarded(view, report, partial(handmade.consider, fab, view, acts.get(view.id), report.submitted))
+            act = by_card.get(view.id)
+            guarded(view, report, partial(handmade.consider, fab, view, act, report.submitted))
             continue
         if view.current is None or not usable(view, report) or view.spec is None:
             continue
-        _consider(fab, view, view.current, acts.get(view.id), tolerance, report)
+        _consider(fab, view, view.current, by_card.get(view.id), tolerance, report)
     return report
 
 
@@ -132,7 +133,7 @@ def _consider(
     if not by_person and changed_at(view, open_mismatch) <= view.fabric_moved_at + tolerance:
         guarded(view, report, partial(_repair, fab, view, rec, report))
         return
-    who = people.person_id(fab.cards, act.person) if by_person and act else UNKNOWN
+    who = acts.person_id(fab.cards, act.person) if by_person and act else UNKNOWN
     g = Gesture(view, rec, col, lane, who, act.person if by_person and act else None)
     guarded(view, report, partial(_act, fab, g, report))
 
@@ -191,19 +192,19 @@ def _comment(fab: Fabric, g: Gesture) -> str | None:
 
 
 def _latest(fab: Fabric, g: Gesture) -> BoardComment | None:
-    agents = people.agent_usernames(fab.cards)
-    return people.latest_comment(fab.board.comments(g.view.id), g.rec.at, by=g.username, agents=agents)
+    agents = acts.agent_usernames(fab.cards)
+    return acts.latest_comment(fab.board.comments(g.view.id), g.rec.at, by=g.username, agents=agents)
 
 
 def _check_allowed(fab: Fabric, g: Gesture, verb: str, answerer: str | None = None) -> None:
     """Refuse unless the mover (or, when the board does not say who moved, the answer's
     author) is the person the card waits on or their deputy."""
     assert g.view.spec is not None
-    owner = people.waits_on(fab.cards, g.rec, g.view.spec)
+    owner = acts.waits_on(fab.cards, g.rec, g.view.spec)
     who = g.username or answerer
-    if owner is None or (who is not None and people.allowed(fab.cards, owner, who)):
+    if owner is None or (who is not None and acts.allowed(fab.cards, owner, who)):
         return
-    may = people.who_may(fab.cards, owner)
+    may = acts.who_may(fab.cards, owner)
     if who is None:
         raise Refused(f"Kanboard does not say who moved this card; only {may} may {verb} it.")
     raise Refused(f"Only {may} may {verb} this ({who} tried).")

@@ -18,8 +18,8 @@ from fabric.core import Fabric
 from fabric.errors import FabricError
 from fabric.kanboard.layout import META_HINTED, Column
 from fabric.kanboard.taskboard import TaskView
-from keeper import people
-from keeper.people import Act
+from keeper import acts
+from keeper.acts import Act
 from keeper.snapshot import column_of
 
 log = logging.getLogger("agap.keeper.handmade")
@@ -54,7 +54,7 @@ def consider(fab: Fabric, view: TaskView, act: Act | None, submitted: dict[int, 
     if column_of(fab, view.task) != Column.QUEUED or lane is None:
         _hint(fab, view, WHERE)
         return
-    person = people.person_id(fab.cards, username)
+    person = acts.person_id(fab.cards, username)
     target = fab.cards.by_queue(lane).id
     intent = "\n\n".join(t for t in (view.task.title.strip(), view.task.description.strip()) if t)
     try:

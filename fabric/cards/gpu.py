@@ -1,7 +1,7 @@
 """GPU residency across cards: ``cards/_gpu.yaml`` names the GPUs and their VRAM, and the
 residency the model cards declare must be satisfiable on them.
 
-One GPU is what the pre-load check handles (workers/availability.py): with several, the
+One GPU is what the pre-load check handles (workers/probes.py): with several, the
 largest is the placement target.
 """
 

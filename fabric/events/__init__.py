@@ -1,10 +1,10 @@
-"""Live task events (DESIGN §11): signed, ordered, advisory; the board stays the authority.
+"""Live task events (docs/PROTOCOLS.md, live events): signed, ordered, advisory; the board stays the authority.
 
 Modules: :mod:`.schema` (the v1 event: seed 003's wire schema), :mod:`.signing` (HMAC-SHA256,
 per-task keys), :mod:`fabric.settings.events` (the ``AGAP_EVENTS_*`` environment),
 :mod:`.transport` with :mod:`.mqtt` and :mod:`.nats` (picked by :mod:`.brokers`),
 :mod:`.publisher`, :mod:`.subscriber` (the filter, ``watch`` and wake-ups) and
-:mod:`.wiring` (the submitters' hook; the workers' is :mod:`workers.events`).
+:mod:`.wiring` (the submitters' hook; the workers' is :mod:`workers.attach`).
 """
 
 from fabric.events.schema import SCHEMA_VERSION, TERMINAL_EVENTS, Event, EventType, WireEvent

@@ -10,7 +10,7 @@ from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.kanboard.client import KanboardClient
 from fabric.settings.resolve import Settings
-from workers.daemon import build_worker
+from workers.assembly import build_worker
 from workers.drill import DrillExecutor
 from workers.job import Job, JobOutcome
 from workers.loop import Worker, WorkerConfig

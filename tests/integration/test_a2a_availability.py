@@ -24,7 +24,7 @@ from tests.fakes.openai_stub import OpenAIStub
 from tests.integration.test_a2a_interop import HELPER, Env, reply, setup_env, start_server
 from tests.integration.test_a2a_interop import rpc as call
 from tests.integration.test_a2a_interop import wire_message as msg
-from workers.daemon import build_worker
+from workers.assembly import build_worker
 
 QUOTA = "availability:\n  - shape: quota\n    limit: 2\n    window: 1h\n"
 

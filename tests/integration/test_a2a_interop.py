@@ -40,7 +40,7 @@ from fabric.task import State
 from tests.conftest import make_fabric
 from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import Running, wait_until
-from workers.daemon import build_worker
+from workers.assembly import build_worker
 
 T = TypeVar("T")
 ALICE, BOB = "alice-token-" + "a" * 24, "bob-token-" + "b" * 24

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from fabric.availability import reason_key
-from workers.availability import (
+from workers.probes import (
     GpuProbeError,
     LocalGpu,
     OnDemand,

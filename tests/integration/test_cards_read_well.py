@@ -24,11 +24,11 @@ from fabric.kanboard.card import SPEC_LINE
 from fabric.kanboard.client import KanboardClient
 from fabric.settings.resolve import Settings
 from fabric.task import GATE_ACTOR, State
-from keeper.policy import escalate_dead_letter
+from keeper.decisions import escalate_dead_letter
 from tests.conftest import ROOT, make_fabric
 from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import Running, wait_until
-from workers.daemon import build_worker
+from workers.assembly import build_worker
 
 CARDS = Path(__file__).parent / "cards_worker"
 TAG = re.compile(r"</?[a-zA-Z][^>]*>")

@@ -26,7 +26,7 @@ from tests.conftest import ROOT, make_fabric
 from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import Running, wait_until
 from tests.integration.test_worker import gateway_env, state_of
-from workers.daemon import build_worker
+from workers.assembly import build_worker
 
 HUMAN = (ROOT / "tests" / "integration" / "cards_worker" / "alvis.yaml").read_text()
 

@@ -32,7 +32,7 @@ from tests.integration.test_events_helpers import (
     free_port,
     make_worker,
 )
-from workers.events import attach_worker
+from workers.attach import attach_worker
 
 pytest_plugins = ["tests.integration.test_events_helpers"]  # the fixtures
 

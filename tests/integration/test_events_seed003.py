@@ -22,11 +22,11 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from paho.mqtt.enums import CallbackAPIVersion
 
 from fabric.core import Fabric
-from fabric.events.wiring import attach_submitter
+from fabric.events.attach import attach_submitter
 from tests import seed003
 from tests.helpers import Running, wait_until
 from tests.integration.test_events_helpers import QUEUE, SECRET, Broker, Gate, OwnBroker, make_worker
-from workers.events import attach_worker
+from workers.attach import attach_worker
 from workers.job import JobOutcome
 
 pytest_plugins = ["tests.integration.test_events_helpers"]  # the fixtures

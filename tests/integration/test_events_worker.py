@@ -15,8 +15,8 @@ import pytest
 
 from fabric.core import Fabric
 from fabric.errors import ConfigError
+from fabric.events.attach import attach_submitter
 from fabric.events.subscriber import EXIT_COMPLETED, EXIT_FAILED
-from fabric.events.wiring import attach_submitter
 from fabric.task import State
 from tests.helpers import Lines, Running, wait_until
 from tests.integration.test_events_helpers import (
@@ -29,7 +29,7 @@ from tests.integration.test_events_helpers import (
     epoch_of,
     make_worker,
 )
-from workers.events import WebhookHint, attach_worker
+from workers.attach import WebhookHint, attach_worker
 from workers.job import JobOutcome
 
 pytest_plugins = ["tests.integration.test_events_helpers"]  # the fixtures

@@ -29,7 +29,7 @@ from fabric.task import State
 from keeper.daemon import Keeper
 from tests.conftest import ROOT, FakeClock
 from tests.helpers import Running, wait_until
-from workers.daemon import build_worker
+from workers.assembly import build_worker
 
 PASSWORD = "torgash-board-password-0123456789"
 

@@ -25,7 +25,7 @@ from tests.conftest import make_fabric
 from tests.fakes.litellm_proxy import LiteLLMProxy, proxy_unavailable_reason
 from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import Running, wait_until
-from workers.daemon import build_worker
+from workers.assembly import build_worker
 
 REASON = proxy_unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"LiteLLM proxy: {REASON}")

@@ -35,7 +35,7 @@ from tests.integration.test_worker import (
     stub,  # noqa: F401  (fixture)
     wcards,  # noqa: F401  (fixture)
 )
-from workers.daemon import build_worker
+from workers.assembly import build_worker
 
 
 class SlowDoc:

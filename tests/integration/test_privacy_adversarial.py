@@ -39,7 +39,7 @@ from fabric.settings.resolve import Settings
 from fabric.task import State
 from tests.conftest import ROOT
 from tests.fakes.openai_stub import OpenAIStub
-from workers.daemon import build_worker
+from workers.assembly import build_worker
 from workers.loop import card_policy, no_claim_policy
 
 MARK = "ALVIS-DIARY-7f3a9c"  # in alvis's private files and in his own words on the board

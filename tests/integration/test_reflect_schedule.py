@@ -27,7 +27,7 @@ from fabric.settings.resolve import Settings
 from fabric.task import State
 from tests.conftest import ROOT
 from tests.helpers import board_env, drain
-from workers.daemon import build_worker
+from workers.assembly import build_worker
 from workers.llm import DemoClient
 
 SCHEDULES = ROOT / "schedules.example.yaml"

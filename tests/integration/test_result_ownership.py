@@ -34,7 +34,7 @@ from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import Running, wait_until
 from tests.integration.procs import model_worker_one_task
 from tests.integration.test_worker import CARDS, gateway_env, settings, stub, wcards
-from workers.daemon import build_worker
+from workers.assembly import build_worker
 
 __all__ = ["settings", "stub", "wcards"]  # the worker tests' fixtures, used here too
 

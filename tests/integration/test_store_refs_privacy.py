@@ -33,7 +33,7 @@ from tests.conftest import ROOT
 from tests.fakes.hindsight_stub import HindsightStub, Memory
 from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import board_env, drain
-from workers.daemon import build_worker
+from workers.assembly import build_worker
 from workers.loop import card_policy, no_claim_policy
 
 MARK = "ALVIS-BANK-c41d"  # in alvis's bank and in his private repository

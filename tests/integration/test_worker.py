@@ -27,7 +27,7 @@ from fabric.task import State
 from tests.conftest import make_fabric
 from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import Lines, Running, wait_until
-from workers.daemon import build_worker
+from workers.assembly import build_worker
 from workers.executor import ModelExecutor
 from workers.results import ResultStore
 

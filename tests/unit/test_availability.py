@@ -24,7 +24,7 @@ from fabric.availability import (
 )
 from fabric.cards import Card, GpuResidency, HoursSpec
 from fabric.retry_after import parse_rate_limit_headers
-from workers.availability import (
+from workers.probes import (
     GpuProbeError,
     GpuResidents,
     LocalGpu,

@@ -9,7 +9,7 @@ import pytest
 
 from fabric.cards import CardErrors, load_cards
 from tests.conftest import ROOT
-from workers.availability import GpuResidents
+from workers.probes import GpuResidents
 
 GPU = "gpus:\n  - name: house\n    vram_mb: 8192\n    reserved_mb: 192\n"  # 8000 usable
 

@@ -12,8 +12,8 @@ from fabric.availability import Availability, Verdict
 from fabric.cards import CardSet, load_cards
 from tests.conftest import ROOT
 from workers.admission import Admitted, admit_call
-from workers.availability import Probes, card_availability
 from workers.endpoint import SharedShape, endpoint_card
+from workers.probes import Probes, card_availability
 from workers.quota import QuotaWindow
 
 NOW = 1_800_000_000.0

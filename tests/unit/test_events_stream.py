@@ -13,7 +13,7 @@ from fabric.events.transport import Topic, queue_topic, task_topic, token
 from fabric.ledger import Lease
 from fabric.settings.events import EventsConfig
 from fabric.task import TaskSpec
-from workers.events import WorkerEvents
+from workers.attach import WorkerEvents
 
 SECRET = b"unit-test-secret-0123456789"
 

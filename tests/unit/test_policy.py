@@ -29,7 +29,7 @@ from fabric.policy_file import PolicyConfig, load_policy_config
 from fabric.settings.resolve import Settings
 from fabric.taint import GATE_ACTOR, task_of_ref
 from fabric.task import State
-from keeper.policy import escalate_dead_letter
+from keeper.decisions import escalate_dead_letter
 from tests.conftest import ROOT, FakeClock, make_fabric
 
 ALVIS_NOTE = "file:///srv/agap/private/alvis/diary.md"

@@ -23,7 +23,7 @@ from fabric.kanboard.layout import Column
 from fabric.settings.keeper import KeeperConfig
 from fabric.task import State, TaskSpec
 from keeper.daemon import Keeper
-from keeper.policy import escalate_dead_letter
+from keeper.decisions import escalate_dead_letter
 from tests.conftest import FakeClock, make_fabric
 from tests.unit.test_keeper_gestures import move
 

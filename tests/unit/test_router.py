@@ -15,7 +15,7 @@ from fabric.router import RULE, choose
 from fabric.router_rules import load_router_policy
 from fabric.settings.resolve import Settings
 from fabric.task import State
-from keeper.policy import reroute_parked
+from keeper.decisions import reroute_parked
 from tests.conftest import FakeClock, make_fabric
 
 

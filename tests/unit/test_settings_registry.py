@@ -266,7 +266,7 @@ def _never(job: Job) -> JobOutcome:
 
 
 def test_the_worker_reads_poll_and_grace_as_durations(cards: CardSet) -> None:
-    from workers.daemon import build_worker
+    from workers.assembly import build_worker
 
     settings = Settings(cards_dir=ROOT / "cards", board_url="http://127.0.0.1:9/jsonrpc.php", board_token="x")
     env = {"AGAP_POLL_SECONDS": "2s", "AGAP_OUTAGE_GRACE": "1m", "AGAP_MODEL_MODE": "demo"}

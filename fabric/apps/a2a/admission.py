@@ -2,7 +2,7 @@
 
 A sync ``SendMessage`` spends the same quota, budget and 429 park as the agent's worker:
 the counters are the model endpoint's ledger under ``$AGAP_STATE_DIR/endpoints/``
-(:mod:`workers.endpoint`), built by the worker's own :func:`workers.daemon.availability_for`,
+(:mod:`workers.endpoint`), built by the worker's own :func:`workers.assembly.availability_for`,
 so a call made here is one call fewer for the worker, and a 429 met here parks the worker.
 
 * :meth:`Admission.parked` is the early answer: when a(t) says no, ``SendMessage`` fails at
@@ -31,7 +31,7 @@ from fabric.cards import Card, CardSet
 from fabric.errors import FabricError
 from workers.admission import admit_call
 from workers.answer import Reply
-from workers.daemon import availability_for
+from workers.assembly import availability_for
 
 R = TypeVar("R", bound=Reply)
 

@@ -38,7 +38,7 @@ PROTOCOL_VERSION = "1.0"
 BEARER = "bearer"
 MTLS = "mtls"
 
-# DESIGN §5: fabric states 1:1 onto A2A task states.
+# Fabric states 1:1 onto A2A task states (docs/DESIGN.md, the lifecycle).
 STATE_MAP: dict[State, int] = {
     State.QUEUED: TaskState.TASK_STATE_SUBMITTED,
     State.WORKING: TaskState.TASK_STATE_WORKING,

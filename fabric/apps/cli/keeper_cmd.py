@@ -17,10 +17,10 @@ from fabric.settings import registry
 from fabric.settings.keeper import KeeperConfig
 from fabric.settings.resolve import Settings
 from fabric.signals import exit_on_signal
+from keeper.acts import agent_usernames
 from keeper.daemon import Keeper
 from keeper.hook import HookServer
 from keeper.metrics import MetricsServer
-from keeper.people import agent_usernames
 
 
 @main.command("keeper")

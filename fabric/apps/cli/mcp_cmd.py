@@ -13,7 +13,7 @@ from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.durations import parse_setting_duration
 from fabric.errors import InvalidInput
-from fabric.events.wiring import attach_submitter
+from fabric.events.attach import attach_submitter
 from fabric.kanboard.principals import worker_settings
 from fabric.settings import registry
 from fabric.settings.resolve import Settings

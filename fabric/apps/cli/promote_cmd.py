@@ -8,7 +8,7 @@ import click
 
 from fabric.apps.cli import main
 from fabric.core import Fabric
-from fabric.events.wiring import attach_submitter
+from fabric.events.attach import attach_submitter
 from fabric.promotion import promote
 
 

@@ -21,7 +21,7 @@ from fabric.apps.cli import main
 from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.errors import InvalidInput
-from fabric.events.wiring import attach_submitter
+from fabric.events.attach import attach_submitter
 from fabric.kanboard.bootstrap import InitReport, init_board, load_layout, save_layout_cache
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.layout import LAYOUT_VERSION

@@ -23,7 +23,7 @@ def worker_cmd(agent: str, concurrency: int | None, drain: bool, verbose: bool, 
     """
     exit_on_signal(0)  # a stop during start-up exits 0, as one later does
     # Imported here: `agap ls` and friends must not pay for the worker's imports.
-    from workers.daemon import build_worker, run_until_signalled
+    from workers.assembly import build_worker, run_until_signalled
 
     logs.configure(verbose=verbose, quiet=quiet)
     settings = Settings.from_env()

@@ -31,13 +31,13 @@ from fabric.settings.resolve import Settings
 from fabric.signals import set_on_signal
 from workers.admission import backbones_of
 from workers.answer import client_for, model_mode
-from workers.availability import card_availability
+from workers.attach import attach_worker
 from workers.endpoint import endpoint_card
-from workers.events import attach_worker
 from workers.executor import ModelExecutor, Outage
 from workers.job import Executor, Job
 from workers.llm import ModelClient
 from workers.loop import Worker, WorkerConfig, WorkerHooks, card_policy
+from workers.probes import card_availability
 from workers.prompt import persona_for
 from workers.queue import ClaimCheck
 from workers.refs import RefResolver

@@ -3,7 +3,7 @@
 The hook does nothing when ``AGAP_EVENTS_URL`` is unset, and refuses to start (a
 :class:`~fabric.errors.ConfigError`) when it is set without ``AGAP_EVENTS_SECRET``::
 
-    attach_worker(worker)        # in workers/daemon.py, after build_worker
+    attach_worker(worker)        # in workers/assembly.py, after build_worker
 
 A worker publishes its lifecycle after each ledger transition, subscribes to its
 queue's submit events to poll at once when one arrives (the poll interval stays as the
@@ -33,12 +33,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from fabric.events.attach import FLUSH_AT_EXIT
 from fabric.events.brokers import open_transport
 from fabric.events.publisher import Publisher, Sequencer, transition_event
 from fabric.events.schema import Event, EventType, publishable_ref
 from fabric.events.subscriber import QueueWaker
 from fabric.events.transport import Transport
-from fabric.events.wiring import FLUSH_AT_EXIT
 from fabric.ledger import Lease
 from fabric.settings.events import EventsConfig
 from workers.loop import Worker

@@ -6,7 +6,7 @@ The hook does nothing when ``AGAP_EVENTS_URL`` is unset, and refuses to start (a
     attach_submitter(fab)        # in the CLI, after Fabric.connect() (submit, cancel)
 
 A submitter publishes ``submitted`` (on the task's topic and its queue's) and
-``canceled``. Workers are hooked up by :mod:`workers.events`.
+``canceled``. Workers are hooked up by :mod:`workers.attach`.
 """
 
 from __future__ import annotations
