@@ -1,4 +1,4 @@
-"""Live task events (docs/PROTOCOLS.md, live events): signed, ordered, advisory; the board stays the authority.
+"""Live task events (docs/PROTOCOLS.md): signed, ordered, advisory; the board stays the authority.
 
 Modules: :mod:`.schema` (the v1 event: seed 003's wire schema), :mod:`.signing` (HMAC-SHA256,
 per-task keys), :mod:`fabric.settings.events` (the ``AGAP_EVENTS_*`` environment),

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from fabric.apps.leasing import RESULT_FILE_BYTES
 from fabric.apps.mcp.agent import (
-    RESULT_FILE_BYTES,
     AgentTools,
     OutOfScope,
     lease_length,

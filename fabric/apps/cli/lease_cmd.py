@@ -16,28 +16,25 @@ fencing rules as the built-in workers:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import re
 import socket
 from collections.abc import Callable
 from typing import Any
 
 import click
 
+from fabric.apps import leasing
 from fabric.apps.cli import main
 from fabric.apps.cli.tasks_cmd import _emit, _record_out, _ts, read_text_arg
+from fabric.apps.leasing import held_lease, person_to_ask, result_uri, under_lease
 from fabric.core import Fabric
-from fabric.errors import EXIT_LOST, FabricError, InvalidInput
-from fabric.kanboard.taskboard import TaskView
-from fabric.ledger import Fenced, Lease
+from fabric.errors import EXIT_LOST, InvalidInput
+from fabric.ledger import Lease
 from fabric.settings import registry
 from fabric.task import Record
 from workers.queue import QueueReader
-from workers.results import result_url, store_for
-
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$")
+from workers.results import store_for
 
 
 def default_owner(agent: str) -> str:
@@ -144,29 +141,19 @@ def _lease_options(fn: Any) -> Any:
     return click.argument("task_id", type=int)(fn)
 
 
-def _held(fab: Fabric, task_id: int, epoch: int, owner: str | None) -> tuple[Lease, TaskView]:
-    view = fab.show(task_id)
-    agent = view.spec.target if view.spec is not None else "?"
-    return fab.ledger.held(view, epoch, owner or shell_owner(agent)), view
+def _owner(fab: Fabric, task_id: int, owner: str | None) -> str:
+    """The owner a call names: --owner, else what claim printed for the task's agent."""
+    if owner:
+        return owner
+    spec = fab.show(task_id).spec
+    return shell_owner(spec.target if spec is not None else "?")
 
 
 def _as_holder(
     fab: Fabric, task_id: int, epoch: int, owner: str | None, evidence: str, act: Callable[[Lease], Record]
 ) -> Record:
-    """``act`` under the named lease; fenced, keep ``evidence`` on the task and exit 4.
-
-    The read that rebuilds the lease already shows a fenced epoch, so nothing (no result
-    file) is stored for it; a fence that lands during ``act`` is caught by its lock.
-    """
-    lease, view = _held(fab, task_id, epoch, owner)
-    try:
-        if view.epoch != epoch:
-            raise Fenced(task_id, epoch, view.epoch)
-        return act(lease)
-    except Fenced:
-        with contextlib.suppress(FabricError):  # the exit says fenced whatever happens here
-            fab.ledger.keep_evidence(lease, evidence)
-        raise
+    """``act`` under the named lease; fenced, keep ``evidence`` on the task (exit 4)."""
+    return under_lease(fab, task_id, epoch, _owner(fab, task_id, owner), evidence, act)
 
 
 @main.command("heartbeat")
@@ -183,7 +170,7 @@ def heartbeat_cmd(
     """Renew a lease (exit 4 when fenced: stop working on the task)."""
     positive_lease(lease_seconds)
     fab = Fabric.connect()
-    held, _ = _held(fab, task_id, epoch, owner)
+    held, _ = held_lease(fab, task_id, epoch, _owner(fab, task_id, owner))
     if lease_seconds is None and held.lease_seconds is None:
         # A lease claimed before claims recorded their length: the card's is what claim used.
         lease_seconds = float(fab.cards.get(held.spec.target).runtime.lease_seconds)
@@ -203,11 +190,7 @@ def _result_input(result_ref: str | None, result_file: str | None) -> tuple[str 
             where="agap complete",
         )
     if result_ref is not None:
-        if not _URI.match(result_ref.strip()):
-            raise InvalidInput(
-                f"{result_ref!r} is not a URI", where="--result-ref", hint="e.g. https://git.example/pr/7"
-            )
-        return result_ref.strip(), None
+        return result_uri(result_ref, "--result-ref"), None
     assert result_file is not None
     return None, read_text_arg(result_file, "--result-file")
 
@@ -234,14 +217,11 @@ def complete_cmd(
     fab = Fabric.connect()
 
     def done(lease: Lease) -> Record:
-        stored = ref
-        if stored is None:
-            store = store_for(
-                registry.get_str("AGAP_RESULT_STORE"), fab.board, registry.get_str("AGAP_RESULT_DIR") or None
-            )
-            stored = store.put(lease, text or "")
-        # The ledger writes the done card (its verifier, the result's link in Kanboard).
-        return fab.ledger.complete(lease, stored, note=note or None, result_url=result_url(fab.board, stored))
+        store = store_for(
+            registry.get_str("AGAP_RESULT_STORE"), fab.board, registry.get_str("AGAP_RESULT_DIR") or None
+        )
+        # Stored as the built-in workers store theirs; the ledger writes the done card.
+        return leasing.complete(fab, lease, store, ref=ref, text=text, note=note)[0]
 
     evidence = f"agap complete: {ref}" if text is None else text
     evidence += f"\n\nNote: {note}" if note else ""
@@ -268,19 +248,19 @@ def fail_cmd(task_id: int, epoch: int, owner: str | None, as_json: bool, reason:
 @main.command("ask")
 @_lease_options
 @click.option("--question", required=True)
-@click.option("--human", help="Kanboard username to ask (default: the first human card).")
+@click.option(
+    "--human",
+    help="Kanboard username to ask (default: the submitter if a person, else the first human card).",
+)
 def ask_cmd(
     task_id: int, epoch: int, owner: str | None, as_json: bool, question: str, human: str | None
 ) -> None:
     """Ask a human: the task waits in their inbox (input required)."""
     _nonblank(question, "--question")
     fab = Fabric.connect()
-    if human is None:
-        humans = fab.cards.humans()
-        if not humans or humans[0].human is None:
-            raise InvalidInput("no human card to ask", where="--human")
-        human = humans[0].human.username
-    who = human
+    spec = fab.show(task_id).spec
+    assert spec is not None  # a task without a spec holds no lease: held_lease refuses it first
+    who = person_to_ask(fab.cards, human, spec, where="--human")
     evidence = f"agap ask @{who}: {question}"
     _record_out(
         _as_holder(fab, task_id, epoch, owner, evidence, lambda lease: fab.ledger.ask(lease, question, who)),

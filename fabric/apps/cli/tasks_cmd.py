@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlsplit
 import click
 
 from fabric.apps.cli import main
+from fabric.apps.leasing import RESULT_FILE_BYTES
 from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.errors import InvalidInput
@@ -196,10 +197,6 @@ def submit_cmd(
     }
     text = receipt.ref if receipt.created else f"{receipt.ref} (existing task for this key)"
     _emit(data, as_json, text)
-
-
-# A result file larger than this is stored elsewhere and passed by --result-ref.
-RESULT_FILE_BYTES = 2 * 1024 * 1024
 
 
 def read_text_arg(name: str, where: str, *, limit: int = RESULT_FILE_BYTES) -> str:
@@ -449,4 +446,4 @@ def revive_cmd(task_id: int, reason: str, as_json: bool) -> None:
     _record_out(fab.ledger.revive(task_id, _by(), reason), as_json, task_id)
 
 
-__all__ = ["RESULT_FILE_BYTES", "read_text_arg", "view_json"]
+__all__ = ["read_text_arg", "view_json"]

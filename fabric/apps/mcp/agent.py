@@ -41,13 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fabric.apps import leasing
+from fabric.apps.leasing import held_lease, person_to_ask, read_result_file, result_uri
 from fabric.cards import Card
 from fabric.core import Fabric
 from fabric.errors import EXIT_CODES, ConfigError, FabricError, InvalidInput
 from fabric.kanboard.port import BoardError
 from fabric.kanboard.views import TaskView
 from fabric.ledger import Fenced, Lease, NotHolder, conversation
-from fabric.people import find_person
 from fabric.policy import (
     GateRequest,
     PolicyContext,
@@ -59,19 +60,15 @@ from fabric.policy_file import PolicyConfig
 from fabric.taint import is_tainted
 from fabric.task import PRIORITY_NAMES, State, TaskSpec
 from workers.queue import QueueReader
-from workers.results import AttachmentStore, DirectoryStore, ResultStore, result_url
+from workers.results import AttachmentStore, DirectoryStore, ResultStore
 
 log = logging.getLogger("agap.mcp")
 
 # A result read back into a model's context is cut here: a model reads a summary, not a
 # book; the whole result stays behind its ref.
 RESULT_CHARS = 20_000
-# A result file is stored as the task's result (an attachment by default). Bigger outputs
-# belong in a store of their own, named with result_ref.
-RESULT_FILE_BYTES = 2 * 1024 * 1024
 # The card schema's floor for a lease, and a day as the ceiling a tool call may ask for.
 LEASE_MIN, LEASE_MAX = 5.0, 86_400.0
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$")
 _ATTACHMENT = re.compile(r"^kanboard://task/(\d+)/file/[^/]+$")
 
 # What each exit code means for a model reading a tool error (the CLI's table, by name).
@@ -443,7 +440,7 @@ class AgentTools:
         if epoch is not None and epoch < view.epoch and rec is not None and rec.owner == self.owner:
             raise Fenced(task_id, epoch, view.epoch)
         try:
-            lease = self.fab.ledger.held(view, view.epoch if epoch is None else epoch, self.owner)
+            lease, _ = held_lease(self.fab, task_id, view.epoch if epoch is None else epoch, self.owner)
         except NotHolder as exc:  # the CLI's line; the hint names the tool instead of the flags
             raise NotHolder(exc.what, where=exc.where, hint="claim it with claim_task first") from None
         now = self.fab.clock()
@@ -496,16 +493,8 @@ class AgentTools:
         text = self._result_input(result, result_file, result_ref)
 
         def done(held: _Held) -> dict[str, Any]:
-            lease = held.lease
-            try:
-                ref = result_ref.strip() if result_ref is not None else self.results.put(lease, text or "")
-                rec = self.fab.ledger.complete(
-                    lease, ref, note=note or None, result_url=result_url(self.fab.board, ref)
-                )
-            except Fenced:
-                with contextlib.suppress(FabricError):  # evidence is best effort
-                    self.fab.ledger.keep_evidence(lease, text if text is not None else str(result_ref))
-                raise
+            given = result_ref.strip() if result_ref is not None else None
+            rec, ref = leasing.complete(self.fab, held.lease, self.results, ref=given, text=text, note=note)
             self._held.pop(task_id, None)
             return {"task_id": task_id, "state": rec.state.value, "epoch": rec.epoch, "result_ref": ref}
 
@@ -519,10 +508,7 @@ class AgentTools:
             _text(result, "result")
             return result  # as written: only refused when blank
         if result_ref is not None:
-            if not _URI.match(result_ref.strip()):
-                raise InvalidInput(
-                    f"{result_ref!r} is not a URI", where="result_ref", hint="e.g. https://git.example/pr/7"
-                )
+            result_uri(result_ref, "result_ref")
             return None
         assert result_file is not None
         return self._read_result_file(result_file)
@@ -531,23 +517,11 @@ class AgentTools:
         path = Path(name)
         if not path.is_absolute():
             raise InvalidInput(f"{name!r} is not an absolute path", where="result_file")
-        if not path.is_file():
-            raise InvalidInput(f"{name} is not a file", where="result_file")
-        check_domains(self.card, [path.as_uri()], self.fab.policy_context().config)
-        if path.stat().st_size > RESULT_FILE_BYTES:
-            raise InvalidInput(
-                f"{name} is larger than {RESULT_FILE_BYTES // 1024 // 1024} MiB",
-                where="result_file",
-                hint="store it elsewhere and pass its URI as result_ref",
-            )
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise InvalidInput(
-                f"{name} is not UTF-8 text", where="result_file", hint="pass its URI as result_ref"
-            ) from None
-        _text(text, "result_file")
-        return text
+
+        def in_domains(p: Path) -> None:
+            check_domains(self.card, [p.as_uri()], self.fab.policy_context().config)
+
+        return read_result_file(path, "result_file", check=in_domains)
 
     def fail(
         self, task_id: int, reason: str, *, poison: bool = False, epoch: int | None = None
@@ -594,21 +568,7 @@ class AgentTools:
         return dict(self._owner_op(task_id, epoch, asked))
 
     def _human(self, name: str | None, spec: TaskSpec) -> str:
-        """The Kanboard username to ask: the one named, else the submitter if a person,
-        else the first human card (the workers' rule)."""
-        if name:
-            card = find_person(self.fab.cards, name.strip())
-            if card is None or card.human is None:
-                known = ", ".join(c.id for c in self.fab.cards.humans())
-                raise InvalidInput(f"unknown human {name!r}", where="human", hint=f"known: {known}")
-            return card.human.username
-        card = find_person(self.fab.cards, spec.actor)
-        if card is None:
-            humans = self.fab.cards.humans()
-            card = humans[0] if humans else None
-        if card is None or card.human is None:
-            raise InvalidInput("no human card to ask", where="human")
-        return card.human.username
+        return person_to_ask(self.fab.cards, name, spec, where="human")
 
     # -- the renewer -------------------------------------------------------------------
 
