@@ -38,8 +38,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
+from fabric.gitrefs import split_git_ref
 from workers.refs import ReadScope, RefUnavailable, UnresolvableRef, cap, opened_path, within_roots
 
 __all__ = ["GitBlob", "GitFileReader", "parse_git_ref"]
@@ -61,17 +61,17 @@ class GitBlob:
 
 def parse_git_ref(ref: str) -> GitBlob | None:
     """The blob ``ref`` names, or ``None`` for a repository ref (no ``:<path>``)."""
-    parts = urlsplit(ref.strip()[len("git+") :])
-    if parts.netloc.lower() not in ("", "localhost"):
+    parts = split_git_ref(ref)
+    if parts.host.lower() not in ("", "localhost"):
         raise UnresolvableRef(
-            ref, f"git refs on another host ({parts.netloc}) are not readable here", hint=_HINT
+            ref, f"git refs on another host ({parts.host}) are not readable here", hint=_HINT
         )
-    repo = unquote(parts.path)
+    repo = parts.path
     if not repo.startswith("/") or "\x00" in repo:
         raise UnresolvableRef(ref, "a git ref needs an absolute repository path", hint=_HINT)
-    rev, colon, path = unquote(parts.fragment).partition(":")
-    if not colon:
+    if parts.blob is None:
         return None
+    rev, path = parts.blob
     if not _REV.match(rev) or ".." in rev:
         raise UnresolvableRef(ref, f"{rev!r} is not a revision this reader takes", hint=_HINT)
     segments = path.split("/")

@@ -29,9 +29,8 @@ branch protection on ``main`` is the third, server-side, line — see docs/WORKS
 Pushes use ``--force-with-lease`` against the remote head the workspace last saw, so two
 owners of the same task can never silently overwrite each other's pushes.
 
-Container sandboxing (image, network allow-list, resource caps, no vault) is configured
-per agent in ``cards/_sandbox.yaml`` (:func:`load_sandboxes`); :func:`sandbox_service`
-is the compose data it renders to.
+The forge is :mod:`fabric.apps.forge`; container sandboxing (image, network allow-list,
+resource caps, no vault) is :mod:`fabric.apps.sandbox`.
 """
 
 from __future__ import annotations
@@ -43,28 +42,23 @@ import re
 import shutil
 import stat
 import subprocess
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
-from urllib.parse import quote, urlsplit
+from typing import Any
+from urllib.parse import urlsplit
 
-import requests
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from fabric.cards.problems import error_message
-from fabric.errors import EXIT_FAILED, EXIT_INVALID, ConfigError, FabricError, InvalidInput
+from fabric.apps.forge import Forge
+from fabric.errors import EXIT_FAILED, EXIT_INVALID, FabricError, InvalidInput
+from fabric.gitrefs import PREFIX, is_git_ref, split_git_ref
 from fabric.ledger import Lease
-from fabric.settings import registry
 
-REF_PREFIX = "git+"
+REF_PREFIX = PREFIX
 DEFAULT_BASE = "main"
 BRANCH_PREFIX = "agap/"
 # Never pushed to by an agent, whatever the task's base branch is.
 PROTECTED = frozenset({"main", "master", "trunk", "develop", "production"})
 STATE_FILE = "agap-workspace.json"  # inside .git: never committed
-SANDBOX_FILE = "_sandbox.yaml"
 GIT_TIMEOUT = 300.0
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
 _TRANSPORTS = ("file", "https", "http", "ssh")
@@ -82,10 +76,6 @@ class PushRefused(WorkspaceError):
     exit_code = EXIT_INVALID
 
 
-class ForgeError(WorkspaceError):
-    """The forge refused or failed a request."""
-
-
 # ---------------------------------------------------------------------------------------
 # Git refs
 
@@ -101,15 +91,16 @@ class RepoRef:
     @classmethod
     def parse(cls, text: str) -> RepoRef:
         """Parse ``git+<url>#<branch>[@<commit>]``; :class:`InvalidInput` says what is wrong."""
-        if not text.startswith(REF_PREFIX):
+        try:
+            ref = split_git_ref(text)
+        except ValueError:
             raise InvalidInput(
                 f"{text!r} is not a git ref",
                 where="refs",
                 hint="write it as git+https://host/owner/repo.git#main",
-            )
-        url, _, fragment = text[len(REF_PREFIX) :].partition("#")
-        parts = urlsplit(url)
-        if parts.scheme not in _TRANSPORTS or not parts.path.strip("/"):
+            ) from None
+        url, fragment = ref.url, ref.fragment
+        if ref.scheme not in _TRANSPORTS or not ref.path.strip("/"):
             raise InvalidInput(
                 f"{text!r}: cannot clone {url!r}",
                 where="refs",
@@ -153,7 +144,7 @@ def find_repo_ref(refs: Iterable[str]) -> RepoRef | None:
     A ref to a file in a repository (``#<rev>:<path>``, context for the prompt: no branch
     has a ``:``) names no workspace."""
     for ref in refs:
-        if ref.startswith(REF_PREFIX) and ":" not in ref.partition("#")[2]:
+        if is_git_ref(ref) and split_git_ref(ref).blob is None:
             return RepoRef.parse(ref)
     return None
 
@@ -177,97 +168,6 @@ def branch_name(uid: str, intent: str) -> str:
 
 # ---------------------------------------------------------------------------------------
 # Forges
-
-
-class Forge(Protocol):
-    """Where pull requests are opened. Implementations must be idempotent per head/base."""
-
-    def open_pull_request(self, repo: str, head: str, base: str, title: str, body: str) -> str:
-        """Open (or find the open) pull request of ``head`` into ``base``; return its URL."""
-        ...
-
-
-class GiteaForge:
-    """Gitea's REST API (``/api/v1``), authenticated with ``Authorization: token <token>``.
-
-    The token is read from the environment variable ``token_env`` at call time; it is
-    never stored in the repository or in the workspace.
-    """
-
-    def __init__(
-        self,
-        base_url: str,
-        token_env: str = "GITEA_TOKEN",
-        *,
-        session: requests.Session | None = None,
-        timeout: float = 15.0,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.token_env = token_env
-        self.session = session or requests.Session()
-        self.timeout = timeout
-        self._env = env
-
-    def _headers(self) -> dict[str, str]:
-        token = registry.named(self.token_env, self._env)
-        if not token:
-            raise ConfigError(
-                f"{self.token_env} is not set",
-                where="forge",
-                hint=f"export {self.token_env} with a Gitea access token (scope: write:repository)",
-            )
-        return {"Authorization": f"token {token}", "Accept": "application/json"}
-
-    def _pulls_url(self, repo: str) -> str:
-        owner, _, name = repo.partition("/")
-        if not owner or not name:
-            raise InvalidInput(f"{repo!r} is not owner/name", where="forge")
-        return f"{self.base_url}/api/v1/repos/{quote(owner, safe='')}/{quote(name, safe='')}/pulls"
-
-    def _request(self, method: str, url: str, **kw: Any) -> requests.Response:
-        try:
-            reply = self.session.request(method, url, headers=self._headers(), timeout=self.timeout, **kw)
-        except requests.RequestException as exc:
-            raise ForgeError(
-                f"{method} {url} failed: {exc}", where="forge", hint="is the forge reachable from here?"
-            ) from None
-        if reply.status_code in (401, 403):
-            raise ForgeError(
-                f"the forge refused the token ({reply.status_code})",
-                where=url,
-                hint=f"check {self.token_env}",
-            )
-        return reply
-
-    def find_open_pull_request(self, repo: str, head: str, base: str) -> str | None:
-        """The URL of an open pull request of ``head`` into ``base``, if there is one."""
-        url = self._pulls_url(repo)
-        for page in range(1, 51):
-            reply = self._request("GET", url, params={"state": "open", "page": page, "limit": 50})
-            if reply.status_code != 200:
-                raise ForgeError(f"listing pull requests: HTTP {reply.status_code}", where=url)
-            pulls = reply.json()
-            if not isinstance(pulls, list) or not pulls:
-                return None
-            for pr in pulls:
-                if (pr.get("head") or {}).get("ref") == head and (pr.get("base") or {}).get("ref") == base:
-                    return str(pr["html_url"])
-        return None
-
-    def open_pull_request(self, repo: str, head: str, base: str, title: str, body: str) -> str:
-        existing = self.find_open_pull_request(repo, head, base)
-        if existing:
-            return existing
-        url = self._pulls_url(repo)
-        reply = self._request("POST", url, json={"head": head, "base": base, "title": title, "body": body})
-        if reply.status_code == 201:
-            return str(reply.json()["html_url"])
-        if reply.status_code == 409:  # Gitea: a pull request for these branches exists
-            existing = self.find_open_pull_request(repo, head, base)
-            if existing:
-                return existing
-        raise ForgeError(f"opening a pull request: HTTP {reply.status_code} {reply.text[:200]}", where=url)
 
 
 # ---------------------------------------------------------------------------------------
@@ -566,105 +466,3 @@ def _remove_tree(path: Path) -> None:
         func(p)
 
     shutil.rmtree(path, onerror=_retry)
-
-
-# ---------------------------------------------------------------------------------------
-# The container sandbox (cards/_sandbox.yaml)
-
-
-class SandboxSpec(BaseModel):
-    """How an agent's coding runs are contained. Keyed by agent id in ``cards/_sandbox.yaml``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    image: str = Field(min_length=1)
-    network_allow: tuple[str, ...] = ()  # host[:port] the container may reach; nothing else
-    cpus: float = Field(default=2.0, gt=0, le=64)
-    memory: str = "4g"
-    pids: int = Field(default=512, ge=16)
-    no_vault: bool = True  # no vault credentials in the container's environment or mounts
-    workspace_root: str = "/var/lib/agap"  # <root>/workspaces/<agent>/<task uid>
-
-    @field_validator("memory")
-    @classmethod
-    def _memory(cls, v: str) -> str:
-        if not re.fullmatch(r"[1-9][0-9]*[kmg]", v):
-            raise ValueError(f"{v!r} is not a size like 512m or 4g")
-        return v
-
-    @field_validator("network_allow")
-    @classmethod
-    def _hosts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        for host in v:
-            if not re.fullmatch(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?", host):
-                raise ValueError(f"{host!r} is not host or host:port")
-        return v
-
-
-def load_sandboxes(
-    cards_dir: str | Path, known_agents: Sequence[str] | None = None
-) -> dict[str, SandboxSpec]:
-    """Agent id -> sandbox, from ``<cards_dir>/_sandbox.yaml`` (no file: no sandboxes)."""
-    path = Path(cards_dir) / SANDBOX_FILE
-    if not path.exists():
-        return {}
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of agent id to sandbox")
-    out: dict[str, SandboxSpec] = {}
-    for agent, raw in data.items():
-        if known_agents is not None and agent not in known_agents:
-            raise ConfigError(f"{path}: no card for agent {agent!r}", where=str(agent))
-        try:
-            out[str(agent)] = SandboxSpec.model_validate(raw)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"])
-            raise ConfigError(f"{path}: {agent}.{field}: {error_message(first)}") from None
-    return out
-
-
-VAULT_PREFIXES = ("VAULT_", "BAO_", "AGAP_VAULT_")
-
-
-def sandbox_service(agent: str, spec: SandboxSpec) -> dict[str, Any]:
-    """The compose data a sandbox renders to: a service fragment, its networks, its proxy.
-
-    * the agent's container joins only an ``internal`` network (no route out) shared with
-      an egress proxy that allows exactly ``network_allow``; ``HTTP(S)_PROXY`` point at it;
-    * ``cpus``, ``mem_limit`` and ``pids_limit`` cap it; all capabilities are dropped and
-      privileges cannot be regained; the root filesystem is read-only except the workspace
-      volume and ``/tmp``;
-    * with ``no_vault`` no variable starting with a vault prefix and no secret is passed.
-    """
-    net = f"sandbox-{agent}"
-    proxy = f"egress-{agent}"
-    service: dict[str, Any] = {
-        "image": spec.image,
-        "networks": [net],
-        "cpus": spec.cpus,
-        "mem_limit": spec.memory,
-        "pids_limit": spec.pids,
-        "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges:true"],
-        "read_only": True,
-        "tmpfs": ["/tmp"],
-        "volumes": [f"agap-workspaces-{agent}:{spec.workspace_root}/workspaces/{agent}"],
-        "environment": {
-            "AGAP_WORKSPACE_ROOT": spec.workspace_root,
-            "HTTP_PROXY": f"http://{proxy}:3128",
-            "HTTPS_PROXY": f"http://{proxy}:3128",
-            "NO_PROXY": "",
-        },
-        "depends_on": [proxy],
-    }
-    return {
-        "service": service,
-        "egress_proxy": {"name": proxy, "allow": list(spec.network_allow), "networks": [net, "fabric"]},
-        "networks": {net: {"internal": True}},
-        # no_vault: drop these variables and attach no compose `secrets:` to the service
-        "forbidden_env_prefixes": list(VAULT_PREFIXES) if spec.no_vault else [],
-    }

@@ -1,7 +1,7 @@
 """A loopback stand-in for a **Gitea** forge's pull-request REST API (``/api/v1``).
 
 It stands in for the household's Gitea server, which the workspace lease opens pull
-requests on (``fabric.apps.workspace.GiteaForge``). Only the part of the API the fabric uses is
+requests on (``fabric.apps.forge.GiteaForge``). Only the part of the API the fabric uses is
 served, with Gitea's shapes:
 
 * ``GET  /api/v1/repos/{owner}/{repo}/pulls?state=open&page=N&limit=M`` — a JSON list of

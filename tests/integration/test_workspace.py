@@ -17,7 +17,8 @@ from click.testing import CliRunner, Result
 
 import fabric.apps.cli.workspace_cmd  # noqa: F401  (registers `agap workspace`)
 from fabric.apps.cli import main
-from fabric.apps.workspace import ForgeError, GiteaForge, PushRefused, RepoRef, Workspace, WorkspaceError
+from fabric.apps.forge import ForgeError, GiteaForge
+from fabric.apps.workspace import PushRefused, RepoRef, Workspace, WorkspaceError
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.ledger import Lease

@@ -230,6 +230,60 @@ def test_the_foundations_import_only_what_lies_beneath_them() -> None:
     )
 
 
+# Where a piece of vocabulary may be used: the card codec (and its seal) only inside
+# storage; a queue reader only where the claim policy is wired (workers.queue builds it,
+# the worker loop per connection); the "git+" prefix only in the one parser of git refs.
+CARD_MODULE = "fabric.kanboard.card"
+
+
+def _card_importers(modules: dict[str, Module]) -> list[str]:
+    return [
+        f"{mod.rel}:{line}: imports {target}"
+        for mod in modules.values()
+        if not mod.within(STORAGE)
+        for target, line in _imports(mod)
+        if target == CARD_MODULE
+    ]
+
+
+def test_the_card_and_its_seal_stay_in_storage() -> None:
+    wrong = _card_importers(MODULES)
+    assert not wrong, "ask TaskBoard (sealed, describe) instead of the card codec:\n" + "\n".join(wrong)
+
+
+def _reader_builders(modules: dict[str, Module]) -> list[str]:
+    allowed = {"workers.queue", "workers.loop"}
+    return [
+        f"{mod.rel}:{node.lineno}: QueueReader(...)"
+        for mod in modules.values()
+        if mod.name not in allowed
+        for node in ast.walk(mod.tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "QueueReader"
+    ]
+
+
+def test_every_claimer_gets_its_reader_with_the_claim_policy() -> None:
+    wrong = _reader_builders(MODULES)
+    assert not wrong, "build readers with QueueReader.for_agent (the claim policy comes with it):\n" + (
+        "\n".join(wrong)
+    )
+
+
+def _git_prefixes(modules: dict[str, Module]) -> list[str]:
+    return [
+        f"{mod.rel}:{line}"
+        for mod in modules.values()
+        if mod.name != "fabric.gitrefs"
+        for text, line in _strings(mod)
+        if text == "git+"
+    ]
+
+
+def test_git_refs_are_split_in_one_place() -> None:
+    wrong = _git_prefixes(MODULES)
+    assert not wrong, "split git+ refs with fabric.gitrefs.split_git_ref:\n" + "\n".join(wrong)
+
+
 def test_every_function_local_import_says_why() -> None:
     silent = []
     for mod in MODULES.values():
@@ -364,3 +418,12 @@ def test_the_rules_above_can_fail() -> None:
     assert _upward({up.name: up}) == [
         "fabric/kanboard/sample.py:1: fabric.kanboard.sample imports fabric.submit"
     ]
+    user = Module(
+        "keeper.sample",
+        ROOT / "keeper" / "sample.py",
+        ast.parse('from fabric.kanboard.card import parse_description\nr = QueueReader(b)\np = "git+"\n'),
+        [],
+    )
+    assert _card_importers({user.name: user}) == ["keeper/sample.py:1: imports fabric.kanboard.card"]
+    assert _reader_builders({user.name: user}) == ["keeper/sample.py:2: QueueReader(...)"]
+    assert _git_prefixes({user.name: user}) == ["keeper/sample.py:3"]

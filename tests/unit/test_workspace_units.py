@@ -6,17 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from fabric.apps.sandbox import SandboxSpec, load_sandboxes, sandbox_service
 from fabric.apps.workspace import (
     HOOK,
     PushRefused,
     RepoRef,
-    SandboxSpec,
     Workspace,
     WorkspaceState,
     branch_name,
     find_repo_ref,
-    load_sandboxes,
-    sandbox_service,
     slug,
     workspace_path,
 )

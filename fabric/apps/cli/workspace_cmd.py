@@ -24,7 +24,8 @@ from urllib.parse import urlsplit
 import click
 
 from fabric.apps.cli import main
-from fabric.apps.workspace import GiteaForge, RepoRef, Workspace
+from fabric.apps.forge import GiteaForge
+from fabric.apps.workspace import RepoRef, Workspace
 from fabric.core import Fabric
 from fabric.errors import ConfigError, InvalidInput
 from fabric.ledger import Lease

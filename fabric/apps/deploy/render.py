@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from fabric.apps.workspace import load_sandboxes, sandbox_service
+from fabric.apps.sandbox import load_sandboxes, sandbox_service
 from fabric.cards import Card, CardSet
 from fabric.errors import ConfigError
 from fabric.kanboard.principals import board_username, confined, password_variable
