@@ -130,6 +130,17 @@ class DirectoryStore:
         return path.read_text()
 
 
+def read_result(board: TaskBoard, task_id: int, ref: str, result_dir: str | None = None) -> str | None:
+    """The text of a result the fabric stored, or None for a ref it did not store (a pull
+    request, a page): only ``task_id``'s own attachment, or a file under ``result_dir``."""
+    m = _ATTACHMENT.match(ref)
+    if m and int(m.group(1)) == task_id:
+        return AttachmentStore(board).get(ref)
+    if ref.startswith("file://") and result_dir:
+        return DirectoryStore(result_dir).get(ref)  # refuses paths outside the directory
+    return None
+
+
 def store_for(kind: str, board: TaskBoard, directory: str | None = None) -> ResultStore:
     """The store named by ``AGAP_RESULT_STORE`` (``attachment`` or ``dir``)."""
     if kind in ("", "attachment", "kanboard"):

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from fabric.apps.webpages import kanboard_page
+from fabric.apps.webpages import kanboard_page, turn
 from fabric.embedded.local import LocalPort
 from fabric.embedded.rpc import BoardApi
 from fabric.errors import ConfigError
@@ -192,6 +192,7 @@ class WebView:
             # or a lagging projection (the keeper repairs both).
             "moved": bool(column and expected and column != expected),
             "problems": list(view.problems),
+            "turn": turn(view),  # whose turn it is: the question, the gate, the verifier
         }
 
 
@@ -229,6 +230,8 @@ tr.is-parked td { background:#fff7e6; }
 .card .top { display:flex; gap:6px; align-items:center; font-size:12px; color:var(--muted); }
 .card .id { font-weight:600; color:var(--ink); }
 .card .title { margin:3px 0 5px; word-break:break-word; }
+.card .title a { color:var(--ink); text-decoration:none; } .card .title a:hover { text-decoration:underline; }
+.card .turn { font-size:12px; color:#7a4b00; margin-bottom:3px; }
 .card .facts { display:flex; flex-wrap:wrap; gap:4px 10px; font-size:12px; color:var(--muted); }
 .badge { display:inline-block; border-radius:3px; padding:0 6px; font-size:11px; font-weight:600;
          text-transform:uppercase; letter-spacing:.03em; color:#fff; background:#97a0af; }
@@ -321,7 +324,8 @@ def render_page(snap: dict[str, Any], refresh: int = REFRESH_SECONDS) -> str:
     scope = "all tasks, closed included" if snap.get("include_closed") else "open tasks"
     out.append(
         f"<footer>Showing {_e(scope)}. The records are the truth; the column is their "
-        "projection. Use Kanboard's UI (or <code>agap</code>) to act on tasks.</footer>"
+        "projection. This view is read-only: open a card for the <code>agap</code> commands "
+        "that act on it (in Kanboard, its gestures).</footer>"
     )
     out.append("</body></html>")
     return "".join(out)
@@ -352,9 +356,15 @@ def _card_html(t: dict[str, Any]) -> str:
         f'<div class="top"><span class="id">#{int(t["id"])}</span>'
         f'<span class="badge st-{_e(state)}">{_e(state.replace("_", " "))}</span>'
         f'<span class="badge prio-{_e(prio)}">{_e(prio)}</span></div>'
-        f'<div class="title">{_e(t["title"])}</div>'
+        f'<div class="title"><a href="{_e(task_href(int(t["id"])))}">{_e(t["title"])}</a></div>'
+        f'<div class="turn">{_e(t.get("turn") or "")}</div>'
         f'<div class="facts">{"".join(facts)}</div>{warn}</div>'
     )
+
+
+def task_href(task_id: int) -> str:
+    """The card's page, at Kanboard's own URL (served here by fabric.apps.webpages)."""
+    return f"/?controller=TaskViewController&action=show&task_id={task_id}"
 
 
 def _not_initialised(snap: dict[str, Any], refresh: int) -> str:

@@ -4,8 +4,9 @@ Cards link a task as ``?controller=TaskViewController&action=show&task_id=T`` an
 as ``?controller=FileViewerController&action=show&task_id=T&file_id=F``
 (:mod:`fabric.kanboard.weblinks`). On a real Kanboard those are its task page and its file
 viewer; on the embedded board the web view (:mod:`fabric.apps.web`) answers them with
-these read-only pages, so the same link works on both. Everything shown is escaped text:
-a result comes from a model.
+these read-only pages, so the same link works on both. A card's Markdown is rendered with
+HTML off (as Kanboard's Parsedown in safe mode does); a result is shown as escaped text:
+it comes from a model.
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ import binascii
 import html
 from collections.abc import Mapping
 
-from fabric.kanboard.taskboard import TaskBoard, TaskNotFound
+from markdown_it import MarkdownIt
+
+from fabric.kanboard.cardtext import APPROVALS
+from fabric.kanboard.gestures import commands
+from fabric.kanboard.taskboard import TaskBoard, TaskNotFound, TaskView
+from fabric.task import State
 
 HTML_TYPE = "text/html; charset=utf-8"
 TEXT_TYPE = "text/plain; charset=utf-8"
@@ -23,7 +29,9 @@ Page = tuple[int, str, bytes]
 STYLE = (
     "body{margin:0 auto;max-width:960px;padding:20px;font:14px/1.5 system-ui,sans-serif;color:#172b4d}"
     "pre{white-space:pre-wrap;word-break:break-word;background:#f4f5f7;padding:12px;border-radius:6px}"
-    "a{color:#0052cc}"
+    "a{color:#0052cc}code{background:#f4f5f7;padding:1px 5px;border-radius:3px}"
+    ".card{background:#fff;border:1px solid #dfe1e6;border-radius:6px;padding:4px 16px}"
+    ".turn{font-size:16px;font-weight:600}"
 )
 
 
@@ -64,14 +72,18 @@ def _missing(what: str) -> Page:
     return 404, TEXT_TYPE, f"{what} does not exist on this board\n".encode()
 
 
+_MD = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
+
+
 def task_page(board: TaskBoard, task_id: int) -> Page:
-    """A task: title, description (as text), state, and its files as links."""
+    """A task as a person reads it: whose turn it is, what can be done from a shell (this
+    view is read-only), the card rendered as Kanboard renders it (Markdown, no HTML, no
+    sealed spec), and its files as links."""
     try:
         view = board.read(task_id)
     except TaskNotFound:
         return _missing(f"task #{task_id}")
-    rec = view.current
-    state = f"{rec.state.value} (epoch {rec.epoch})" if rec else "not a fabric task"
+    rec, spec = view.current, view.spec
     files = board.files(task_id)
     links = board.links
     items = "".join(
@@ -80,11 +92,38 @@ def task_page(board: TaskBoard, task_id: int) -> Page:
         else f"<li>{_e(f.name)}</li>"
         for f in files
     )
-    body = (
-        f"<h1>#{task_id} {_e(view.task.title)}</h1><p>{_e(state)}</p>"
-        f"<pre>{_e(view.task.description)}</pre>" + (f"<h2>Attachments</h2><ul>{items}</ul>" if files else "")
-    )
+    body = f"<h1>#{task_id} {_e(view.task.title)}</h1><p class=turn>{_e(turn(view))}</p>"
+    if rec is not None and spec is not None:
+        waiting = rec.state == State.QUEUED and bool(rec.assignee)
+        cmds = commands(task_id, rec.state, waiting=waiting, approval=spec.actor in APPROVALS)
+        if cmds:
+            body += (
+                "<h2>From a shell</h2><p>This view is read-only: in Kanboard you would use the "
+                "gestures the card names; here, the same from <code>agap</code>:</p><ul>"
+                + "".join(f"<li><code>{_e(c)}</code></li>" for c in cmds)
+                + "</ul>"
+            )
+    body += f'<div class="card">{_MD.render(board.body(view))}</div>'
+    if files:
+        body += f"<h2>Attachments</h2><ul>{items}</ul>"
     return _page(f"#{task_id} {view.task.title}", body)
+
+
+def turn(view: TaskView) -> str:
+    """Whose turn it is, in a few words."""
+    rec = view.current
+    if rec is None:
+        return "not a fabric task (or its submit is in flight)"
+    who = f"@{rec.assignee}" if rec.assignee else "a person"
+    return {
+        State.QUEUED: f"waiting on {who}"
+        if rec.assignee
+        else f"queued for {view.spec.target if view.spec else '?'}",
+        State.WORKING: f"being worked on by {rec.owner}",
+        State.INPUT_REQUIRED: f"asking {who}: {rec.reason or ''}",
+        State.DONE: f"done: waiting for {who} to verify it",
+        State.DEAD: f"dead letter: {rec.reason or 'it gave up'}",
+    }.get(rec.state, rec.state.value)
 
 
 def file_page(board: TaskBoard, task_id: int, file_id: int) -> Page:

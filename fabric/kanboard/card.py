@@ -77,6 +77,11 @@ def render_description(
     return "\n".join([*lines, f"{SPEC_LINE}{block})"])
 
 
+def readable(text: str) -> str:
+    """``text`` without the machine-readable blocks: what Kanboard shows a person."""
+    return _SPEC_BLOCK.sub("", text or "").replace("<details>", "").replace("</details>", "").rstrip() + "\n"
+
+
 def parse_description(text: str, key: bytes) -> Sealed | None:
     """The (uid, spec, assignee) the fabric sealed into a description, or None.
 

@@ -108,10 +108,13 @@ def human_text(
     links: WebLinks | None = None,
     result_url: str | None = None,
     assignee: str | None = None,
+    asks: bool = True,
 ) -> list[str]:
-    """The readable lines of a description (everything but the machine-readable block)."""
+    """The readable lines of a description (everything but the machine-readable block);
+    without ``asks``, not what the card asks of a person (a view that acts otherwise)."""
     lines: list[str] = []
     ask = asked(spec, record) if record is not None else (_for_person(spec, assignee) if assignee else [])
+    ask = ask if asks else []
     if ask:
         lines += [*ask, "", "---", ""]
     lines += [spec.intent, ""]

@@ -52,6 +52,7 @@ class Rule:
     approval: bool | None = None  # the card is an approval (a taint gate, a promotion)
     offer: str = ""  # the line a card that it answers shows ("" : none)
     help: str = ""  # the clause in the comment on a card put back ("" : none)
+    cli: str = ""  # the same gesture from a shell, {id} for the task ("" : none)
 
     @property
     def triggers(self) -> frozenset[Trigger]:
@@ -81,6 +82,7 @@ GESTURES: tuple[Rule, ...] = (
         states=_ASKING,
         offer="To answer: write the answer as a comment, then drag this card back to **Queued**.",
         help="answer a question by commenting and moving the card to Queued",
+        cli='agap resume {id} --answer "…"',
     ),
     Rule(
         "approve",
@@ -93,6 +95,7 @@ GESTURES: tuple[Rule, ...] = (
         approval=True,
         offer="Approve: drag this card to **Done**.",
         help="approve a task waiting on you by moving it to Done",
+        cli="agap approve {id}",
     ),
     Rule(
         "approve",
@@ -104,6 +107,7 @@ GESTURES: tuple[Rule, ...] = (
         waiting=True,
         approval=False,
         offer="Done: drag this card to **Done**.",
+        cli="agap approve {id}",
     ),
     Rule(
         "close_waiting",
@@ -115,6 +119,7 @@ GESTURES: tuple[Rule, ...] = (
         waiting=True,
         approval=True,
         offer=f"Refuse: {CLOSE} (a comment before it says why; closing never approves).",
+        cli='agap cancel {id} --reason "…"',
     ),
     Rule(
         "close_waiting",
@@ -127,6 +132,7 @@ GESTURES: tuple[Rule, ...] = (
         approval=False,
         offer="Done: write what you did as a comment, then close this card.",
         help="approve a task that is not an approval also by commenting and closing it",
+        cli='agap approve {id} --note "…" && agap verify {id}',
     ),
     Rule(
         "close_waiting",
@@ -138,6 +144,7 @@ GESTURES: tuple[Rule, ...] = (
         waiting=True,
         approval=False,
         offer=f"Not doing it: {CLOSE}, without a comment.",
+        cli="agap cancel {id}",
     ),
     Rule(
         "verify",
@@ -148,6 +155,7 @@ GESTURES: tuple[Rule, ...] = (
         states=_DONE,
         offer=f"Accept the result: {CLOSE}.",
         help="verify a done task by closing it",
+        cli="agap verify {id}",
     ),
     Rule(
         "reopen",
@@ -158,6 +166,7 @@ GESTURES: tuple[Rule, ...] = (
         states=_DONE,
         offer="Send it back: write what is wrong as a comment, then drag this card to **Queued**.",
         help="send a done task back by moving it to Queued",
+        cli='agap reopen {id} --reason "…"',
     ),
     Rule(
         "reroute",
@@ -179,6 +188,7 @@ GESTURES: tuple[Rule, ...] = (
         states=frozenset({State.QUEUED, State.WORKING, State.INPUT_REQUIRED}),
         waiting=False,
         help="cancel a task by closing it",
+        cli='agap cancel {id} --reason "…"',
     ),
     Rule(
         "revive",
@@ -189,6 +199,7 @@ GESTURES: tuple[Rule, ...] = (
         states=_DEAD,
         offer="Retry it as it is: drag this card to **Queued**.",
         help="retry a dead letter by moving it to Queued",
+        cli="agap revive {id}",
     ),
     Rule(
         "drop",
@@ -199,6 +210,7 @@ GESTURES: tuple[Rule, ...] = (
         states=_DEAD,
         offer=f"Drop it: {CLOSE}.",
         help="drop it by closing it",
+        cli="agap drop {id}",
     ),
     Rule(
         "handmade",
@@ -238,6 +250,16 @@ def offers(state: State, *, waiting: bool, approval: bool) -> list[str]:
     return [r.offer for r in GESTURES if r.offer and r.applies(state, waiting=waiting, approval=approval)]
 
 
+def commands(task_id: int, state: State, *, waiting: bool, approval: bool) -> list[str]:
+    """The shell commands that make the gestures a card in ``state`` offers (one each)."""
+    seen: list[str] = []
+    for r in GESTURES:
+        line = r.cli.format(id=task_id)
+        if r.cli and r.offer and r.applies(state, waiting=waiting, approval=approval) and line not in seen:
+            seen.append(line)
+    return seen
+
+
 def help_text(column: str) -> str:
     """The comment on a card the keeper put back: where it belongs, and what means something."""
     clauses = [r.help for r in GESTURES if r.help]
@@ -258,4 +280,15 @@ def markdown() -> str:
     return "\n".join([*lines, "", MARKDOWN_END]) + "\n"
 
 
-__all__ = ["CLOSE", "GESTURES", "MOVED_TO", "Rule", "Trigger", "help_text", "markdown", "match", "offers"]
+__all__ = [
+    "CLOSE",
+    "GESTURES",
+    "MOVED_TO",
+    "Rule",
+    "Trigger",
+    "commands",
+    "help_text",
+    "markdown",
+    "match",
+    "offers",
+]

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 from fabric.errors import ConfigError, InvalidInput
-from fabric.kanboard.card import Sealed, derive_seal_key, parse_description, render_description
-from fabric.kanboard.cardtext import needs_rewrite, result_link_in
+from fabric.kanboard.card import Sealed, derive_seal_key, parse_description, readable, render_description
+from fabric.kanboard.cardtext import human_text, needs_rewrite, result_link_in
 from fabric.kanboard.dates import format_input_date
 from fabric.kanboard.fit import fit
 from fabric.kanboard.layout import (
@@ -123,6 +123,19 @@ class TaskBoard:
         """The uid, spec and first assignee the fabric sealed into ``description``, or
         None (no block, or one whose seal this fabric did not make)."""
         return parse_description(description, self._seal)
+
+    def readable(self, description: str) -> str:
+        """A card's description as a person reads it in Kanboard (no sealed spec)."""
+        return readable(description)
+
+    def body(self, view: TaskView) -> str:
+        """The card's Markdown without what it asks of a person and without the sealed spec:
+        for a view that offers its own way to act (the read-only board view)."""
+        spec, rec = view.spec, view.current
+        if spec is None:
+            return readable(view.task.description)
+        url = result_link_in(view.task.description, rec.result_ref) if rec and rec.result_ref else None
+        return "\n".join(human_text(spec, rec, links=self.links, result_url=url, asks=False))
 
     def describe(
         self,

@@ -26,6 +26,7 @@ import click
 
 from fabric.apps import leasing
 from fabric.apps.cli import main
+from fabric.apps.cli.params import TASK
 from fabric.apps.cli.tasks_cmd import _emit, _record_out, _ts, read_text_arg
 from fabric.apps.leasing import held_lease, person_to_ask, result_uri, under_lease
 from fabric.core import Fabric
@@ -138,7 +139,7 @@ def _lease_options(fn: Any) -> Any:
     fn = click.option("--json", "as_json", is_flag=True)(fn)
     fn = click.option("--owner", help="The owner `agap claim` printed (default: as claim's).")(fn)
     fn = click.option("--epoch", type=int, required=True, help="The epoch `agap claim` printed.")(fn)
-    return click.argument("task_id", type=int)(fn)
+    return click.argument("task_id", type=TASK)(fn)
 
 
 def _owner(fab: Fabric, task_id: int, owner: str | None) -> str:

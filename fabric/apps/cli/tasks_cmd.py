@@ -18,10 +18,11 @@ from urllib.parse import unquote, urlsplit
 import click
 
 from fabric.apps.cli import main
+from fabric.apps.cli.params import TASK
 from fabric.apps.leasing import RESULT_FILE_BYTES
 from fabric.cards import load_cards
 from fabric.core import Fabric
-from fabric.errors import InvalidInput
+from fabric.errors import FabricError, InvalidInput
 from fabric.events.attach import attach_submitter
 from fabric.kanboard.bootstrap import InitReport, init_board, load_layout, save_layout_cache
 from fabric.kanboard.client import KanboardClient
@@ -29,10 +30,12 @@ from fabric.kanboard.layout import LAYOUT_VERSION
 from fabric.kanboard.migrate import migrate
 from fabric.kanboard.taskboard import TaskView
 from fabric.kanboard.weblinks import WebLinks, links_for
+from fabric.ledger import APPROVAL_REF
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.submit import INTENT_HELP, SUBMIT_OPTIONS
 from fabric.task import PRIORITY_NAMES, State
+from workers.results import read_result
 
 
 def _emit(data: Any, as_json: bool, text: str) -> None:
@@ -162,6 +165,8 @@ def submit_options(fn: Any) -> Any:
     for opt in reversed(SUBMIT_OPTIONS):
         if opt.kind is list:
             fn = click.option(opt.cli_flag, opt.name, multiple=True, help=opt.help)(fn)
+        elif opt.name == "parent":  # a task, named as every command names one
+            fn = click.option(opt.cli_flag, opt.name, type=TASK, help=opt.help)(fn)
         else:
             show = opt.default is not None
             fn = click.option(
@@ -283,14 +288,24 @@ def view_json(view: TaskView) -> dict[str, Any]:
     }
 
 
+def _result_text(fab: Fabric, view: TaskView) -> str | None:
+    """The task's result as the fabric stored it (None: no result, or one it did not store)."""
+    cur = view.current
+    if cur is None or not cur.result_ref:
+        return None
+    return read_result(fab.board, view.id, cur.result_ref, registry.get_str("AGAP_RESULT_DIR") or None)
+
+
 @main.command("show")
-@click.argument("task_id", type=int)
+@click.argument("task_id", type=TASK)
 @click.option("--json", "as_json", is_flag=True)
 def show_cmd(task_id: int, as_json: bool) -> None:
-    """Show one task: state, epoch, owner, spec and its record history."""
+    """Show one task: state, epoch, owner, spec, its record history and its result."""
     fab = Fabric.connect()
     view = fab.show(task_id)
     data = view_json(view)
+    result = _result_text(fab, view)
+    data["result"] = result
     lines = [f"#{view.id} {view.task.title}"]
     cur = view.current
     if cur is None:
@@ -317,7 +332,33 @@ def show_cmd(task_id: int, as_json: bool) -> None:
         )
     for p in view.problems:
         lines.append(f"  problem: {p}")
+    if result is not None:
+        lines += ["", "Result:", *(f"  {line}" for line in result.rstrip().splitlines())]
     _emit(data, as_json, "\n".join(lines))
+
+
+@main.command("result")
+@click.argument("task_id", type=TASK)
+@click.option("--no-pager", is_flag=True, help="Print it whole, even to a terminal.")
+def result_cmd(task_id: int, no_pager: bool) -> None:
+    """Print a task's result (paged on a terminal); exit 1 when it has none yet."""
+    fab = Fabric.connect()
+    view = fab.show(task_id)
+    cur = view.current
+    if cur is None or not cur.result_ref:
+        state = cur.state.value if cur is not None else "not a fabric task"
+        raise FabricError(
+            f"task #{task_id} has no result yet ({state})",
+            where=f"task #{task_id}",
+            hint=f"agap watch {task_id} waits for it",
+        )
+    text = _result_text(fab, view)
+    if text is None:
+        click.echo(cur.result_ref)  # stored elsewhere (a pull request, a page): its ref
+    elif no_pager or not sys.stdout.isatty():
+        click.echo(text.rstrip())
+    else:
+        click.echo_via_pager(text)
 
 
 def _parked_models(parked: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
@@ -380,7 +421,7 @@ def _by() -> str:
 
 
 @main.command("resume")
-@click.argument("task_id", type=int)
+@click.argument("task_id", type=TASK)
 @click.option("--answer", help="The answer, kept in the journal.")
 @click.option("--json", "as_json", is_flag=True)
 def resume_cmd(task_id: int, answer: str | None, as_json: bool) -> None:
@@ -390,7 +431,7 @@ def resume_cmd(task_id: int, answer: str | None, as_json: bool) -> None:
 
 
 @main.command("cancel")
-@click.argument("task_id", type=int)
+@click.argument("task_id", type=TASK)
 @click.option("--reason", default="")
 @click.option("--json", "as_json", is_flag=True)
 def cancel_cmd(task_id: int, reason: str, as_json: bool) -> None:
@@ -405,7 +446,7 @@ def cancel_cmd(task_id: int, reason: str, as_json: bool) -> None:
 
 
 @main.command("drop")
-@click.argument("task_id", type=int)
+@click.argument("task_id", type=TASK)
 @click.option("--reason", default="")
 @click.option("--json", "as_json", is_flag=True)
 def drop_cmd(task_id: int, reason: str, as_json: bool) -> None:
@@ -414,8 +455,31 @@ def drop_cmd(task_id: int, reason: str, as_json: bool) -> None:
     _record_out(fab.ledger.drop(task_id, _by(), reason), as_json, task_id)
 
 
+@main.command("approve")
+@click.argument("task_id", type=TASK)
+@click.option("--note", default="", help="Your answer or reason, kept on the card.")
+@click.option("--json", "as_json", is_flag=True)
+def approve_cmd(task_id: int, note: str, as_json: bool) -> None:
+    """Approve a task waiting on you (a gate, a promotion, a decision, a task for you): done
+    by you, as moving its card to Done in Kanboard is."""
+    fab = Fabric.connect()
+    view = fab.show(task_id)
+    cur = view.current
+    if cur is None or cur.state != State.QUEUED or not cur.assignee:
+        state = cur.state.value if cur is not None else "not a fabric task"
+        raise InvalidInput(
+            f"task #{task_id} is not waiting on a person ({state})",
+            where=f"task #{task_id}",
+            hint="approve what waits in a person's column: agap ls shows it",
+        )
+    by = _by()
+    lease = fab.ledger.claim(view, by, lease_seconds=600)
+    text = note.strip() or f"Approved by {by} from the command line."
+    _record_out(fab.ledger.complete(lease, APPROVAL_REF, note=text), as_json, task_id)
+
+
 @main.command("verify")
-@click.argument("task_id", type=int)
+@click.argument("task_id", type=TASK)
 @click.option("--note", default="")
 @click.option("--json", "as_json", is_flag=True)
 def verify_cmd(task_id: int, note: str, as_json: bool) -> None:
@@ -425,7 +489,7 @@ def verify_cmd(task_id: int, note: str, as_json: bool) -> None:
 
 
 @main.command("reopen")
-@click.argument("task_id", type=int)
+@click.argument("task_id", type=TASK)
 @click.option("--reason", required=True)
 @click.option("--json", "as_json", is_flag=True)
 def reopen_cmd(task_id: int, reason: str, as_json: bool) -> None:
@@ -437,7 +501,7 @@ def reopen_cmd(task_id: int, reason: str, as_json: bool) -> None:
 
 
 @main.command("revive")
-@click.argument("task_id", type=int)
+@click.argument("task_id", type=TASK)
 @click.option("--reason", default="")
 @click.option("--json", "as_json", is_flag=True)
 def revive_cmd(task_id: int, reason: str, as_json: bool) -> None:

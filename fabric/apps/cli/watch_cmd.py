@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from fabric.apps.cli import main
+from fabric.apps.cli.params import task_number
 from fabric.core import Fabric
 from fabric.errors import EXIT_TIMEOUT, EXIT_UNREACHABLE, FabricError, InvalidInput
 from fabric.events.subscriber import BoardStatus, WatchOptions, watch
@@ -34,11 +35,10 @@ BOARD_TIMEOUT = 5.0
 
 
 def parse_task(text: str) -> int:
-    raw = text.strip()
-    raw = raw[len("task:") :] if raw.lower().startswith("task:") else raw.lstrip("#")
-    if not raw.isdigit() or int(raw) < 1:
+    number = task_number(text)
+    if number is None:
         raise InvalidInput(f"not a task: {text!r}", where="TASK", hint="give 42, #42 or task:42")
-    return int(raw)
+    return number
 
 
 class BoardReader:
@@ -110,7 +110,7 @@ def watch_cmd(
         task_id = parse_task(task)
         config = EventsConfig.from_env()
         if config is None:
-            log.warning("AGAP_EVENTS_URL is not set: following the board only")
+            log.info("AGAP_EVENTS_URL is not set: following the board only")  # nothing to act on
         transport = None
         if config is not None:
             from fabric.events.brokers import open_transport  # heavy (nats, aiohttp): off the CLI path

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import click
 
 from fabric.apps.cli import main
+from fabric.apps.cli.params import TASK
 from fabric.apps.forge import GiteaForge
 from fabric.apps.workspace import RepoRef, Workspace
 from fabric.core import Fabric
@@ -60,7 +61,7 @@ def _options(fn: Any) -> Any:
     )(fn)
     fn = click.option("--owner", required=True, help="The owner `agap claim` printed.")(fn)
     fn = click.option("--epoch", type=int, required=True, help="The epoch `agap claim` printed.")(fn)
-    return click.argument("task_id", type=int)(fn)
+    return click.argument("task_id", type=TASK)(fn)
 
 
 @main.group("workspace")
@@ -175,7 +176,7 @@ def finish_cmd(
 
 
 @workspace.command("release")
-@click.argument("task_id", type=int)
+@click.argument("task_id", type=TASK)
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path))
 def release_cmd(task_id: int, root: Path | None) -> None:
     """Remove a task's workspace (pushed work stays on its branch)."""

@@ -60,7 +60,7 @@ from fabric.policy_file import PolicyConfig
 from fabric.taint import is_tainted
 from fabric.task import PRIORITY_NAMES, State, TaskSpec
 from workers.queue import QueueReader
-from workers.results import AttachmentStore, DirectoryStore, ResultStore
+from workers.results import ResultStore, read_result
 
 log = logging.getLogger("agap.mcp")
 
@@ -351,12 +351,7 @@ class AgentTools:
         return {"result_ref": ref, "result": text[:RESULT_CHARS], "result_truncated": cut}
 
     def _fetch(self, task_id: int, ref: str) -> str | None:
-        m = _ATTACHMENT.match(ref)
-        if m and int(m.group(1)) == task_id:  # only this task's own attachment
-            return AttachmentStore(self.fab.board).get(ref)
-        if ref.startswith("file://") and self.result_dir:
-            return DirectoryStore(self.result_dir).get(ref)  # refuses paths outside the directory
-        return None
+        return read_result(self.fab.board, task_id, ref, self.result_dir)
 
     def queue(self) -> dict[str, Any]:
         """This agent's queue: its open tasks (one search) and the claims this server holds."""
