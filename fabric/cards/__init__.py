@@ -19,7 +19,7 @@ from fabric.cards.cardset import CardSet
 from fabric.cards.fields import COST_CLASSES, SHAPES, TIERS, TRUST_ORDER, cost_rank, tier_rank, trust_rank
 from fabric.cards.files import load_golden
 from fabric.cards.gpu import GpuDevice, GpuRegistry
-from fabric.cards.load import load_cards
+from fabric.cards.load import load_cards, load_cards_keeping_going
 from fabric.cards.problems import CardErrors, CardProblem
 from fabric.cards.schema import (
     AlwaysSpec,
@@ -72,6 +72,7 @@ __all__ = [
     "WebhookChannel",
     "cost_rank",
     "load_cards",
+    "load_cards_keeping_going",
     "load_golden",
     "tier_rank",
     "trust_rank",

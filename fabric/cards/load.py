@@ -14,7 +14,7 @@ from fabric.cards.gpu import gpu_problems
 from fabric.cards.problems import CardErrors, CardProblem, validation_problems
 from fabric.cards.schema import Card
 
-__all__ = ["load_cards"]
+__all__ = ["load_cards", "load_cards_keeping_going"]
 
 
 def load_cards(directory: str | Path = "cards", *, base_dir: Path | None = None) -> CardSet:
@@ -22,31 +22,70 @@ def load_cards(directory: str | Path = "cards", *, base_dir: Path | None = None)
 
     ``base_dir`` is what ``persona`` and ``golden`` paths are relative to (the repository
     root); it defaults to the parent of ``directory``. Raises :class:`CardErrors` listing
-    every problem found, across all files.
+    every problem found, across all files: the files that do not load first, then what
+    follows from them.
     """
+    cards, problems = load_cards_keeping_going(directory, base_dir=base_dir)
+    if problems:
+        raise CardErrors(
+            problems, where=Path(directory).as_posix(), hint="fix them and run `agap cards validate`"
+        )
+    return cards
+
+
+def load_cards_keeping_going(
+    directory: str | Path = "cards", *, base_dir: Path | None = None
+) -> tuple[CardSet, list[CardProblem]]:
+    """The cards that load and check, and the problems of the others (for a daemon that
+    runs what it can: one bad card stops only what needs it). A card that refers to a
+    broken one is left out too, until what is left is consistent."""
     directory = Path(directory)
     base = Path(base_dir) if base_dir is not None else directory.resolve().parent
-    shown_dir = directory.as_posix()
-    files = _files(directory, shown_dir)
+    files = _files(directory, directory.as_posix())
     problems: list[CardProblem] = []
     loaded: list[tuple[str, Card]] = []
     broken: set[str] = set()  # stems of files that did not load
     for path in files:
         shown = shown_path(path, base)
-        broken.add(path.stem)
         card, found = _load_card(path, shown)
         if card is None:
             problems.extend(found)
+            broken.add(path.stem)
             continue
         loaded.append((shown, card))
-        broken.discard(path.stem)
+    file_problems = list(problems)
+    later: list[CardProblem] = []
+    for _ in range(len(loaded) + 1):  # each round drops at least one card, or ends
+        found = cross_card_problems(loaded, base, broken)
+        if not broken:
+            found.extend(gpu_problems(loaded, directory, base))
+        later += [p for p in found if p not in later]
+        bad = {p.file for p in found}
+        dropped = [shown for shown, _ in loaded if shown in bad]
+        if not dropped:
+            break  # what is left is consistent (a golden set's problem is its file's alone)
+        broken |= {Path(shown).stem for shown in dropped}
+        loaded = [(shown, c) for shown, c in loaded if shown not in bad]
+    return CardSet((c for _, c in loaded), base_dir=base, directory=directory), file_problems + collapse(
+        later
+    )
 
-    problems.extend(cross_card_problems(loaded, base, broken))
-    if not broken:
-        problems.extend(gpu_problems(loaded, directory, base))
-    if problems:
-        raise CardErrors(problems, where=shown_dir, hint="fix them and run `agap cards validate`")
-    return CardSet((c for _, c in loaded), base_dir=base, directory=directory)
+
+def collapse(problems: list[CardProblem]) -> list[CardProblem]:
+    """Many files missing under one folder (a cards folder copied without souls/ and its
+    golden sets) are one problem, said once with what to do."""
+    missing = [p for p in problems if p.message.endswith(")") and " does not exist (under " in p.message]
+    if len(missing) < 3:
+        return problems
+    base = missing[0].message.rsplit("(under ", 1)[1].rstrip(")")
+    named = ", ".join(p.message.split(" does not exist", 1)[0] for p in missing[:3])
+    one = CardProblem(
+        base,
+        "",
+        f"{len(missing)} persona or golden files are missing ({named}, …): they are read relative "
+        "to the folder above the cards; copy souls/ and cards/golden/ with them, or run from the repository",
+    )
+    return [p for p in problems if p not in missing] + [one]
 
 
 def _files(directory: Path, shown_dir: str) -> list[Path]:

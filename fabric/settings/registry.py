@@ -243,6 +243,13 @@ REGISTRY: tuple[Var, ...] = (
         "30s",
     ),
     _v(
+        "AGAP_SUPERVISED",
+        "bool",
+        ("worker", "keeper", "cron"),
+        "set by agap up for the daemons it starts: they leave start-up problems (a bad card) "
+        "to it to report, once",
+    ),
+    _v(
         "AGAP_STOP_GRACE",
         "duration",
         ("worker", "keeper", "cron", "a2a", "mcp", "board"),

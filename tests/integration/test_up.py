@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +13,8 @@ import time
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.helpers import Lines
+from tests.stopping import free_port
 
 
 def test_up_runs_the_fabric_offline_and_stops_cleanly(tmp_path: Path) -> None:
@@ -72,3 +75,88 @@ def test_up_runs_the_fabric_offline_and_stops_cleanly(tmp_path: Path) -> None:
         finally:
             up.kill()
     assert up.returncode == 0
+
+
+def _up(tmp_path: Path, *args: str, cards: Path = ROOT / "cards") -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGAP_", "KANBOARD_"))}
+    env |= {
+        "AGAP_STATE_DIR": str(tmp_path / "var"),
+        "AGAP_CARDS_DIR": str(cards),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "fabric.apps.cli", "up", "--no-workers", *args],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _until_up(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    lines = Lines(proc.stdout)
+    lines.wait_for("Ctrl-C stops everything", timeout=60)
+    return lines.text()
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(30)
+    finally:
+        proc.kill()
+    return proc.stderr.read() if proc.stderr else ""
+
+
+def test_a_second_up_on_the_same_state_refuses_with_one_line(tmp_path: Path) -> None:
+    first = _up(tmp_path, "--port", "0")
+    try:
+        banner = _until_up(first)
+        second = _up(tmp_path, "--port", "0")
+        _, err = second.communicate(timeout=60)
+        assert second.returncode == 2, err
+        assert err.strip().count("\n") == 0 and f"another agap up is running on {tmp_path / 'var'}" in err
+        assert f"(pid {first.pid})" in err
+        # The paste block is kept in a file of its own: it stays true for a second shell.
+        shell = (tmp_path / "var" / "shell.env").read_text()
+        assert shell.splitlines()[0].startswith("cd ") and all(
+            line.strip() in banner for line in shell.splitlines()
+        )
+    finally:
+        _stop(first)
+
+
+def test_reset_starts_over_and_the_stand_in_keeps_its_port(tmp_path: Path) -> None:
+    port = free_port()
+    first = _up(tmp_path, "--port", str(port))
+    banner = _until_up(first)
+    assert f"AGAP_HINDSIGHT_URL=http://127.0.0.1:{port + 1}" in banner, banner
+    _stop(first)
+    marker = tmp_path / "var" / "leftover.json"
+    marker.write_text("{}")
+    again = _up(tmp_path, "--port", str(port), "--reset")
+    try:
+        banner = _until_up(again)
+        assert f"AGAP_HINDSIGHT_URL=http://127.0.0.1:{port + 1}" in banner  # the same as before
+        assert not marker.exists(), "--reset deletes the old state"
+    finally:
+        _stop(again)
+
+
+def test_a_bad_card_stops_only_itself_and_is_named(tmp_path: Path) -> None:
+    cards = tmp_path / "cards"
+    shutil.copytree(ROOT / "cards", cards)
+    shutil.copytree(ROOT / "souls", tmp_path / "souls")
+    (cards / "qwen-remote.yaml").write_text(
+        (cards / "qwen-remote.yaml").read_text().replace("tier:", "tier: huge\n#")
+    )
+    up = _up(tmp_path, "--port", "0", cards=cards)
+    try:
+        _until_up(up)
+    finally:
+        err = _stop(up)
+    named = [line for line in err.splitlines() if "qwen-remote.yaml" in line]
+    assert named and "not started until it is fixed" in named[0], err
+    assert "Traceback" not in err

@@ -100,8 +100,10 @@ def _wait_for_board(settings: Settings, stop: threading.Event) -> Fabric | None:
     """Degraded start: the connected fabric once the board answers (None: stopped first)."""
     url, _ = settings.require_board()  # a missing URL or token is bad configuration: exit 2
 
+    cards = logs.daemon_cards(settings.cards_dir)  # a bad card fails only its schedules
+
     def attempt() -> Fabric:
-        fab = Fabric.connect(settings)
+        fab = Fabric.connect(settings, cards=cards)
         fab.board.schedule_states()  # one read: a cached layout alone proves nothing
         return fab
 

@@ -9,7 +9,6 @@ from dataclasses import replace
 import click
 
 from fabric.apps.cli import logs, main
-from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.degraded import Backoff
 from fabric.errors import EXIT_UNREACHABLE
@@ -65,9 +64,10 @@ def keeper_cmd(
         config = replace(config, hook_port=hook_port)
     settings = Settings.from_env()
     url, _ = settings.require_board()  # fail fast on a missing URL or token
+    cards = logs.daemon_cards(settings.cards_dir)  # one bad card leaves its queue out, not the keeper
     keeper = Keeper(
         config,
-        lambda: Fabric.connect(settings),
+        lambda: Fabric.connect(settings, cards=cards),
         board_url=url,
         start_backoff=Backoff(cap=registry.get_duration("AGAP_BOARD_WAIT_CAP")),
     )
@@ -103,7 +103,7 @@ def keeper_cmd(
 
 def _hook(keeper: Keeper, config: KeeperConfig, settings: Settings) -> HookServer:
     """Kanboard's webhook receiver, poking the gesture job (refuses to start without a token)."""
-    agents = agent_usernames(load_cards(settings.cards_dir))
+    agents = agent_usernames(logs.daemon_cards(settings.cards_dir))
     hook = HookServer(
         keeper.poke, token=config.hook_token, host=config.hook_host, port=config.hook_port, ignore=agents
     ).start()

@@ -9,6 +9,10 @@ every few seconds), so its loggers stay at WARNING unless ``-v`` asks for everyt
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+
+from fabric.cards import CardErrors, CardSet, load_cards_keeping_going
+from fabric.settings import registry
 
 FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 # Libraries whose INFO lines are per-call chatter, not events a person wants to read.
@@ -35,3 +39,19 @@ def child_flags(verbosity: int) -> list[str]:
     if verbosity <= 0:
         return ["-q"]
     return ["-v"] if verbosity > 1 else []
+
+
+def daemon_cards(directory: str | Path, *, own: str | None = None) -> CardSet:
+    """The cards a daemon runs with: every card that loads and checks. One bad card stops
+    only what needs it: ``own`` (a worker's card) must be good, else its problems are the
+    error; the others' are said once, as a warning (at INFO under ``agap up``, which says
+    them itself)."""
+    cards, problems = load_cards_keeping_going(directory)
+    if own is not None and own not in cards:
+        mine = [p for p in problems if Path(p.file).stem == own] or problems
+        raise CardErrors(mine, where=str(directory), hint="fix it and run `agap cards validate`")
+    if problems:
+        level = logging.INFO if registry.get_bool("AGAP_SUPERVISED") else logging.WARNING
+        for p in problems:
+            logging.getLogger("agap.cards").log(level, "running without it: %s", p)
+    return cards

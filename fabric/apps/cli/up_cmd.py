@@ -10,10 +10,12 @@ seeded with demo memories (:mod:`fabric.embedded.hindsight`). Ctrl-C stops every
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +27,7 @@ import click
 
 from fabric.apps.cli import logs, main
 from fabric.apps.web import WebView
-from fabric.cards import Card, CardSet, load_cards
+from fabric.cards import Card, CardSet, load_cards_keeping_going
 from fabric.embedded.hindsight import HindsightStandIn
 from fabric.embedded.server import EmbeddedBoard
 from fabric.errors import ConfigError
@@ -135,6 +137,43 @@ class Supervisor:
                 proc.kill()
 
 
+def hold_state(state: Path) -> int:
+    """Lock ``state`` for this ``agap up`` (the descriptor stays open for its lifetime)."""
+    path = state / "agap-up.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pid = os.read(fd, 32).decode().strip() or "?"
+        os.close(fd)
+        raise ConfigError(
+            f"another agap up is running on {state} (pid {pid})",
+            hint="stop it first (Ctrl-C in its shell), or give this one its own AGAP_STATE_DIR",
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
+
+
+def wipe_state(state: Path) -> None:
+    """Delete everything in ``state`` but its lock: the demo board, counters, cron state."""
+    for entry in state.iterdir():
+        if entry.name == "agap-up.lock":
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def _stand_in(port: int) -> HindsightStandIn:
+    """The Hindsight stand-in on ``port`` (any port when that one is taken, or 0)."""
+    try:
+        return HindsightStandIn.with_demo_memories(port=port).start()
+    except OSError:
+        return HindsightStandIn.with_demo_memories().start()
+
+
 def _derived_password(token: str, agent: str) -> str:
     """A confined agent's board password under `agap up`: a function of the board's token."""
     return hmac.new(token.encode(), f"agap up board user {agent}".encode(), hashlib.sha256).hexdigest()
@@ -156,28 +195,26 @@ def _worker_env(env: dict[str, str], card: Card, passwords: dict[str, str]) -> d
     help="Board port on 127.0.0.1 (AGAP_BOARD_PORT, default 8765; 0 = any).",
 )
 @click.option("--no-workers", is_flag=True, help="Only the board (and init).")
+@click.option("--reset", is_flag=True, help="Start over: delete this state's demo board and state first.")
 @click.option(
     "-v",
     "--verbose",
     count=True,
     help="The workers' and keeper's INFO lines (-vv: DEBUG); by default only warnings.",
 )
-def up_cmd(port: int, no_workers: bool, verbose: int) -> None:
+def up_cmd(port: int, no_workers: bool, reset: bool, verbose: int) -> None:
     """Run the fabric on the embedded board: board, init, workers, keeper. Ctrl-C stops."""
     exit_on_signal(0)  # a stop during start-up exits 0 (no child is started yet)
     settings = Settings.from_env()
-    cards = load_cards(settings.cards_dir)
     state = settings.state_dir
     state.mkdir(parents=True, exist_ok=True)
-    try:
-        board = EmbeddedBoard(
-            state / "board.sqlite3", port=port, token=registry.get_str("AGAP_BOARD_TOKEN") or None
-        ).start()
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot listen on 127.0.0.1:{port}: {exc.strerror}",
-            hint="another `agap up` may be running; or set AGAP_BOARD_PORT",
-        ) from None
+    _lock = hold_state(state)  # one agap up per state, for as long as this runs
+    if reset:
+        wipe_state(state)
+    cards, problems = load_cards_keeping_going(settings.cards_dir)
+    for p in problems:  # said once, here (the children are told they are supervised)
+        click.echo(f"agap up: {p} — not started until it is fixed", err=True)
+    board = _board(state, port)
     settings = Settings(**{**settings.__dict__, "board_url": board.url, "board_token": board.token})
     board.set_view(WebView(board.api, settings))  # read-only page, same token
     # Each confined agent's board password: the operator's, else one derived from the
@@ -189,71 +226,28 @@ def up_cmd(port: int, no_workers: bool, verbose: int) -> None:
     report = init_board(KanboardClient(board.url, board.token), settings, cards, env=given)
     assert report.layout is not None
     save_layout_cache(settings, report.layout)
-
-    # The children get this process's whole environment, with the board and the demo
-    # model filled in (an empty AGAP_MODEL_MODE keeps the cards' own modes).
-    env = {
-        **os.environ,
-        "KANBOARD_URL": board.url,
-        "KANBOARD_API_TOKEN": board.token,
-        "AGAP_MODEL_MODE": registry.get_str("AGAP_MODEL_MODE", fallback="demo"),
-        "AGAP_STATE_DIR": str(state.resolve()),
-        "AGAP_CARDS_DIR": str(Path(settings.cards_dir).resolve()),
-    }
-    # No child sees the agents' passwords but the agent's own worker.
-    env = {k: v for k, v in env.items() if k not in given}
+    env = _children_env(board, settings, exclude=set(given))
     # No Hindsight named: the stand-in, so the shipped reflect schedule has a bank to read.
+    # Next to the board's port, so the lines pasted in another shell stay true across runs.
     memory = None
     if not registry.get_str("AGAP_HINDSIGHT_URL", fallback=""):
-        memory = HindsightStandIn.with_demo_memories().start()
+        memory = _stand_in(board.port + 1 if port else 0)
         env["AGAP_HINDSIGHT_URL"] = memory.url
     sup = Supervisor(env)
-    stop = sup.stopping
     asked: list[float] = []
     # From here a stop is orderly: the children get the daemons' grace to stop on their
     # own, then SIGKILL; `agap up` is gone inside the 3 s bound (its watchdog kills them
     # all if not). Before, a stop exits at once: the board and init are transactional.
     set_on_signal(
-        stop, note=lambda _: asked.append(time.monotonic()), on_force=sup.kill, grace=STOP_BOUND - 0.2
+        sup.stopping, note=lambda _: asked.append(time.monotonic()), on_force=sup.kill, grace=STOP_BOUND - 0.2
     )
-    agents = [] if no_workers else worker_agents(cards)
-    cli = [sys.executable, "-m", "fabric.apps.cli"]
-    for agent in agents:
-        argv = [*cli, "worker", "--agent", agent, *logs.child_flags(verbose)]
-        sup.start(f"worker {agent}", argv, _worker_env(env, cards.get(agent), passwords))
-    if not no_workers and "keeper" in main.commands:
-        sup.start("keeper", [*cli, "keeper", *logs.child_flags(verbose)])
-        for card in (c for c in cards if confined(c)):  # each home has a keeper of its own
-            work, locks = home_names(settings, card)
-            home = {**env, "AGAP_PROJECT": work, "AGAP_LOCKS_PROJECT": locks}
-            sup.start(f"keeper {card.id}", [*cli, "keeper", *logs.child_flags(verbose)], home)
-    schedules = None if no_workers else schedule_file()
-    if schedules is not None:
-        sup.start("cron", [*cli, "cron", "--file", str(schedules), *logs.child_flags(verbose)])
-
-    click.echo(
-        f"""
-agap fabric is up on the embedded board ({state / "board.sqlite3"}).
-  board     {board.url}
-  view      http://127.0.0.1:{board.port}/ (user jsonrpc, password: the token)
-  workers   {", ".join(agents) or "none"} (model mode: {env["AGAP_MODEL_MODE"]})
-  keeper    {"running" if "keeper" in sup.children else "not started"}
-  cron      {schedules or "not started (no schedule file)"}
-  hindsight {env["AGAP_HINDSIGHT_URL"]}{" (embedded stand-in, demo memories)" if memory else ""}
-  logs      {"warnings only (agap up -v for the daemons' INFO lines)" if verbose <= 0 else "verbose"}
-
-In another shell, paste these lines, then follow the tour in README.md:
-{shell_setup(board, env["AGAP_MODEL_MODE"], memory.url if memory else "")}
-  agap submit --target kimi --intent "Summarise the README" --ref "file://$PWD/README.md"
-  agap ls
-
-Ctrl-C stops everything.""",
-        err=False,
-    )
+    started = [] if no_workers else _start_children(sup, settings, cards, passwords, verbose)
+    paste = shell_setup(board, env["AGAP_MODEL_MODE"], memory.url if memory else "")
+    (state / "shell.env").write_text("\n".join(line.strip() for line in paste.splitlines()) + "\n")
+    click.echo(_banner(state, board, env, sup, started, memory is not None, verbose, paste), err=False)
     sys.stdout.flush()
-
     try:
-        while not stop.wait(0.2):
+        while not sup.stopping.wait(0.2):
             sup.watch()
     finally:
         click.echo("agap up: stopping workers and the board…", err=True)
@@ -261,3 +255,86 @@ Ctrl-C stops everything.""",
         if memory is not None:
             memory.stop()
         board.stop()
+
+
+def _board(state: Path, port: int) -> EmbeddedBoard:
+    """The embedded board of ``state``, serving on ``port``."""
+    try:
+        return EmbeddedBoard(
+            state / "board.sqlite3", port=port, token=registry.get_str("AGAP_BOARD_TOKEN") or None
+        ).start()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen on 127.0.0.1:{port}: {exc.strerror}",
+            hint="another program holds the port: set AGAP_BOARD_PORT (or --port) to another",
+        ) from None
+
+
+def _children_env(board: EmbeddedBoard, settings: Settings, *, exclude: set[str]) -> dict[str, str]:
+    """The children's environment: this process's, with the board and the demo model
+    filled in (an empty AGAP_MODEL_MODE keeps the cards' own modes); no child sees the
+    agents' passwords (``exclude``) but the agent's own worker."""
+    env = {
+        **os.environ,
+        "KANBOARD_URL": board.url,
+        "KANBOARD_API_TOKEN": board.token,
+        "AGAP_MODEL_MODE": registry.get_str("AGAP_MODEL_MODE", fallback="demo"),
+        "AGAP_STATE_DIR": str(settings.state_dir.resolve()),
+        "AGAP_CARDS_DIR": str(Path(settings.cards_dir).resolve()),
+        "AGAP_SUPERVISED": "1",
+    }
+    return {k: v for k, v in env.items() if k not in exclude}
+
+
+def _start_children(
+    sup: Supervisor, settings: Settings, cards: CardSet, passwords: dict[str, str], verbose: int
+) -> list[str]:
+    """A worker per agent that has one, the keepers and cron; the agents started."""
+    agents = worker_agents(cards)
+    cli = [sys.executable, "-m", "fabric.apps.cli"]
+    flags = logs.child_flags(verbose)
+    for agent in agents:
+        sup.start(
+            f"worker {agent}",
+            [*cli, "worker", "--agent", agent, *flags],
+            _worker_env(sup.env, cards.get(agent), passwords),
+        )
+    if "keeper" in main.commands:
+        sup.start("keeper", [*cli, "keeper", *flags])
+        for card in (c for c in cards if confined(c)):  # each home has a keeper of its own
+            work, locks = home_names(settings, card)
+            home = {**sup.env, "AGAP_PROJECT": work, "AGAP_LOCKS_PROJECT": locks}
+            sup.start(f"keeper {card.id}", [*cli, "keeper", *flags], home)
+    schedules = schedule_file()
+    if schedules is not None:
+        sup.start("cron", [*cli, "cron", "--file", str(schedules), *flags])
+    return agents
+
+
+def _banner(
+    state: Path,
+    board: EmbeddedBoard,
+    env: dict[str, str],
+    sup: Supervisor,
+    agents: list[str],
+    stand_in: bool,
+    verbose: int,
+    paste: str,
+) -> str:
+    cron = next((argv[-1] for name, (argv, _) in sup.children.items() if name == "cron"), None)
+    return f"""
+agap fabric is up on the embedded board ({state / "board.sqlite3"}).
+  board     {board.url}
+  view      http://127.0.0.1:{board.port}/ (user jsonrpc, password: the token)
+  workers   {", ".join(agents) or "none"} (model mode: {env["AGAP_MODEL_MODE"]})
+  keeper    {"running" if "keeper" in sup.children else "not started"}
+  cron      {cron or "not started (no schedule file)"}
+  hindsight {env["AGAP_HINDSIGHT_URL"]}{" (embedded stand-in, demo memories)" if stand_in else ""}
+  logs      {"warnings only (agap up -v for the daemons' INFO lines)" if verbose <= 0 else "verbose"}
+
+In another shell, paste these lines (or run: . {state / "shell.env"}), then follow README.md:
+{paste}
+  agap submit --target kimi --intent "Summarise the README" --ref "file://$PWD/README.md"
+  agap ls
+
+Ctrl-C stops everything."""

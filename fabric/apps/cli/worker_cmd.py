@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from fabric.apps.cli import logs, main
-from fabric.cards import load_cards
 from fabric.settings.resolve import Settings
 from fabric.signals import exit_on_signal
 
@@ -27,7 +26,7 @@ def worker_cmd(agent: str, concurrency: int | None, drain: bool, verbose: bool, 
 
     logs.configure(verbose=verbose, quiet=quiet)
     settings = Settings.from_env()
-    cards = load_cards(settings.cards_dir)
+    cards = logs.daemon_cards(settings.cards_dir, own=agent)  # a bad card stops only its worker
     worker = build_worker(agent, settings, cards, concurrency=concurrency, drain=drain)
     run_until_signalled(worker, settings, cards.get(agent))
     s = worker.stats
