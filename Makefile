@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed-stamp
 
-.PHONY: install run test test-stress lint typecheck unit integration contract bench clean
+.PHONY: install run reset test test-stress lint typecheck unit integration contract bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ install: $(STAMP)
 ## run the fabric on the embedded board, offline (Ctrl-C stops everything)
 run: install
 	$(VENV)/bin/agap up
+
+## start the demo over: stop nothing, forget the embedded board, its state and the demo's
+## clones (var/), keep the venv. `agap up --reset` refuses while a fabric still runs there.
+reset: install
+	$(VENV)/bin/agap up --reset --no-start
 
 ## install and run the whole test suite (lint, types, unit, integration, contract), one
 ## pytest-xdist worker per CPU

@@ -17,6 +17,7 @@ EXIT_COLLISION = 5
 EXIT_POLICY = 6
 EXIT_STORAGE = 7
 EXIT_TIMEOUT = 8
+EXIT_WAITING = 9
 
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
@@ -30,6 +31,7 @@ EXIT_CODES: dict[int, str] = {
     EXIT_STORAGE: "the board's database refused the call (an SQL error), or the fabric refused to "
     "send what no backend can store; nothing was written",
     EXIT_TIMEOUT: "the wait ran out before the task ended (agap watch --timeout / --idle-timeout)",
+    EXIT_WAITING: "the task waits for an answer (agap a2a call: input required)",
 }
 
 
@@ -54,6 +56,11 @@ class FabricError(Exception):
         self.where = where
         self.hint = hint
         super().__init__(self.line())
+
+    def with_exit(self, code: int) -> FabricError:
+        """This error, exiting with ``code`` (one of the table's) instead of its class's."""
+        self.exit_code = code
+        return self
 
     def line(self) -> str:
         """One human line: ``where: what (hint)``."""

@@ -144,6 +144,17 @@ class Notifier:
     sent: int = 0
     failed: int = 0
     outbox: list[tuple[str, str, bool, str | None]] = field(default_factory=list)
+    _said: set[str] = field(default_factory=set)
+
+    def _say_once(self, line: str) -> None:
+        """A channel that cannot work is said once per keeper, as a warning where someone
+        can act on it; under ``agap up`` (the demo household's example channels) as INFO."""
+        if line in self._said:
+            return
+        self._said.add(line)
+        log.log(
+            logging.INFO if registry.get_bool("AGAP_SUPERVISED", self.env) else logging.WARNING, "%s", line
+        )
 
     def channels(self, card: Card) -> list[Channel]:
         env = registry.environ(self.env)
@@ -156,7 +167,7 @@ class Notifier:
                 try:
                     out.append(MatrixNotifier.from_spec(spec, env))
                 except ConfigError as exc:
-                    log.warning("%s: matrix channel skipped: %s", card.id, exc.line())
+                    self._say_once(f"{card.id}: matrix channel skipped: {exc.line()}")
         return out
 
     def notify(
@@ -183,7 +194,7 @@ class Notifier:
                 ch.send(subject, body, urgent=urgent, ref=ref, url=url)
                 ok = True
             except (NotifyError, FabricError) as exc:
-                log.warning("notify %s: %s", card.id, exc)
+                self._say_once(f"notify {card.id}: {exc}")
         if ok:
             self.sent += 1
         else:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from fabric.cards import CardSet, load_cards
 from fabric.core import Fabric
@@ -23,6 +24,12 @@ from fabric.ledger import Ledger
 from fabric.settings.resolve import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Property tests judge what an example does, never how long it took: a per-example
+# deadline fails on a busy machine (`make test-stress`), so there is none. A test's own
+# @settings still narrows the rest.
+settings.register_profile("agap", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("agap")
 
 
 class FakeClock:

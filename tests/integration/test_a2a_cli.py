@@ -58,7 +58,8 @@ def test_call_sends_and_prints_the_result(server: ServerThread) -> None:
     assert result.exit_code == 0 and "TASK_STATE_CANCELED" in result.output
 
     result = runner.invoke(main, ["a2a", "call", url, "[ask] pick one", "--token", ALICE])
-    assert result.exit_code == 3 and "which city?" in result.output
+    assert result.exit_code == 9 and "which city?" in result.output  # waits for an answer
 
     result = runner.invoke(main, ["a2a", "call", url, "x", "--token", "not-" + "a" * 30])
-    assert result.exit_code == 1 and "401" in result.output
+    assert result.exit_code == 3 and "refused the credentials (HTTP 401)" in result.output
+    assert result.output.strip().count("\n") == 0, result.output  # one line

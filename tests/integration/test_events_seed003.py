@@ -31,7 +31,7 @@ from workers.job import JobOutcome
 
 pytest_plugins = ["tests.integration.test_events_helpers"]  # the fixtures
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+README = (Path(__file__).resolve().parents[2] / "docs" / "PROTOCOLS.md").read_text(encoding="utf-8")
 
 
 class MqttReader:

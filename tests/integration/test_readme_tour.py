@@ -32,6 +32,8 @@ from tests.helpers import wait_until
 
 README = ROOT / "README.md"
 SECTION = "## A tour"
+# The tours, run in this order in one shell: the README's, then docs/TOUR.md's.
+TOURS = ((README, "## A tour"), (ROOT / "docs" / "TOUR.md", "## The longer tour"))
 BANNER_MARK = "<!-- tour: printed by make run -->"
 BLOCK_TIMEOUT = 240.0  # seconds per block; a loaded 2-CPU machine starts 9 Pythons slowly
 # What a checkout has that the tour uses (`cards` and `souls` for the workers, the example
@@ -42,20 +44,33 @@ EXIT_NOTE = re.compile(r"\s#\s*exit\s+(\d+)(?::|\s*$)")  # "# exit 4" or "# exit
 
 @dataclass(frozen=True)
 class Block:
-    """One ```sh block of the tour."""
+    """One ```sh block of a tour."""
 
-    line_no: int  # of its first line in README.md
+    line_no: int  # of its first line in its file
     lines: tuple[str, ...]
     printed_by_make_run: bool = False
+    file: str = "README.md"
 
     def where(self) -> str:
-        return f"README.md:{self.line_no}"
+        return f"{self.file}:{self.line_no}"
 
 
-def tour_blocks(text: str) -> list[Block]:
-    """The ```sh blocks of the ``## A tour`` section, in order (any other fence is an error)."""
+def all_blocks() -> list[Block]:
+    """Every tour's blocks, in the order they run."""
+    out: list[Block] = []
+    for path, section in TOURS:
+        name = str(path.relative_to(ROOT))
+        out += [
+            Block(b.line_no, b.lines, b.printed_by_make_run, name)
+            for b in tour_blocks(path.read_text(), section)
+        ]
+    return out
+
+
+def tour_blocks(text: str, section: str = SECTION) -> list[Block]:
+    """The ```sh blocks of a tour's section, in order (any other fence is an error)."""
     lines = text.splitlines()
-    start = lines.index(SECTION)
+    start = lines.index(section)
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
     blocks: list[Block] = []
     i = start + 1
@@ -209,7 +224,7 @@ def run_block(script: str, cwd: Path, env: dict[str, str], where: str) -> subpro
 
 def test_the_tour_is_found_and_annotated() -> None:
     """The extraction itself: the section has blocks, the first is make run's, refusals parse."""
-    blocks = tour_blocks(README.read_text())
+    blocks = all_blocks()
     assert len(blocks) >= 5 and blocks[0].printed_by_make_run
     assert [b.printed_by_make_run for b in blocks[1:]] == [False] * (len(blocks) - 1)
     assert settings_names(blocks[0].lines)[:2] == ["cd", "PATH"], "the tour says how to put agap on PATH"
@@ -224,7 +239,7 @@ def test_the_tour_is_found_and_annotated() -> None:
 def test_every_line_of_the_readme_tour_runs(tmp_path: Path) -> None:
     for tool in ("bash", "jq", "git", "curl"):
         assert shutil.which(tool), f"the tour needs {tool} (README, A tour)"
-    blocks = tour_blocks(README.read_text())
+    blocks = all_blocks()
     checkout = tmp_path / "checkout"
     checkout.mkdir()
     for name in CHECKOUT:

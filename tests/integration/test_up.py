@@ -160,3 +160,23 @@ def test_a_bad_card_stops_only_itself_and_is_named(tmp_path: Path) -> None:
     named = [line for line in err.splitlines() if "qwen-remote.yaml" in line]
     assert named and "not started until it is fixed" in named[0], err
     assert "Traceback" not in err
+
+
+def test_make_reset_empties_the_state_and_refuses_beside_a_running_fabric(tmp_path: Path) -> None:
+    first = _up(tmp_path, "--port", "0")
+    try:
+        _until_up(first)
+        busy = _up(tmp_path, "--reset", "--no-start")
+        _, err = busy.communicate(timeout=60)
+        assert busy.returncode == 2 and "another agap up is running" in err, err
+        assert (tmp_path / "var" / "board.sqlite3").exists(), "a refused reset deletes nothing"
+    finally:
+        _stop(first)
+    reset = _up(tmp_path, "--reset", "--no-start")
+    out, err = reset.communicate(timeout=60)
+    assert reset.returncode == 0, err
+    assert "starts the demo afresh" in out
+    assert sorted(p.name for p in (tmp_path / "var").iterdir()) == ["agap-up.lock"]
+    alone = _up(tmp_path, "--no-start")
+    _, err = alone.communicate(timeout=60)
+    assert alone.returncode == 2 and "--no-start only goes with --reset" in err

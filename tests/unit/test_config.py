@@ -86,6 +86,17 @@ def test_config_show_masks_secrets_and_names_sources(tmp_path: Path) -> None:
     assert rows["KANBOARD_API_TOKEN"]["source"].endswith(".agap.env")
     assert rows["AGAP_ACTOR"]["value"] == "alvis"
     assert rows["KANBOARD_URL"]["source"] == "environment"
+    # `agap up`'s own port is not the board this shell talks to: listed only when set.
+    assert "AGAP_BOARD_PORT" not in rows
+
+
+def test_config_show_lists_agap_ups_port_when_it_is_set() -> None:
+    env = {"AGAP_BOARD_PORT": "8801"}
+    shown = CliRunner().invoke(main, ["config", "show", "--json"], env=env)
+    rows = {r["name"]: r for r in json.loads(shown.output)}
+    assert rows["AGAP_BOARD_PORT"] == {**rows["AGAP_BOARD_PORT"], "value": "8801", "source": "environment"}
+    every = CliRunner().invoke(main, ["config", "show", "--all", "--json"])
+    assert {r["name"]: r for r in json.loads(every.output)}["AGAP_BOARD_PORT"]["source"] == "default"
 
 
 def test_the_cli_fails_closed_on_a_missing_env_file(tmp_path: Path) -> None:

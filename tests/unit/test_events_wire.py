@@ -13,7 +13,7 @@ from fabric.events.schema import Event, EventType
 from fabric.events.signing import seal, task_token
 from tests import seed003
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+README = (Path(__file__).resolve().parents[2] / "docs" / "PROTOCOLS.md").read_text(encoding="utf-8")
 SECRET = "unit-test-fabric-secret-0123"
 
 

@@ -20,10 +20,10 @@ def test_every_rule_has_its_handler_and_every_handler_a_rule() -> None:
     assert named - ELSEWHERE == set(HANDLERS)
 
 
-def test_the_readme_and_policy_tables_are_the_generated_one() -> None:
+def test_the_design_and_policy_tables_are_the_generated_one() -> None:
     text = CliRunner().invoke(main, ["config", "gestures"]).output
     assert text == table.markdown()
-    for doc in ("README.md", "docs/POLICY.md"):
+    for doc in ("docs/DESIGN.md", "docs/POLICY.md"):
         assert text in (ROOT / doc).read_text(encoding="utf-8"), (
             f"{doc}'s gesture table is stale: paste the output of `agap config gestures` over it"
         )

@@ -319,9 +319,9 @@ def test_config_show_all_lists_every_variable_with_its_reader(
 
 
 def _readme_table() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "CONFIGURATION.md").read_text(encoding="utf-8")
     start, end = text.find(registry.MARKDOWN_BEGIN), text.find(registry.MARKDOWN_END)
-    assert 0 <= start < end, "README.md has lost the generated configuration table's markers"
+    assert 0 <= start < end, "docs/CONFIGURATION.md has lost the generated configuration table's markers"
     return text[start : end + len(registry.MARKDOWN_END)] + "\n"
 
 
@@ -330,7 +330,7 @@ def test_the_readme_table_is_the_generated_one() -> None:
     assert result.exit_code == 0, result.output
     assert result.output == registry.markdown()
     assert _readme_table() == result.output, (
-        "README.md's configuration table is stale: paste the output of "
+        "docs/CONFIGURATION.md's configuration table is stale: paste the output of "
         "`agap config show --all --markdown` over it"
     )
 

@@ -14,7 +14,7 @@ import click
 
 from fabric.apps.cli import main
 from fabric.cards import load_cards
-from fabric.errors import ConfigError
+from fabric.errors import EXIT_UNREACHABLE, EXIT_WAITING, ConfigError, FabricError
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.signals import exit_on_signal
@@ -163,7 +163,8 @@ def call_cmd(
     """Call the A2A agent at URL (e.g. http://127.0.0.1:8700/kimi) with TEXT (or stdin).
 
     Prints the result text (or the task as JSON with --json). Exit 0 when the task
-    completed (or was submitted with --async), 3 when it waits for input, 1 otherwise.
+    completed (or was submitted with --async), 9 when it waits for input, 3 when the agent
+    cannot be reached or refuses the token, 1 otherwise.
     """
     if not token:
         raise ConfigError("no token", where="--token", hint="pass --token or set AGAP_A2A_TOKEN")
@@ -240,10 +241,34 @@ async def _call(
                 timeout=timeout,
             )
     except (A2AError, A2AClientError) as exc:
-        click.echo(f"agap: error: {exc}", err=True)
-        return 1
+        raise _call_error(url, exc) from None
     _show(task, as_json)
     return _exit_code(task, is_async=is_async, wait=wait, got=bool(get_id), canceled=bool(cancel_id))
+
+
+def _call_error(url: str, exc: BaseException) -> FabricError:
+    """What went wrong with a call, in one line: refused credentials and an agent that
+    cannot be reached are exit 3 (the one table); anything else is the first line, exit 1."""
+    import httpx  # the A2A client's transport (the a2a extra)
+
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, httpx.HTTPStatusError) and cause.response.status_code in (401, 403):
+            code = cause.response.status_code
+            return FabricError(
+                f"the A2A agent refused the credentials (HTTP {code})",
+                where=url,
+                hint="check --token (or AGAP_A2A_TOKEN) against the server's AGAP_A2A_TOKENS",
+            ).with_exit(EXIT_UNREACHABLE)
+        if isinstance(cause, httpx.TransportError):
+            return FabricError(
+                f"cannot reach the A2A agent ({type(cause).__name__})",
+                where=url,
+                hint="is `agap a2a serve` running there, and is the URL right?",
+            ).with_exit(EXIT_UNREACHABLE)
+        cause = cause.__cause__ or cause.__context__
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return FabricError(first, where=url)
 
 
 def _tls(cacert: str | None, client_cert: str | None, client_key: str | None) -> ssl.SSLContext:
@@ -302,7 +327,7 @@ def _show(task: Task, as_json: bool) -> None:
 
 
 def _exit_code(task: Task, *, is_async: bool, wait: bool, got: bool, canceled: bool) -> int:
-    """0 done (or submitted with --async, shown, canceled as asked), 3 waiting for input, else 1."""
+    """0 done (or submitted with --async, shown, canceled as asked), 9 waiting for input, else 1."""
     from a2a.types.a2a_pb2 import TaskState  # optional a2a extra (see the top)
 
     state = task.status.state
@@ -311,7 +336,7 @@ def _exit_code(task: Task, *, is_async: bool, wait: bool, got: bool, canceled: b
     ):
         return 0
     if state == TaskState.TASK_STATE_INPUT_REQUIRED:
-        return 3
+        return EXIT_WAITING
     if got and state not in (TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED):
         return 0
     if canceled and state == TaskState.TASK_STATE_CANCELED:

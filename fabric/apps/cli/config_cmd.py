@@ -71,6 +71,11 @@ def show(show_all: bool, as_json: bool, markdown: bool) -> None:
     _print_table(rows, show_all)
 
 
+# Read by `agap up` alone: its default says nothing about the board a shell talks to
+# (KANBOARD_URL does), so it is listed only when set, or under --all.
+_UP_ONLY = frozenset({"AGAP_BOARD_PORT", "AGAP_BOARD_TOKEN"})
+
+
 def _row(k: registry.Var, resolved: Resolved, show_all: bool) -> dict[str, str] | None:
     """``k``'s line: its effective value (masked) and source; None to leave it out."""
     if k.name in resolved.values:
@@ -80,7 +85,7 @@ def _row(k: registry.Var, resolved: Resolved, show_all: bool) -> dict[str, str] 
             "source": resolved.sources[k.name],
             "meaning": k.meaning,
         }
-    elif show_all or k.default:
+    elif show_all or (k.default and k.name not in _UP_ONLY):
         row = {
             "name": k.name,
             "value": k.default,

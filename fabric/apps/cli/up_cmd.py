@@ -63,11 +63,14 @@ def schedule_file() -> Path | None:
     return None
 
 
-def shell_setup(board: EmbeddedBoard, model_mode: str, hindsight_url: str = "") -> str:
+def shell_setup(
+    board: EmbeddedBoard, model_mode: str, hindsight_url: str = "", *, explicit: dict[str, str] | None = None
+) -> str:
     """The lines a second shell needs to use this fabric (the README's tour starts with them).
 
     ``agap`` is put on PATH from this interpreter's directory (the venv ``make run`` made):
-    nothing in the tour assumes an activated venv.
+    nothing in the tour assumes an activated venv. ``explicit``: settings this process was
+    given (its cards, its state), which the second shell must share.
     """
     lines = [f"cd {shlex.quote(str(Path.cwd()))}"]
     bin_dir = Path(sys.executable).parent  # not resolved: a venv's python is a symlink
@@ -79,6 +82,8 @@ def shell_setup(board: EmbeddedBoard, model_mode: str, hindsight_url: str = "") 
         lines.append(f"export AGAP_MODEL_MODE={shlex.quote(model_mode)}")
     if hindsight_url:
         lines.append(f"export AGAP_HINDSIGHT_URL={hindsight_url}")
+    for name, value in sorted((explicit or {}).items()):
+        lines.append(f"export {name}={shlex.quote(value)}")
     return "\n".join(f"  {line}" for line in lines)
 
 
@@ -196,13 +201,14 @@ def _worker_env(env: dict[str, str], card: Card, passwords: dict[str, str]) -> d
 )
 @click.option("--no-workers", is_flag=True, help="Only the board (and init).")
 @click.option("--reset", is_flag=True, help="Start over: delete this state's demo board and state first.")
+@click.option("--no-start", is_flag=True, help="With --reset: only start over (`make reset`); start nothing.")
 @click.option(
     "-v",
     "--verbose",
     count=True,
     help="The workers' and keeper's INFO lines (-vv: DEBUG); by default only warnings.",
 )
-def up_cmd(port: int, no_workers: bool, reset: bool, verbose: int) -> None:
+def up_cmd(port: int, no_workers: bool, reset: bool, no_start: bool, verbose: int) -> None:
     """Run the fabric on the embedded board: board, init, workers, keeper. Ctrl-C stops."""
     exit_on_signal(0)  # a stop during start-up exits 0 (no child is started yet)
     settings = Settings.from_env()
@@ -211,6 +217,11 @@ def up_cmd(port: int, no_workers: bool, reset: bool, verbose: int) -> None:
     _lock = hold_state(state)  # one agap up per state, for as long as this runs
     if reset:
         wipe_state(state)
+        if no_start:
+            click.echo(f"agap up: {state} is empty; `make run` starts the demo afresh")
+            return
+    elif no_start:
+        raise ConfigError("--no-start only goes with --reset", hint="run `agap up --reset --no-start`")
     cards, problems = load_cards_keeping_going(settings.cards_dir)
     for p in problems:  # said once, here (the children are told they are supervised)
         click.echo(f"agap up: {p} — not started until it is fixed", err=True)
@@ -242,7 +253,8 @@ def up_cmd(port: int, no_workers: bool, reset: bool, verbose: int) -> None:
         sup.stopping, note=lambda _: asked.append(time.monotonic()), on_force=sup.kill, grace=STOP_BOUND - 0.2
     )
     started = [] if no_workers else _start_children(sup, settings, cards, passwords, verbose)
-    paste = shell_setup(board, env["AGAP_MODEL_MODE"], memory.url if memory else "")
+    shared = {k: env[k] for k in ("AGAP_CARDS_DIR", "AGAP_STATE_DIR") if registry.named(k)}
+    paste = shell_setup(board, env["AGAP_MODEL_MODE"], memory.url if memory else "", explicit=shared)
     (state / "shell.env").write_text("\n".join(line.strip() for line in paste.splitlines()) + "\n")
     click.echo(_banner(state, board, env, sup, started, memory is not None, verbose, paste), err=False)
     sys.stdout.flush()
