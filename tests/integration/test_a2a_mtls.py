@@ -190,8 +190,11 @@ def test_agap_a2a_call_presents_the_client_certificate(mtls: MtlsEnv) -> None:
     refused = runner.invoke(
         main, ["a2a", "call", mtls.url, "Say hi", "--token", ALICE, "--cacert", str(p.ca)]
     )
-    assert refused.exit_code == 1, refused.output  # the handshake is refused: one line, no traceback
+    # the handshake is refused: exit 3 (refused credentials), one line, no traceback, and the
+    # hint names the certificate the server asked for
+    assert refused.exit_code == 3, refused.output
     assert refused.output.startswith("agap: error: ") and len(refused.output.strip().splitlines()) == 1
+    assert "--client-cert" in refused.output
     bad = runner.invoke(
         main, ["a2a", "call", mtls.url, "x", "--token", ALICE, "--client-key", str(p.client_key)]
     )

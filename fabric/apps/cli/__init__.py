@@ -82,6 +82,7 @@ COMMAND_MODULES = (
     "workspace_cmd",
     "mcp_cmd",
     "promote_cmd",
+    "household_cmd",
 )
 
 

@@ -194,6 +194,7 @@ def call_cmd(
             timeout=timeout,
             as_json=as_json,
             verify=verify,
+            client_cert=bool(client_cert),
         )
     )
     sys.exit(code)
@@ -215,6 +216,7 @@ async def _call(
     timeout: float,
     as_json: bool,
     verify: ssl.SSLContext | bool,
+    client_cert: bool,
 ) -> int:
     from a2a.client import A2AClientError  # optional a2a extra (see the top)
     from a2a.utils.errors import A2AError  # optional a2a extra
@@ -241,14 +243,18 @@ async def _call(
                 timeout=timeout,
             )
     except (A2AError, A2AClientError) as exc:
-        raise _call_error(url, exc) from None
+        raise _call_error(url, exc, client_cert=client_cert) from None
     _show(task, as_json)
     return _exit_code(task, is_async=is_async, wait=wait, got=bool(get_id), canceled=bool(cancel_id))
 
 
-def _call_error(url: str, exc: BaseException) -> FabricError:
+def _call_error(url: str, exc: BaseException, *, client_cert: bool = False) -> FabricError:
     """What went wrong with a call, in one line: refused credentials and an agent that
-    cannot be reached are exit 3 (the one table); anything else is the first line, exit 1."""
+    cannot be reached are exit 3 (the one table); anything else is the first line, exit 1.
+
+    A server that wants a client certificate closes a TLS 1.3 connection only after the
+    handshake, so the refusal surfaces as a transport error: over https without
+    --client-cert the hint names the certificate too."""
     import httpx  # the A2A client's transport (the a2a extra)
 
     cause: BaseException | None = exc
@@ -261,10 +267,11 @@ def _call_error(url: str, exc: BaseException) -> FabricError:
                 hint="check --token (or AGAP_A2A_TOKEN) against the server's AGAP_A2A_TOKENS",
             ).with_exit(EXIT_UNREACHABLE)
         if isinstance(cause, httpx.TransportError):
+            hint = "is `agap a2a serve` running there, and is the URL right?"
+            if url.startswith("https:") and not client_cert:
+                hint += " If it asks for a client certificate, pass --client-cert and --client-key"
             return FabricError(
-                f"cannot reach the A2A agent ({type(cause).__name__})",
-                where=url,
-                hint="is `agap a2a serve` running there, and is the URL right?",
+                f"cannot reach the A2A agent ({type(cause).__name__})", where=url, hint=hint
             ).with_exit(EXIT_UNREACHABLE)
         cause = cause.__cause__ or cause.__context__
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
