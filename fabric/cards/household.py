@@ -30,7 +30,7 @@ from fabric.cards.fields import (
     tier_rank,
 )
 
-__all__ = ["Assistant", "Endpoint", "Household", "Person", "parse_hours", "parse_quota", "render"]
+__all__ = ["Assistant", "HouseEndpoint", "Household", "Person", "parse_hours", "parse_quota", "render"]
 
 _HOURS = re.compile(r"^([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d$")
 _QUOTA = re.compile(r"^(\d+)/(\d+[smhd])$")
@@ -83,7 +83,7 @@ class Person(StrictModel):
         return self
 
 
-class Endpoint(StrictModel):
+class HouseEndpoint(StrictModel):
     """A model the house can call: in the cloud (through the LiteLLM proxy, with a
     quota), on a local GPU or CPU, or on a remote node that may sleep."""
 
@@ -109,7 +109,7 @@ class Endpoint(StrictModel):
         return value
 
     @model_validator(mode="after")
-    def _where(self) -> Endpoint:
+    def _where(self) -> HouseEndpoint:
         p: list[tuple[str, str]] = []
         if self.where != "cloud" and self.api_base is None:
             p.append(("api_base", f"a {self.where} endpoint needs the URL it serves on"))
@@ -141,7 +141,7 @@ class Household(StrictModel):
     """The answers: who, which models, which assistants, and who decides gates."""
 
     people: list[Person] = Field(min_length=1)
-    endpoints: list[Endpoint] = Field(min_length=1)
+    endpoints: list[HouseEndpoint] = Field(min_length=1)
     assistants: list[Assistant] = Field(default_factory=list)
     gate_to: Username | None = None
     gpu_vram_mb: int = Field(default=8192, gt=0)
@@ -237,7 +237,7 @@ def _person(x: Person) -> dict[str, Any]:
     }
 
 
-def _endpoint(ep: Endpoint, people: list[str]) -> dict[str, Any]:
+def _endpoint(ep: HouseEndpoint, people: list[str]) -> dict[str, Any]:
     shapes: list[dict[str, Any]] = []
     if ep.quota:
         limit, window = parse_quota(ep.quota)

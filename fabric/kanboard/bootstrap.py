@@ -324,6 +324,11 @@ def _expect(result: Any, method: str, doing: str) -> Any:
     return result
 
 
+def board_version(port: RpcPort) -> str:
+    """The board's version (one round trip): also proves the credentials are accepted."""
+    return str(port.call("getVersion"))
+
+
 def load_layout(port: RpcPort, settings: Settings) -> BoardLayout:
     """Discover the fabric's layout, the confined agents' homes with it, without changing
     anything (two round trips)."""

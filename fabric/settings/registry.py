@@ -445,6 +445,20 @@ REGISTRY: tuple[Var, ...] = (
     _v("AGAP_KEEPER_METRICS_HOST", "str", "keeper", "keeper metrics address", "127.0.0.1"),
     _v("AGAP_KEEPER_METRICS_PORT", "int", "keeper", "keeper metrics port (0 = off)", "0"),
     _v("AGAP_KEEPER_METRICS_TOKEN", "secret", "keeper", "bearer token for keeper metrics"),
+    # The names `agap household init` gives the people's channels (token_env in their
+    # cards); a household's own cards may name others.
+    _v(
+        "AGAP_MATRIX_TOKEN",
+        "secret",
+        "keeper",
+        "the fabric's Matrix account token (household cards' token_env)",
+    ),
+    _v(
+        "AGAP_WEBHOOK_TOKEN",
+        "secret",
+        "keeper",
+        "the bearer token webhook receivers expect (household cards)",
+    ),
     _v(
         "AGAP_KEEPER_METRICS_ALLOW",
         "list",

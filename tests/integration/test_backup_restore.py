@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -255,3 +256,34 @@ def test_links_on_cards_follow_the_new_ids() -> None:
         f"[r.md]({base}?controller=TaskViewController&action=show&task_id=12), "
         f"[other]({base}?controller=TaskViewController&action=show&task_id=8)"
     )
+
+
+def test_backup_to_stdout_restores_from_stdin_and_an_unwritable_folder_is_one_line(
+    embedded_board: EmbeddedBoard, fresh_board: EmbeddedBoard, cards: CardSet, tmp_path: Path
+) -> None:
+    # A container's user (uid 10001) cannot write a host folder owned by root: the compose
+    # recipe pipes `agap backup -` into the host's file instead.
+    fab = fabric_on(embedded_board, cards)
+    fab.submit("Water the plants", target="gemma-local")
+    out = CliRunner().invoke(main, ["backup", "-"], env=env_for(embedded_board, tmp_path))
+    assert out.exit_code == 0, out.output
+    text = out.stdout
+    assert json.loads(text)["format"] == FORMAT and "lock tags -> stdout" in out.stderr
+    res = CliRunner().invoke(main, ["restore", "-"], input=text, env=env_for(fresh_board, tmp_path / "b"))
+    assert res.exit_code == 0, res.output
+    assert "restore: 1 tasks" in res.output
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):  # root writes anywhere: make the folder a file instead
+            locked.chmod(0o700)
+            locked.rmdir()
+            locked.write_text("")
+        bad = run(env_for(embedded_board, tmp_path), "backup", str(locked / "x.json"))
+    finally:
+        if locked.is_dir():
+            locked.chmod(0o700)
+    assert bad.exit_code == 2, bad.output
+    assert bad.output.startswith("agap: error: ") and "agap backup - > FILE" in bad.output
+    assert len(bad.output.strip().splitlines()) == 1

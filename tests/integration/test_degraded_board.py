@@ -126,7 +126,8 @@ class Stack:
         )
         client = KanboardClient(self.board_url, TOKEN)
         try:
-            wait_until(lambda: client.call("getVersion"), timeout=20, what="the board to answer")
+            # A bound, not a pace: a process start on a loaded machine can take this long.
+            wait_until(lambda: client.call("getVersion"), timeout=60, what="the board to answer")
         except BaseException:
             self.board.kill()  # never leave a board process behind
             self.board.wait(timeout=10)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,7 +16,6 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 from tests.helpers import Lines
-from tests.stopping import free_port
 
 
 def test_up_runs_the_fabric_offline_and_stops_cleanly(tmp_path: Path) -> None:
@@ -128,8 +129,23 @@ def test_a_second_up_on_the_same_state_refuses_with_one_line(tmp_path: Path) -> 
         _stop(first)
 
 
+def _free_pair_below_ephemeral() -> int:
+    """A port p with p and p + 1 free, below the kernel's ephemeral range: an outgoing
+    connection of another test (which takes ephemeral ports) can never hold p + 1."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for p in random.Random().sample(range(20000, min(low, 32000) - 1, 2), 200):
+        with socket.socket() as a, socket.socket() as b:
+            try:
+                a.bind(("127.0.0.1", p))
+                b.bind(("127.0.0.1", p + 1))
+            except OSError:
+                continue
+            return p
+    raise AssertionError("no two free ports side by side below the ephemeral range")
+
+
 def test_reset_starts_over_and_the_stand_in_keeps_its_port(tmp_path: Path) -> None:
-    port = free_port()
+    port = _free_pair_below_ephemeral()
     first = _up(tmp_path, "--port", str(port))
     banner = _until_up(first)
     assert f"AGAP_HINDSIGHT_URL=http://127.0.0.1:{port + 1}" in banner, banner

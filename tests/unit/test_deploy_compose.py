@@ -30,12 +30,10 @@ from tests.conftest import ROOT
 
 COMPOSE = ROOT / "compose"
 FABRIC_IMAGE = "${AGAP_IMAGE:-agap-fabric:local}"
-# `agap a2a serve` is built alongside; its name is known even before it is registered.
-KNOWN_PENDING = {"a2a"}
 
 
 def _register_all_commands() -> None:
-    for path in sorted((ROOT / "fabric" / "cli").glob("*_cmd.py")):
+    for path in sorted((ROOT / "fabric" / "apps" / "cli").glob("*_cmd.py")):
         try:
             importlib.import_module(f"fabric.apps.cli.{path.stem}")
         except ImportError:
@@ -86,6 +84,9 @@ def test_the_generated_files_match_the_cards() -> None:
 
 def test_every_service_has_a_healthcheck_and_a_restart_policy(stack: dict[str, Any]) -> None:
     for name, svc in stack["services"].items():
+        if name == "init":  # the one one-shot: it runs to completion, and the rest wait for it
+            assert svc["restart"] == "no" and svc["command"] == ["agap", "init"]
+            continue
         assert svc.get("restart") in ("unless-stopped", "always"), name
         test = svc.get("healthcheck", {}).get("test")
         assert isinstance(test, list) and test[0] in ("CMD", "CMD-SHELL"), name
@@ -103,7 +104,7 @@ def test_every_fabric_service_runs_a_real_agap_command(stack: dict[str, Any]) ->
         try:
             resolve(argv)
         except LookupError as exc:
-            assert str(exc) in KNOWN_PENDING, f"{name}: `agap {exc}` is not a command"
+            raise AssertionError(f"{name}: `agap {exc}` is not a command") from None
     assert stack["services"]["a2a"]["command"] == [
         "agap",
         "a2a",
@@ -114,6 +115,43 @@ def test_every_fabric_service_runs_a_real_agap_command(stack: dict[str, Any]) ->
         "8700",
     ]
     assert stack["services"]["keeper"]["command"][:2] == ["agap", "keeper"]
+
+
+def test_the_first_start_needs_no_step_by_hand(stack: dict[str, Any]) -> None:
+    """Kanboard takes the operator's API token from the environment, `init` makes the
+    layout and users once it is healthy, and every fabric daemon waits for `init`."""
+    services = stack["services"]
+    assert services["kanboard"]["environment"]["API_AUTHENTICATION_TOKEN"].startswith(
+        "${KANBOARD_API_TOKEN:?"
+    )
+    assert services["init"]["depends_on"] == {"kanboard": {"condition": "service_healthy"}}
+    daemons = [
+        n for n, s in services.items() if s.get("image") == FABRIC_IMAGE and n not in ("init", "litellm")
+    ]
+    assert {"keeper", "a2a", "worker-kimi", "keeper-torgash"} <= set(daemons)
+    for name in daemons:
+        assert services[name]["depends_on"]["init"] == {"condition": "service_completed_successfully"}, name
+    # the passwords go to `init` alone; a confined worker gets its own and no token
+    init_env = services["init"]["environment"]
+    assert {"AGAP_PASSWORD_ALVIS", "AGAP_BOARD_PASSWORD_TORGASH", "AGAP_BOARD_PASSWORD_RESEARCHER"} <= set(
+        init_env
+    )
+    assert not any(
+        k.startswith(("AGAP_PASSWORD_", "AGAP_BOARD_PASSWORD_")) for k in services["keeper"]["environment"]
+    )
+    torgash = services["worker-torgash"]["environment"]
+    assert "KANBOARD_API_TOKEN" not in torgash and torgash["AGAP_BOARD_PASSWORD"].startswith(
+        "${AGAP_BOARD_PASSWORD_TORGASH:?"
+    )
+
+
+def test_an_image_nobody_can_pull_or_build_is_behind_a_profile(stack: dict[str, Any]) -> None:
+    for name, svc in stack["services"].items():
+        image = svc.get("image", "")
+        local = image.endswith(":local") or image.endswith(":local}")
+        if local and "build" not in svc:
+            assert svc.get("profiles"), f"{name}: {image} has no build and no profile"
+    assert stack["services"]["runtime-claude-coder"]["profiles"] == ["claude-coder"]
 
 
 def test_the_command_check_catches_a_typo() -> None:

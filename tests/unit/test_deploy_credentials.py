@@ -46,12 +46,14 @@ def test_a_trusted_worker_keeps_the_app_token_and_no_agent_password(cards: CardS
 def test_init_gets_every_agent_password_and_env_example_names_them_empty(
     cards: CardSet, tmp_path: Path
 ) -> None:
-    keeper = workers_compose(cards)["services"]["keeper"]["environment"]
+    services = workers_compose(cards)["services"]
+    init, keeper = services["init"]["environment"], services["keeper"]["environment"]
     agents = sorted(c.id for c in cards if confined(c))
     assert agents == ["researcher", "torgash"]
     for agent in agents:
         var = f"AGAP_BOARD_PASSWORD_{agent.upper()}"
-        assert keeper[var] == f"${{{var}:-}}"  # `agap init` runs in the keeper's container
+        assert init[var] == f"${{{var}:-}}"  # `agap init` runs in the stack's `init` service
+        assert var not in keeper  # and only there
     files = rendered(cards, tmp_path)
     example = files[tmp_path / ".env.example"]
     for agent in agents:

@@ -83,6 +83,7 @@ COMMAND_MODULES = (
     "mcp_cmd",
     "promote_cmd",
     "household_cmd",
+    "doctor_cmd",
 )
 
 

@@ -140,7 +140,10 @@ def _host_zone() -> str:
     try:
         return Path("/etc/timezone").read_text().strip() or "UTC"
     except OSError:
-        return os.environ.get("TZ", "") or "UTC"
+        pass
+    # /etc/localtime links into the zone database: .../zoneinfo/Europe/Berlin
+    target = str(Path("/etc/localtime").resolve())
+    return target.split("zoneinfo/", 1)[1] if "zoneinfo/" in target else "UTC"
 
 
 def _interview() -> Household:

@@ -31,6 +31,7 @@ rebuild.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -163,16 +164,34 @@ def _task_entry(t: TaskExport, board: BoardExport) -> dict[str, Any]:
 
 
 def write_backup(doc: dict[str, Any], path: Path) -> None:
-    """Write ``doc`` atomically (a crash leaves the old file or the new one, never half)."""
+    """Write ``doc`` atomically (a crash leaves the old file or the new one, never half).
+
+    A folder the process cannot write (a container's user in a host folder owned by root)
+    is one line naming the folder and the way around it: ``agap backup -`` to stdout."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, sort_keys=True, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(path)
-
-
-def read_backup(path: Path) -> dict[str, Any]:
-    """Load and check a backup file (format and version)."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        tmp.write_text(json.dumps(doc, sort_keys=True, ensure_ascii=False), encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # nothing half-written is left behind
+            tmp.unlink(missing_ok=True)
+        raise InvalidInput(
+            f"cannot write {path}: {exc.strerror}",
+            where="agap backup",
+            hint="name a folder this user can write, or write to stdout: `agap backup - > FILE`",
+        ) from None
+
+
+def dump_backup(doc: dict[str, Any]) -> str:
+    """``doc`` as the text a backup file holds (for ``agap backup -``)."""
+    return json.dumps(doc, sort_keys=True, ensure_ascii=False)
+
+
+def read_backup(path: Path, text: str | None = None) -> dict[str, Any]:
+    """Load and check a backup file (format and version); ``text`` is its content when it
+    came on stdin (``agap restore -``)."""
+    try:
+        doc = json.loads(text if text is not None else path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InvalidInput(f"{path} does not exist", where="agap restore") from None
     except (OSError, ValueError) as exc:

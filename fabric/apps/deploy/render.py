@@ -47,6 +47,8 @@ IMAGE_CARDS_DIR = "/app/cards"
 #: The gateway inside the stack.
 LITELLM_URL = "http://litellm:4000"
 GPU_PROFILE = "gpu"
+#: The one-shot service that runs `agap init` before any fabric daemon starts.
+INIT_SERVICE = "init"
 #: The application token, as every trusted service gets it: a reference to compose/.env.
 APP_TOKEN_REF = "${KANBOARD_API_TOKEN:?set KANBOARD_API_TOKEN in compose/.env}"
 
@@ -164,6 +166,8 @@ def _worker_rest_env(card: Card) -> dict[str, str]:
         "AGAP_LITELLM_URL": LITELLM_URL,
         "AGAP_LITELLM_KEY": "${LITELLM_MASTER_KEY:?set LITELLM_MASTER_KEY in compose/.env}",
         "AGAP_RESULT_STORE": "${AGAP_RESULT_STORE:-attachment}",
+        "AGAP_HINDSIGHT_URL": "${AGAP_HINDSIGHT_URL:-}",
+        "AGAP_HINDSIGHT_KEY": "${AGAP_HINDSIGHT_KEY:-}",
         "AGAP_EVENTS_URL": "${AGAP_EVENTS_URL:-mqtt://mosquitto:1883}",
         "AGAP_EVENTS_SECRET": "${AGAP_EVENTS_SECRET:?set AGAP_EVENTS_SECRET in compose/.env}",
         "AGAP_EVENTS_USERNAME": "${AGAP_EVENTS_USERNAME:-agap}",
@@ -181,8 +185,9 @@ def worker_service(card: Card) -> dict[str, Any]:
         "environment": _worker_env(card),
         "volumes": ["agap-state:/var/lib/agap"],
         "networks": ["fabric"],
+        # After `init` made the board's layout (and this worker's user, if confined).
         "depends_on": {
-            "kanboard": {"condition": "service_healthy"},
+            INIT_SERVICE: {"condition": "service_completed_successfully"},
             "litellm": {"condition": "service_healthy"},
         },
         # Park and retry when the board or the model plane is away; restart only on a crash.
@@ -224,6 +229,8 @@ def home_keeper_service(card: Card) -> dict[str, Any]:
     suffix = f": {card.id}"
     return {
         "image": FABRIC_IMAGE,
+        # Every service on the fabric image can build it: none has to be pulled.
+        "build": {"context": "..", "dockerfile": "Dockerfile"},
         "command": ["agap", "keeper"],
         "environment": {
             "KANBOARD_URL": "${KANBOARD_URL:-http://kanboard/jsonrpc.php}",
@@ -236,7 +243,7 @@ def home_keeper_service(card: Card) -> dict[str, Any]:
         },
         "volumes": ["agap-state:/var/lib/agap"],
         "networks": ["fabric"],
-        "depends_on": {"kanboard": {"condition": "service_healthy"}},
+        "depends_on": {INIT_SERVICE: {"condition": "service_completed_successfully"}},
         "restart": "unless-stopped",
         # Alive is enough: with the board down it waits for it, as the main keeper does.
         "healthcheck": _worker_healthcheck(),
@@ -315,10 +322,18 @@ def sandboxed(cards: CardSet, services: dict[str, Any]) -> tuple[dict[str, Any],
         merged["environment"] = env
         merged["volumes"] = [*svc.get("volumes", []), *sb["service"]["volumes"]]
         merged.pop("depends_on", None)
-        merged["depends_on"] = {sb["egress_proxy"]["name"]: {"condition": "service_started"}}
-        services[name] = merged
+        merged["depends_on"] = {
+            INIT_SERVICE: {"condition": "service_completed_successfully"},
+            sb["egress_proxy"]["name"]: {"condition": "service_started"},
+        }
+        # An external runtime's image is the operator's to build (docs/WORKSPACES.md):
+        # behind a profile named after the agent, so `docker compose up` never stops
+        # on an image it cannot pull or build.
+        profiled = agent not in by_id
+        services[name] = {**merged, **({"profiles": [agent]} if profiled else {})}
         proxy = sb["egress_proxy"]["name"]
         services[proxy] = {
+            **({"profiles": [agent]} if profiled else {}),
             "image": EGRESS_IMAGE,
             # The proxy is the sandbox's only door: on its internal network, and on the
             # networks that reach the allowed hosts (the board, the proxy, the LAN).
@@ -352,9 +367,13 @@ def _workers_and_files(cards: CardSet) -> tuple[dict[str, Any], dict[str, str]]:
         env[p.base_var] = f"${{{p.base_var}:-}}"
         env[p.key_var] = f"${{{p.key_var}:-}}"
     services["litellm"] = {"environment": env}
-    keeper_vars = notify_token_vars(cards) + person_password_vars(cards) + agent_password_vars(cards)
-    if keeper_vars:
-        services["keeper"] = {"environment": {v: f"${{{v}:-}}" for v in keeper_vars}}
+    # The notification tokens to the keeper that sends; the passwords only to `init`,
+    # which makes the users (a confined worker gets its own password, nothing more).
+    if notify_token_vars(cards):
+        services["keeper"] = {"environment": {v: f"${{{v}:-}}" for v in notify_token_vars(cards)}}
+    init_vars = person_password_vars(cards) + agent_password_vars(cards)
+    if init_vars:
+        services[INIT_SERVICE] = {"environment": {v: f"${{{v}:-}}" for v in init_vars}}
     for card in worker_cards(cards):
         services[f"worker-{card.queue_name}"] = worker_service(card)
     for card in (c for c in cards if confined(c)):
@@ -374,7 +393,7 @@ def notify_token_vars(cards: CardSet) -> list[str]:
 
 
 def person_password_vars(cards: CardSet) -> list[str]:
-    """The variables `agap init` (run in the keeper's container) takes each new person's
+    """The variables `agap init` (the stack's `init` service) takes each new person's
     Kanboard password from (``AGAP_PASSWORD_<USER>``, sorted)."""
     return sorted(
         registry.person_variable(registry.PERSON_PASSWORD, c.human.username)
@@ -385,7 +404,7 @@ def person_password_vars(cards: CardSet) -> list[str]:
 
 def agent_password_vars(cards: CardSet) -> list[str]:
     """The variables holding each confined agent's board password (``AGAP_BOARD_PASSWORD_<AGENT>``,
-    sorted): `agap init` (in the keeper's container) sets them, each worker gets its own."""
+    sorted): `agap init` (the `init` service) sets them, each worker gets its own."""
     return sorted(password_variable(c) for c in cards if confined(c))
 
 
