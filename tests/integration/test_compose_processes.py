@@ -18,6 +18,7 @@ list, or a command that does not start, fails here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -31,11 +32,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from fabric.embedded.server import EmbeddedBoard
-from tests.conftest import ROOT
+from tests.conftest import REAL_SKIP, ROOT, real_kanboard, scratch_board
 from tests.fakes.litellm_proxy import free_port, proxy_unavailable_reason
 from tests.fakes.openai_stub import OpenAIStub
 from tests.unit.test_deploy_compose import merged_stack
@@ -254,8 +256,13 @@ def filled_env(example: dict[str, str], required: set[str], provider: OpenAIStub
     return env_file
 
 
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
+@pytest.fixture(params=["embedded-postgres", "real-kanboard"])
+def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
+    """The stack on the embedded board (PostgreSQL flavour), or on the real Kanboard the
+    explicit test variables name (its API token in .env, as an operator would set it)."""
+    real = real_kanboard() if request.param == "real-kanboard" else None
+    if request.param == "real-kanboard" and real is None:
+        pytest.skip(REAL_SKIP)
     reason = proxy_unavailable_reason()
     if reason:
         pytest.skip(f"the real LiteLLM proxy cannot run here: {reason}")
@@ -265,10 +272,17 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     assert not missing, f".env.example does not list {sorted(missing)}"
     with OpenAIStub() as provider:
         env_file = filled_env(example, required_secrets(text), provider)
+        if real is not None:
+            scratch_board(*real)
+            env_file["KANBOARD_API_TOKEN"] = real[1]
+            run = secrets.token_hex(3)  # projects of this run's own: the board is shared
+            env_file["AGAP_PROJECT"] = f"Agent Fabric {run}"
+            env_file["AGAP_LOCKS_PROJECT"] = f"Agent Fabric Locks {run}"
         services = {
             n: s for n, s in merged_stack()["services"].items() if not s.get("profiles")
         }  # COMPOSE_PROFILES is empty
-        ports = {("kanboard", 80): free_port(), ("mosquitto", 1883): MQTT[1]}
+        board_port = (urlsplit(real[0]).port or 80) if real is not None else free_port()
+        ports = {("kanboard", 80): board_port, ("mosquitto", 1883): MQTT[1]}
         for name, svc in services.items():
             argv = svc.get("command") or []
             for i, arg in enumerate(argv[:-1]):
@@ -276,12 +290,16 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
                     ports[(name, int(argv[i + 1]))] = free_port()
         st = Stack(tmp_path, env_file, services, ports)
         board_env = st.environment("kanboard")
-        with EmbeddedBoard(
-            tmp_path / "kanboard.sqlite3",
-            port=ports[("kanboard", 80)],
-            token=board_env["API_AUTHENTICATION_TOKEN"],
-            flavour="postgres",
-        ):
+        with contextlib.ExitStack() as board:
+            if real is None:
+                board.enter_context(
+                    EmbeddedBoard(
+                        tmp_path / "kanboard.sqlite3",
+                        port=board_port,
+                        token=board_env["API_AUTHENTICATION_TOKEN"],
+                        flavour="postgres",
+                    )
+                )
             try:
                 yield st
             finally:
@@ -394,7 +412,7 @@ def test_no_service_reads_a_setting_it_was_not_given() -> None:
 
     services = merged_stack()["services"]
     needs = {
-        "worker": ("AGAP_HINDSIGHT_URL", "AGAP_LITELLM_URL", "AGAP_EVENTS_URL"),
+        "worker": ("AGAP_HINDSIGHT_URL", "AGAP_LITELLM_URL", "AGAP_EVENTS_URL", "AGAP_PROJECT"),
         "a2a": ("AGAP_HINDSIGHT_URL",),
     }
     for component, names in needs.items():

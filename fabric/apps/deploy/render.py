@@ -162,6 +162,9 @@ def _worker_rest_env(card: Card) -> dict[str, str]:
         "KANBOARD_WEB_URL": "${KANBOARD_WEB_URL:-http://127.0.0.1:8080/}",
         "AGAP_CARDS_DIR": IMAGE_CARDS_DIR,
         "AGAP_STATE_DIR": f"/var/lib/agap/{card.queue_name}",
+        # The projects `init` made (a confined agent's home is named after them too).
+        "AGAP_PROJECT": "${AGAP_PROJECT:-Agent Fabric}",
+        "AGAP_LOCKS_PROJECT": "${AGAP_LOCKS_PROJECT:-Agent Fabric Locks}",
         "AGAP_MODEL_MODE": "${AGAP_MODEL_MODE:-gateway}",
         "AGAP_LITELLM_URL": LITELLM_URL,
         "AGAP_LITELLM_KEY": "${LITELLM_MASTER_KEY:?set LITELLM_MASTER_KEY in compose/.env}",
