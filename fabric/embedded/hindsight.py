@@ -12,7 +12,7 @@ Hindsight: where the two could differ it takes the stricter answer.
   newest first by ``mentioned_at`` (its items say ``fact_type``, not ``type``).
 * ``POST …/memories`` ``{"items": [{"content", "context", "timestamp", "document_id",
   "tags"}]}``: a retain, one memory per item (Hindsight's LLM would extract facts);
-  the bank is made on first use.
+  the bank is made on first use, and a ``document_id`` retained again replaces its memories.
 * ``POST …/reflect`` ``{"query", "budget", "max_tokens"}`` → ``{"text", "based_on"}``: the
   matching memories, listed (Hindsight's LLM would write an answer from them).
 * ``POST …/consolidate`` → ``{"operation_id", "deduplicated"}`` (counted in
@@ -286,7 +286,10 @@ class HindsightStandIn:
                 return 422, _validation(["body", "items", i, "content"], "Field required")
         now = datetime.fromtimestamp(self.clock(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         with self._lock:
-            memories = self.banks.setdefault(bank, [])
+            # A document retained again replaces its memories (Hindsight upserts by document_id).
+            again = {item.get("document_id") for item in items} - {None}
+            memories = [m for m in self.banks.get(bank, []) if m.document_id not in again]
+            self.banks[bank] = memories
             for item in items:
                 memories.append(
                     Memory(

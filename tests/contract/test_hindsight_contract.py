@@ -127,6 +127,17 @@ def test_a_retain_makes_its_bank(hindsight: Hindsight) -> None:
     assert hindsight.http("GET", bank, "memories/list").status_code == 200
 
 
+def test_a_document_retained_again_replaces_its_memories(hindsight: Hindsight) -> None:
+    bank = hindsight.bank()
+    for text in ("The first gizmoplank report.", "The second gizmoplank report."):
+        resp = hindsight.http(
+            "POST", bank, "memories", json={"items": [{"content": text, "document_id": "agap-task-1"}]}
+        )
+        assert resp.status_code == 200, resp.text
+    listed = hindsight.http("GET", bank, "memories/list").json()
+    assert [i["text"] for i in listed["items"]] == ["The second gizmoplank report."]
+
+
 def test_a_query_without_a_word_character_is_a_422(hindsight: Hindsight) -> None:
     bank = hindsight.bank()
     hindsight.retain(bank, "The flumph garden gate squeaks.")
