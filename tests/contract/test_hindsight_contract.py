@@ -19,16 +19,22 @@ back as they went in: one plain statement per item, with a rare word to find it 
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import requests
+import yaml
 
 from fabric.embedded.hindsight import HindsightStandIn
 from fabric.hindsight import HindsightClient, HindsightRefused
+from tests.conftest import ROOT
+from workers.memory import HindsightRecall
+from workers.refs import RefResolver
 
 REAL_URL = "AGAP_TEST_HINDSIGHT_URL"
 REAL_TOKEN = "AGAP_TEST_HINDSIGHT_TOKEN"
@@ -233,3 +239,50 @@ def test_the_fabrics_client_reads_what_each_answers(hindsight: Hindsight) -> Non
     with pytest.raises(HindsightRefused, match="word character") as no_word:
         client.recall(bank, {"query": "?!"})
     assert no_word.value.status == 422
+
+
+def reader(hindsight: Hindsight) -> Any:
+    """The worker's resolver of ``hindsight://`` refs, pointed at this Hindsight."""
+    return RefResolver(
+        schemes={"hindsight": HindsightRecall(hindsight.url, hindsight.key)}, http_timeout=TIMEOUT
+    ).resolve
+
+
+def shipped_refs(name: str) -> list[str]:
+    schedules = yaml.safe_load((ROOT / "schedules.example.yaml").read_text())["schedules"]
+    (schedule,) = [s for s in schedules if s["name"] == name]
+    return list(schedule["refs"])
+
+
+@pytest.mark.parametrize("name", ["reflect", "consolidation"])
+def test_the_shipped_schedules_refs_find_a_banks_recent_memories(hindsight: Hindsight, name: str) -> None:
+    # The queries they used to send ("recent", "repeated or contradicting memories") found
+    # nothing on a real bank; what they send now must find the last hours' memories.
+    bank = hindsight.bank("Adolf::sched")
+    stamp = datetime.fromtimestamp(time.time() - 3600, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    old = datetime.fromtimestamp(time.time() - 9 * 86400, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    items = [
+        {"content": "The frabjous boiler was bled this morning.", "timestamp": stamp, "document_id": "new"},
+        {"content": "The tulgey hedge was trimmed long ago.", "timestamp": old, "document_id": "old"},
+    ]
+    assert hindsight.http("POST", bank, "memories", json={"items": items}).status_code == 200
+    resolve = reader(hindsight)
+    texts = []
+    for ref in shipped_refs(name):
+        assert ref.startswith("hindsight://adolf-alvis/"), ref
+        texts.append(resolve(ref.replace("adolf-alvis", bank, 1)) or "")
+    text = "\n".join(texts)
+    assert "frabjous boiler" in text, text
+    assert "tulgey" not in text, text  # outside the schedule's window
+
+
+def test_a_reflect_ref_gets_hindsights_own_answer(hindsight: Hindsight) -> None:
+    bank = hindsight.bank()
+    hindsight.retain(bank, "The mimsy piano lesson moved to Thursday.")
+    resolve = reader(hindsight)
+    text = (
+        resolve(f"hindsight://{bank}/When%20is%20the%20mimsy%20piano%20lesson%3F?via=reflect&budget=low")
+        or ""
+    )
+    assert text.startswith(f"Hindsight bank {bank}, reflect 'When is the mimsy piano lesson?':"), text
+    assert len(text.splitlines()) >= 2
