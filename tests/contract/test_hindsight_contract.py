@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import requests
@@ -57,9 +58,7 @@ class Hindsight:
         return f"{stem}-{uuid.uuid4().hex[:10]}"
 
     def http(self, method: str, bank: str, tail: str = "", *, key: str | None = None, **kw: Any) -> Any:
-        path = f"{self.url}/v1/default/banks/{requests.utils.quote(bank, safe='')}" + (
-            f"/{tail}" if tail else ""
-        )
+        path = f"{self.url}/v1/default/banks/{quote(bank, safe='')}" + (f"/{tail}" if tail else "")
         token = self.key if key is None else key
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return requests.request(method, path, headers=headers, timeout=TIMEOUT, **kw)
