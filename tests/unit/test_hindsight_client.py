@@ -4,7 +4,7 @@ code, and nothing is sent twice."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -21,7 +21,7 @@ def stub() -> Iterator[HindsightStub]:
 
 def test_each_answer_is_one_error_with_its_exit_code(stub: HindsightStub) -> None:
     client = HindsightClient(stub.url, "k")
-    cases = [
+    cases: list[tuple[Callable[[], object], type[HindsightRefused], int, str]] = [
         (
             lambda: HindsightClient(stub.url, "bad").recall("Adolf::tg::ada", {"query": "bike"}),
             HindsightRefused,
