@@ -289,6 +289,7 @@ SECTIONS = (
     "bench.a2a",
     "bench.mcp",
     "bench.auth",
+    "bench.hindsight",
     "bench.cli_start",
     "bench.stop",
 )

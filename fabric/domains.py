@@ -279,6 +279,45 @@ def check_visible(
                 )
 
 
+def check_retain(task_id: int, found: Iterable[str], bank: str, bank_domain: str) -> None:
+    """Refuse retaining task ``task_id``'s result (its task resolving into ``found``) into
+    ``bank``, whose owner rules give ``bank_domain``.
+
+    A result goes back only into a bank of the task's own privacy domain: never into a
+    bank nobody owns by a rule (``privacy.unknown``), never from a task of one person's
+    into another's or into a shared bank (``privacy.retain``: a memory is read by whoever
+    reads the bank), and never from a task that did not work in the bank's domain.
+    """
+    domains = frozenset(found)
+    where = f"task #{task_id} -> {bank}"
+    if bank_domain == UNKNOWN or UNKNOWN in domains:
+        whose = bank if bank_domain == UNKNOWN else f"task #{task_id}"
+        raise PrivacyViolation(
+            "privacy.unknown",
+            f"the owner of {whose} cannot be decided",
+            limit="banks and tasks whose owner is known",
+            where=where,
+            hint="name the bank's owner in domains: of cards/_policy.yaml",
+        )
+    other = sorted(d for d in domains if d.startswith("private:") and d != bank_domain)
+    if other:
+        raise PrivacyViolation(
+            "privacy.retain",
+            f"task #{task_id} carries {other[0]}: its result may not go into {bank} ({bank_domain})",
+            limit=f"{bank}: {bank_domain} only",
+            where=where,
+            hint="content from one person's work never reaches another's memory, nor a shared one",
+        )
+    if bank_domain not in domains:
+        raise PrivacyViolation(
+            "privacy.retain",
+            f"task #{task_id} did not work in {bank_domain} ({', '.join(sorted(domains))})",
+            limit=f"{bank}: {bank_domain} only",
+            where=where,
+            hint="retain a result only into a bank of the task's own privacy domain",
+        )
+
+
 @dataclass
 class ReadGuard:
     """The privacy check where content is read: ``card`` working for ``humans``.
@@ -317,6 +356,7 @@ __all__ = [
     "ReadGuard",
     "canon_ref",
     "check_file",
+    "check_retain",
     "check_visible",
     "person_of",
     "recall_scope",

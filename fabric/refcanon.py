@@ -4,7 +4,8 @@ A ref is written by whoever submits, and the same object can be written many way
 ``%61lvis``, ``%2F``, ``..``, ``//``, ``file://localhost/``, ``FILE:``, a symlink. Every
 check works on :class:`Canon`, never on the text as written:
 
-* the scheme and host are lower-cased; the path is percent-decoded once (an encoded
+* the scheme and host are lower-cased (a store's host, a Hindsight bank id, keeps its
+  case: bank ids are case-sensitive); the path is percent-decoded once (an encoded
   slash is a slash, exactly as the worker reads it), and ``.``, ``..`` and repeated
   slashes are folded;
 * a ``file:`` ref (or ``git+file:``) names a host-local path (no host, or
@@ -99,7 +100,10 @@ def canonical(ref: str) -> Canon:
     if not scheme:
         return Canon(ref, "", head)
     parts = urlsplit(head)
-    host = unquote(parts.netloc or "").lower()
+    host = unquote(parts.netloc or "")
+    # A store's host is an id it compares case-sensitively (a Hindsight bank: Adolf-Upper
+    # is not adolf-upper); a network host's case means nothing.
+    host = host if scheme in STORE_SCHEMES else host.lower()
     if "/" in host or "\\" in host:
         # An encoded slash would move part of the host into the path the rules match.
         raise BadRef(f"a ref's host may not contain a slash ({parts.netloc})")

@@ -219,13 +219,16 @@ REGISTRY: tuple[Var, ...] = (
     _v(
         "AGAP_HINDSIGHT_URL",
         "url",
-        ("worker", "a2a"),
-        "the Hindsight API hindsight://<bank>/<query> refs recall from (unset under agap up: "
-        "its embedded stand-in, seeded with demo memories)",
+        ("worker", "a2a", "cli"),
+        "the Hindsight API hindsight://<bank>/… refs read from and agap memory retain writes to "
+        "(unset under agap up: its embedded stand-in, seeded with demo memories)",
         "http://127.0.0.1:8888",
     ),
     _v(
-        "AGAP_HINDSIGHT_KEY", "secret", ("worker", "a2a"), "the bearer token Hindsight's API requires, if any"
+        "AGAP_HINDSIGHT_KEY",
+        "secret",
+        ("worker", "a2a", "cli"),
+        "the bearer token Hindsight's API requires, if any (its HINDSIGHT_API_TENANT_API_KEY)",
     ),
     _v("AGAP_POLL_SECONDS", "duration", "worker", "worker poll interval (default: the card's)"),
     _v(

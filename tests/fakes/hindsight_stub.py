@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabric.embedded.hindsight import HindsightStandIn, Memory
+from fabric.embedded.hindsight import HindsightStandIn, Memory, RecallCall
 
 __all__ = ["HindsightStub", "Memory"]
 
@@ -31,6 +31,8 @@ class HindsightStub(HindsightStandIn):
         with self._fail_lock:
             status = self._failures.pop(0) if self._failures else None
         if status is not None:
+            with self._lock:  # a failed request was still received: recorded like the others
+                self.requests.append(RecallCall(method, path, authorization, body))
             return status, {"detail": f"stub failure {status}"}
         return super().answer(method, path, authorization, body)
 

@@ -84,10 +84,14 @@ def work(env: dict[str, str], fab: Fabric, task_id: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "query"), [("reflect", "recent"), ("consolidation", "repeated or contradicting")]
+    ("name", "listed"),
+    [
+        ("reflect", ["limit=50"]),
+        ("consolidation", ["limit=100&type=world", "limit=100&type=experience", "limit=50&type=observation"]),
+    ],
 )
 def test_a_shipped_schedule_runs_to_done_with_the_recalled_memories_in_its_prompt(
-    env: dict[str, str], memory: HindsightStandIn, prompts: list[str], name: str, query: str
+    env: dict[str, str], memory: HindsightStandIn, prompts: list[str], name: str, listed: list[str]
 ) -> None:
     settings = Settings(
         board_url=env["KANBOARD_URL"],
@@ -100,14 +104,18 @@ def test_a_shipped_schedule_runs_to_done_with_the_recalled_memories_in_its_promp
     work(env, fab, task_id)
     cur = fab.board.read(task_id).current
     assert cur is not None and cur.state == State.DONE, (cur.state, cur.reason) if cur else None
-    bank = [m.text for m in DEMO_MEMORIES["adolf-alvis"]]
     (prompt,) = prompts
-    assert "=== ref 1: hindsight://adolf-alvis/" in prompt
-    assert any(text in prompt for text in bank), prompt
+    assert "=== ref 1: hindsight://adolf-alvis/?newest=" in prompt
+    recent = [m.text for m in DEMO_MEMORIES["adolf-alvis"] if m.context != "habits"]  # hours old
+    assert all(text in prompt for text in recent), prompt
+    assert "budget reviewed" not in prompt  # 30 hours old: outside both windows
     assert not any(m.text in prompt for m in DEMO_MEMORIES["adolf-elizaveta"])  # another bank
-    (recall,) = [r for r in memory.requests if r.path.endswith("/memories/recall")]
-    assert recall.path == "/v1/default/banks/adolf-alvis/memories/recall"
-    assert recall.body["query"].startswith(query)
+    # The newest memories come from Hindsight's list API, which a real bank answers (a
+    # recall query like "recent" matches nothing there).
+    calls = [r for r in memory.requests if "/memories/" in r.path]
+    assert [(r.method, r.path) for r in calls] == [
+        ("GET", f"/v1/default/banks/adolf-alvis/memories/list?{q}") for q in listed
+    ]
     assert fire(env, name) == task_id  # the same planned time: the same task, not a second reflect
 
 

@@ -163,10 +163,8 @@ def refused(res: Result, rule: str) -> None:
 def bank_tricks() -> list[str]:
     return [
         "hindsight://adolf-alvis/diary",
-        "hindsight://Adolf-Alvis/diary",
         "hindsight://adolf%2Dalvis/diary",
         "hindsight://adolf-%61lvis/diary",
-        "hindsight://%41DOLF-ALVIS/diary",
         "hindsight://adolf-alvis/../household/x",
         "hindsight://adolf-alvis/%2E%2E/household/x",
         "hindsight://adolf-alvis/q?budget=low&max_tokens=50",
@@ -213,6 +211,9 @@ def test_private_banks_and_repositories_are_refused_at_submit(
     [
         "hindsight://nobody/q",
         "hindsight://NOBODY/q",
+        "hindsight://Adolf-Alvis/q",  # bank ids are case-sensitive: not alvis's bank
+        "hindsight://%41DOLF-ALVIS/q",
+        "hindsight://adolf-alvis::x/q",
         "hindsight://household.evil/q",
         "hindsight://x@household/q",
         "hindsight://household:8888/q",

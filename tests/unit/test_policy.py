@@ -84,7 +84,9 @@ def test_ref_domains_come_from_what_the_ref_resolves_to_never_a_label() -> None:
     assert ref_domain(LIZA_NOTE, cfg) == "private:elizaveta"
     assert ref_domain("file:///srv/agap/shared/../private/%61lvis//x.md", cfg) == "private:alvis"
     assert ref_domain("FILE://LOCALHOST/srv/agap/private%2Falvis/x.md", cfg) == "private:alvis"
-    assert ref_domain("hindsight://ADOLF-alvis//notes", cfg) == "private:alvis"
+    assert ref_domain("hindsight://adolf-%61lvis//notes", cfg) == "private:alvis"
+    # Bank ids are case-sensitive (as Hindsight's): another bank, whose owner no rule names.
+    assert ref_domain("hindsight://ADOLF-alvis//notes", cfg) == "unknown"
     assert ref_domain("file:///srv/agap/private/alvisx/y.md", cfg) == "shared"  # whole segments
     assert ref_domain("https://example.org/page", cfg) == "shared"
     assert ref_domain("git+file:///srv/agap/private/alvis/notes.git#main", cfg) == "private:alvis"

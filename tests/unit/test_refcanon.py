@@ -28,7 +28,7 @@ from workers.refs import RefResolver
         ("file:///a%2Fb%2Fd.md", "file:///a/b/d.md"),
         ("file:///a/b/d.md#page=2", "file:///a/b/d.md"),
         ("git+file:///a/b.git#main", "file:///a/b.git"),
-        ("Hindsight://Bank-%41//x/../y", "hindsight://bank-a/y"),
+        ("Hindsight://Bank-%41//x/../y", "hindsight://Bank-A/y"),  # a bank id keeps its case
     ],
 )
 def test_one_canonical_form_per_object(ref: str, key: str) -> None:

@@ -84,6 +84,7 @@ COMMAND_MODULES = (
     "promote_cmd",
     "household_cmd",
     "doctor_cmd",
+    "memory_cmd",
 )
 
 
