@@ -501,6 +501,20 @@ REGISTRY: tuple[Var, ...] = (
     _v("AGAP_A2A_TOKEN", "secret", "a2a", "the bearer token agap a2a call sends (or --token)"),
     # The MCP server (agap mcp serve)
     _v("AGAP_MCP_TOKEN", "secret", "mcp", "the bearer token agap mcp serve --transport http requires"),
+    _v(
+        "AGAP_MCP_TASK_KEY",
+        "secret",
+        "mcp",
+        "the key MCP task handles are signed with (handles outlive a restart only with one)",
+        note="over HTTP, derived from AGAP_MCP_TOKEN; else random per process",
+    ),
+    _v(
+        "AGAP_MCP_USER",
+        "str",
+        "mcp",
+        "the person (card id or username) using the MCP client: their questions go to the client "
+        "as elicitation, everyone else's stay in their Kanboard inbox",
+    ),
     # Schedules
     _v("AGAP_SCHEDULES", "path", "cron", "the schedule file agap cron reads", "schedules.yaml"),
     # Coding workspaces

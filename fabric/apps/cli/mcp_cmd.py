@@ -12,9 +12,10 @@ from fabric.apps.mcp.agent import AgentTools
 from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.durations import parse_setting_duration
-from fabric.errors import InvalidInput
+from fabric.errors import ConfigError, InvalidInput
 from fabric.events.attach import attach_submitter
 from fabric.kanboard.principals import worker_settings
+from fabric.people import find_person
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.signals import exit_on_signal
@@ -54,7 +55,8 @@ def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str |
     `Authorization: Bearer $AGAP_MCP_TOKEN`; the server refuses to start without it.
     """
     exit_on_signal(0)  # a stop during start-up exits 0, as one later does
-    from fabric.apps.mcp.server import check_loopback, check_token, serve_http, serve_stdio  # mcp extra
+    from fabric.apps.mcp import server as mcp  # the mcp extra
+    from fabric.apps.mcp.handles import TaskHandles  # the mcp extra
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
@@ -63,8 +65,8 @@ def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str |
     renew_seconds = _duration(renew_for)
     token = ""
     if transport == "http":  # checked first: no loopback address or no token, no server
-        check_loopback(host)
-        token = check_token(registry.get_str("AGAP_MCP_TOKEN"), "AGAP_MCP_TOKEN")
+        mcp.check_loopback(host)
+        token = mcp.check_token(registry.get_str("AGAP_MCP_TOKEN"), "AGAP_MCP_TOKEN")
     settings = Settings.from_env()
     if settings.board_user:  # a confined agent's runtime signs in as its own user
         settings = worker_settings(settings, load_cards(settings.cards_dir).get(agent))
@@ -82,14 +84,27 @@ def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str |
         result_dir=registry.get_str("AGAP_RESULT_DIR") or None,
         renew_for=renew_seconds,
     )
+    user = tools.user = _user(tools, registry.get_str("AGAP_MCP_USER"))
+    handles = TaskHandles(tools, mcp.task_key(registry.get_str("AGAP_MCP_TASK_KEY"), token or None), user=user)
     if transport == "stdio":
-        serve_stdio(tools)
+        mcp.serve_stdio(tools, handles)
         return
 
     def ready(url: str) -> None:
         click.echo(f"agap mcp: serving {agent} on {url} (owner {tools.owner})", err=True)
 
-    serve_http(tools, host=host, port=port, token=token, ready=ready)
+    mcp.serve_http(tools, host=host, port=port, token=token, ready=ready, handles=handles)
+
+
+def _user(tools: AgentTools, name: str) -> str | None:
+    """AGAP_MCP_USER as a Kanboard username (a person's card id or username), or None."""
+    if not name.strip():
+        return None
+    card = find_person(tools.fab.cards, name.strip())
+    if card is None or card.human is None:
+        known = ", ".join(c.id for c in tools.fab.cards.humans())
+        raise ConfigError(f"unknown person {name.strip()!r}", where="AGAP_MCP_USER", hint=f"known: {known}")
+    return card.human.username
 
 
 def _duration(text: str | None) -> float | None:

@@ -49,6 +49,7 @@ from fabric.errors import EXIT_CODES, ConfigError, FabricError, InvalidInput
 from fabric.kanboard.port import BoardError
 from fabric.kanboard.views import TaskView
 from fabric.ledger import Fenced, Lease, NotHolder, conversation
+from fabric.people import find_person
 from fabric.policy import (
     GateRequest,
     PolicyContext,
@@ -220,6 +221,7 @@ class AgentTools:
         results: ResultStore,
         result_dir: str | None = None,
         renew_for: float | None = None,
+        user: str | None = None,
     ) -> None:
         card = fab.cards.get(agent)
         if card.is_human or card.kind == "router":
@@ -233,6 +235,8 @@ class AgentTools:
         self.owner = owner
         self.results = results
         self.result_dir = result_dir
+        # The Kanboard username of the person using the MCP client (AGAP_MCP_USER), or None.
+        self.user = user
         self.renew_for = float(card.runtime.timeout_seconds if renew_for is None else renew_for)
         fab.policies.insert(0, AgentSubmitScope(card))
         self._reader = QueueReader.for_agent(fab, card)
@@ -563,7 +567,51 @@ class AgentTools:
         return dict(self._owner_op(task_id, epoch, asked))
 
     def _human(self, name: str | None, spec: TaskSpec) -> str:
+        """Who a question goes to: the person named; else the submitter when a person; else
+        this client's own user when known; else the household's first person."""
+        if not name and self.user is not None and not self._by_person(spec):
+            return self.user
         return person_to_ask(self.fab.cards, name, spec, where="human")
+
+    def _by_person(self, spec: TaskSpec) -> bool:
+        card = find_person(self.fab.cards, spec.actor)
+        return card is not None and card.human is not None
+
+    def ask_target(self, task_id: int, human: str | None, epoch: int | None = None) -> tuple[str, bool]:
+        """Who ``ask`` would ask about a held task, and whether that is this client's own user
+        (whose questions may go to the client as elicitation). Writes nothing."""
+        with self._lock:
+            held = self._entry(task_id, epoch)
+            username = self._human(human, held.lease.spec)
+        return username, self.user is not None and username == self.user
+
+    def ask_answered(
+        self, task_id: int, question: str, answer: str, *, epoch: int | None = None
+    ) -> dict[str, Any]:
+        """A question this client's user answered at once (elicitation): journaled as asked
+        and answered, the way a person's answer in the inbox is; the task is queued again."""
+        question = _text(question, "question")
+        answer = _text(answer, "answer")
+        user = self.user
+        if user is None:
+            raise InvalidInput("no AGAP_MCP_USER: nobody to answer at the client", where="ask_human")
+
+        def asked(held: _Held) -> dict[str, Any]:
+            self.fab.ledger.ask(held.lease, question, user)
+            self._held.pop(task_id, None)
+            rec = self.fab.ledger.resume(task_id, user, answer)
+            return {
+                "task_id": task_id,
+                "state": rec.state.value,
+                "epoch": rec.epoch,
+                "asked": user,
+                "answered": True,
+                "answer": answer,
+                "next": "the answer is in the task's conversation; it is queued again and claim_task "
+                "returns it",
+            }
+
+        return dict(self._owner_op(task_id, epoch, asked))
 
     # -- the renewer -------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ import hmac
 import inspect
 import ipaddress
 import logging
+import secrets
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -32,9 +33,10 @@ import anyio
 import uvicorn
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp_types import ToolAnnotations
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from fabric.apps import asgi
@@ -43,6 +45,8 @@ from fabric.signals import exit_now, set_on_signal
 from fabric.submit import INTENT_HELP, SUBMIT_OPTIONS
 
 from .agent import AgentTools, as_json, tool_error
+from .handles import ANSWER_SCHEMA, TaskHandles
+from .tasks import FabricTasks
 
 log = logging.getLogger("agap.mcp")
 
@@ -246,19 +250,30 @@ def _add_fail_and_ask(mcp: MCPServer[Any], tools: AgentTools) -> None:
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
     )
 
-    def ask_human(
+    async def ask_human(
         task_id: TaskId,
         question: Annotated[str, Field(description="The question, answerable without more context.")],
+        ctx: Context,
         human: Annotated[
             str | None,
             Field(
                 description="Who to ask (a person's card id or username); default the submitter if a "
-                "person, else the household's first person."
+                "person, else the person using this client when the server knows them, else the "
+                "household's first person."
             ),
         ] = None,
         epoch: Epoch = None,
     ) -> dict[str, Any]:
-        return _call(tools.ask, task_id, question, human=human, epoch=epoch)
+        username, own = await anyio.to_thread.run_sync(_call, tools.ask_target, task_id, human, epoch)
+        if own and _can_elicit(ctx):
+            answer = await _elicit(ctx, question)
+            if answer is not None:
+                return await anyio.to_thread.run_sync(
+                    lambda: _call(tools.ask_answered, task_id, question, answer, epoch=epoch)
+                )
+        return await anyio.to_thread.run_sync(
+            lambda: _call(tools.ask, task_id, question, human=username, epoch=epoch)
+        )
 
     mcp.add_tool(
         ask_human,
@@ -267,10 +282,41 @@ def _add_fail_and_ask(mcp: MCPServer[Any], tools: AgentTools) -> None:
         description=(
             "Ask a person a question about a task you claimed. You give the task up: it waits in their "
             "Kanboard inbox, and once they answer it is queued again; claim_task then returns it with "
-            "the question and the answer in its conversation."
+            "the question and the answer in its conversation. A question for the person using this "
+            "client is put to them here when the client can (elicitation), and answered=true returns "
+            "the answer at once."
         ),
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True),
     )
+
+
+def _can_elicit(ctx: Context) -> bool:
+    """A back-channel to the client's user: a handshake session that declared form elicitation.
+
+    On 2026-07-28 there is no server-to-client request; a client with the tasks extension
+    answers through the ask_human task handle's inputRequests instead."""
+    session = ctx.request_context.session
+    caps = session.client_capabilities
+    return (
+        ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS
+        and caps is not None
+        and caps.elicitation is not None
+        and session.can_send_request
+    )
+
+
+async def _elicit(ctx: Context, question: str) -> str | None:
+    """The user's answer, or None when they declined, cancelled or the client failed."""
+    try:
+        result = await ctx.request_context.session.elicit_form(
+            question, ANSWER_SCHEMA, related_request_id=ctx.request_context.request_id
+        )
+    except Exception as exc:  # the client could not ask: the question goes to the inbox
+        log.warning("elicitation failed (%s): the question goes to the inbox", exc)
+        return None
+    content = result.content or {}
+    answer = content.get("answer") if result.action == "accept" else None
+    return answer.strip() if isinstance(answer, str) and answer.strip() else None
 
 
 def _add_resources(mcp: MCPServer[Any], tools: AgentTools) -> None:
@@ -318,8 +364,28 @@ class StaticBearer:
         return None
 
 
-def build_server(tools: AgentTools, *, token: str | None = None, base_url: str = "") -> MCPServer[Any]:
-    """The MCP server for ``tools``' agent; with ``token`` every HTTP request must carry it."""
+def task_key(configured: str, token: str | None) -> bytes:
+    """The key task handles are signed with: AGAP_MCP_TASK_KEY; else, over HTTP, one derived
+    from the bearer token (handles then outlive a restart); else random for this process."""
+    if configured.strip():
+        return hashlib.sha256(b"agap-mcp-task-key\0" + configured.strip().encode()).digest()
+    if token:
+        return hmac.new(token.encode(), b"agap-mcp-task-key", hashlib.sha256).digest()
+    return secrets.token_bytes(32)
+
+
+def build_server(
+    tools: AgentTools,
+    *,
+    token: str | None = None,
+    base_url: str = "",
+    handles: TaskHandles | None = None,
+) -> MCPServer[Any]:
+    """The MCP server for ``tools``' agent; with ``token`` every HTTP request must carry it.
+
+    ``handles`` serves the tasks extension (by default signed with a random key)."""
+    if handles is None:
+        handles = TaskHandles(tools, task_key("", token))
     auth: dict[str, Any] = {}
     if token is not None:
         auth = {
@@ -334,6 +400,7 @@ def build_server(tools: AgentTools, *, token: str | None = None, base_url: str =
         instructions=_instructions(tools),
         version=fabric_version(),
         log_level="WARNING",
+        extensions=[FabricTasks(handles)],
         **auth,
     )
     _add_submit_and_read(mcp, tools)
@@ -402,9 +469,9 @@ def _release(tools: AgentTools) -> None:
         log.warning("released %s on shutdown", ", ".join(f"#{t}" for t in released))
 
 
-def serve_stdio(tools: AgentTools) -> None:
+def serve_stdio(tools: AgentTools, handles: TaskHandles | None = None) -> None:
     """Serve over stdin/stdout until the client closes them (or SIGTERM/SIGINT)."""
-    mcp = build_server(tools)
+    mcp = build_server(tools, handles=handles)
 
     def _stop() -> None:
         # The thread reading stdin cannot be interrupted, and the interpreter would wait
@@ -418,7 +485,13 @@ def serve_stdio(tools: AgentTools) -> None:
 
 
 def serve_http(
-    tools: AgentTools, *, host: str, port: int, token: str, ready: Callable[[str], None] | None = None
+    tools: AgentTools,
+    *,
+    host: str,
+    port: int,
+    token: str,
+    ready: Callable[[str], None] | None = None,
+    handles: TaskHandles | None = None,
 ) -> None:
     """Serve streamable HTTP at ``http://host:port/mcp`` until SIGINT/SIGTERM."""
     check_loopback(host)
@@ -426,7 +499,7 @@ def serve_http(
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     base = f"http://{shown}:{bound_port}"
-    mcp = build_server(tools, token=token, base_url=base)
+    mcp = build_server(tools, token=token, base_url=base, handles=handles)
     app = mcp.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
     config = uvicorn.Config(
         app, log_level="warning", lifespan="on", access_log=False, timeout_graceful_shutdown=asgi.GRACEFUL
@@ -440,4 +513,12 @@ def serve_http(
         sock.close()
 
 
-__all__ = ["StaticBearer", "build_server", "check_loopback", "check_token", "serve_http", "serve_stdio"]
+__all__ = [
+    "StaticBearer",
+    "build_server",
+    "check_loopback",
+    "check_token",
+    "serve_http",
+    "serve_stdio",
+    "task_key",
+]
