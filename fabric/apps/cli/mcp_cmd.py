@@ -85,7 +85,8 @@ def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str |
         renew_for=renew_seconds,
     )
     user = tools.user = _user(tools, registry.get_str("AGAP_MCP_USER"))
-    handles = TaskHandles(tools, mcp.task_key(registry.get_str("AGAP_MCP_TASK_KEY"), token or None), user=user)
+    key = mcp.task_key(registry.get_str("AGAP_MCP_TASK_KEY"), token or None)
+    handles = TaskHandles(tools, key, user=user)
     if transport == "stdio":
         mcp.serve_stdio(tools, handles)
         return

@@ -33,9 +33,10 @@ import anyio
 import uvicorn
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-from mcp_types import ToolAnnotations
+from mcp_types import SetLevelRequestParams, SubscribeRequestParams, ToolAnnotations, UnsubscribeRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
@@ -46,11 +47,13 @@ from fabric.submit import INTENT_HELP, SUBMIT_OPTIONS
 
 from .agent import AgentTools, as_json, tool_error
 from .handles import ANSWER_SCHEMA, TaskHandles
+from .streams import RETRY_MS, ReplayBuffer, SessionLog, Watcher
 from .tasks import FabricTasks
 
 log = logging.getLogger("agap.mcp")
 
 T = TypeVar("T")
+Request = ServerRequestContext[Any, Any]
 # Bearer tokens shorter than this are refused at start (as the A2A server's are).
 MIN_TOKEN_CHARS = 16
 MCP_PATH = "/mcp"
@@ -406,7 +409,39 @@ def build_server(
     _add_submit_and_read(mcp, tools)
     _add_lease_tools(mcp, tools)
     _add_resources(mcp, tools)
+    _add_watching(mcp, Watcher(tools))
     return mcp
+
+
+def _add_watching(mcp: MCPServer[Any], watcher: Watcher) -> None:
+    """resources/subscribe and logging/setLevel on the handshake wire (streams.Watcher).
+
+    MCPServer has no public seam for these spec methods (an extension may not bind them),
+    so they go on its low-level server, which derives the capabilities from the handlers."""
+    low = mcp._lowlevel_server
+
+    async def subscribe(
+        ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams
+    ) -> dict[str, Any]:
+        await watcher.subscribe(ctx.session, str(params.uri))
+        return {}
+
+    async def unsubscribe(
+        ctx: ServerRequestContext[Any, Any], params: UnsubscribeRequestParams
+    ) -> dict[str, Any]:
+        await watcher.unsubscribe(ctx.session, str(params.uri))
+        return {}
+
+    async def set_level(ctx: Request, params: SetLevelRequestParams) -> dict[str, Any]:
+        await watcher.set_level(ctx.session, params.level)
+        if log.getEffectiveLevel() > logging.INFO:
+            log.setLevel(logging.INFO)  # the watcher's lines are info
+        return {}
+
+    low.add_request_handler("resources/subscribe", SubscribeRequestParams, subscribe)
+    low.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, unsubscribe)
+    low.add_request_handler("logging/setLevel", SetLevelRequestParams, set_level)
+    log.addHandler(SessionLog(watcher))
 
 
 def check_token(token: str, name: str) -> str:
@@ -500,7 +535,11 @@ def serve_http(
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     base = f"http://{shown}:{bound_port}"
     mcp = build_server(tools, token=token, base_url=base, handles=handles)
-    app = mcp.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    # Every SSE event has an id, each stream opens with a priming event and a retry: a
+    # client that lost a stream resumes it with Last-Event-ID (streams.ReplayBuffer).
+    app = mcp.streamable_http_app(
+        streamable_http_path=MCP_PATH, host=host, event_store=ReplayBuffer(), retry_interval=RETRY_MS
+    )
     config = uvicorn.Config(
         app, log_level="warning", lifespan="on", access_log=False, timeout_graceful_shutdown=asgi.GRACEFUL
     )
