@@ -12,70 +12,31 @@ import json
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any
 
+import anyio
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, ElicitResult, Request, RequestParams, Result
-from pydantic import BaseModel, ConfigDict, Field
+from mcp_types import ElicitResult
 
+from fabric.apps.mcp.tasks_client import (
+    TASKS,
+    CreateTask,
+    TaskParams,
+    TasksCancel,
+    TasksExtension,
+    TasksGet,
+    TasksUpdate,
+    rpc,
+)
 from fabric.core import Fabric
 from fabric.ledger import Lease
 from fabric.task import State
 from tests.conftest import ROOT
 from tests.integration.test_mcp import call, env, fab, refused, run, serve_args  # noqa: F401 (fixtures)
 
-TASKS = "io.modelcontextprotocol/tasks"
 KEY = "task-key-" + "k" * 30
-
-
-class Raw(BaseModel):
-    """Any result, as the wire had it (every key is an extra)."""
-
-    model_config = ConfigDict(extra="allow")
-
-
-class CreateTask(Result):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
-    result_type: Literal["task"] = Field(default="task", alias="resultType")
-    task_id: str = Field(alias="taskId")
-    status: str
-
-
-class TaskParams(RequestParams):
-    model_config = ConfigDict(populate_by_name=True)
-    task_id: str = Field(alias="taskId")
-    input_responses: Any = Field(default=None, alias="inputResponses")
-
-
-class TasksGet(Request[TaskParams, Literal["tasks/get"]]):
-    method: Literal["tasks/get"] = "tasks/get"
-    name_param = "taskId"
-
-
-class TasksUpdate(Request[TaskParams, Literal["tasks/update"]]):
-    method: Literal["tasks/update"] = "tasks/update"
-    name_param = "taskId"
-
-
-class TasksCancel(Request[TaskParams, Literal["tasks/cancel"]]):
-    method: Literal["tasks/cancel"] = "tasks/cancel"
-    name_param = "taskId"
-
-
-async def _unresolved(result: CreateTask, ctx: ClaimContext) -> CallToolResult:
-    raise AssertionError("the tests read the handle themselves (allow_claimed)")
-
-
-class TasksExtension(ClientExtension):
-    """The client side of the extension: it declares it and takes task handles."""
-
-    identifier = TASKS
-
-    def claims(self) -> list[ResultClaim[Any]]:
-        return [ResultClaim(result_type="task", model=CreateTask, resolve=_unresolved)]
 
 
 @asynccontextmanager
@@ -86,13 +47,14 @@ async def client(
     tasks: bool = True,
     mode: str = "auto",
     elicit: Any = None,
+    ext: TasksExtension | None = None,
     **extra_env: str,
 ) -> AsyncIterator[Client]:
     server_env = {**env, "AGAP_MCP_TASK_KEY": KEY, **extra_env}
     params = StdioServerParameters(
         command=sys.executable, args=serve_args(agent), env=server_env, cwd=str(ROOT)
     )
-    extensions = [TasksExtension()] if tasks else []
+    extensions = [ext or TasksExtension()] if tasks else []
     async with Client(params, mode=mode, extensions=extensions, elicitation_callback=elicit) as c:
         yield c
 
@@ -101,10 +63,6 @@ async def submit(c: Client, **args: Any) -> CreateTask:
     result = await c.session.call_tool("submit_task", args, allow_claimed=True)
     assert isinstance(result, CreateTask), result
     return result
-
-
-async def rpc(c: Client, request: Any) -> dict[str, Any]:
-    return dict((await c.session.send_request(request, Raw)).model_extra or {})
 
 
 async def get(c: Client, handle: str) -> dict[str, Any]:
@@ -274,6 +232,34 @@ def test_an_ask_human_handle_completes_with_the_answer(env: dict[str, str], fab:
     )
     assert answered["status"] == "completed"
     assert answered["result"]["structuredContent"]["answer"] == "no, archive them"
+
+
+def test_call_tool_follows_the_handle_to_the_result(env: dict[str, str], fab: Fabric) -> None:
+    """With the client side of the extension, call_tool reads like a blocking call: it
+    follows the handle with tasks/get until the worker completed the task."""
+
+    async def go() -> tuple[Any, int]:
+        ext = TasksExtension(poll_ms=20)
+        async with client(env, ext=ext) as c:
+            call = c.call_tool("submit_task", {"intent": "Measure the flat", "target": "researcher"})
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_complete_when_queued, fab, "Measure the flat")
+                result = await call
+            return result, ext.polls
+
+    result, polls = run(go())
+    assert result.is_error is False and polls >= 1
+    assert result.content[0].text == "https://docs.example/flat"  # type: ignore[union-attr]
+    assert result.structured_content["state"] == "done"  # type: ignore[index]
+
+
+async def _complete_when_queued(fab: Fabric, intent: str) -> None:
+    w = worker(fab)
+    with anyio.fail_after(30):
+        while not (rows := [r for r in w.listing() if r["title"].startswith(intent)]):
+            await anyio.sleep(0.02)
+    lease = await anyio.to_thread.run_sync(claim, fab, rows[0]["id"])
+    await anyio.to_thread.run_sync(lambda: w.ledger.complete(lease, result_ref="https://docs.example/flat"))
 
 
 # -- who may use a handle (CVE-2026-52870) ----------------------------------------------------
