@@ -249,8 +249,8 @@ def test_call_tool_follows_the_handle_to_the_result(env: dict[str, str], fab: Fa
 
     result, polls = run(go())
     assert result.is_error is False and polls >= 1
-    assert result.content[0].text == "https://docs.example/flat"  # type: ignore[union-attr]
-    assert result.structured_content["state"] == "done"  # type: ignore[index]
+    assert result.content[0].text == "https://docs.example/flat"
+    assert result.structured_content["state"] == "done"
 
 
 async def _complete_when_queued(fab: Fabric, intent: str) -> None:
