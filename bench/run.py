@@ -288,6 +288,7 @@ SECTIONS = (
     "bench.events",
     "bench.a2a",
     "bench.mcp",
+    "bench.mcp_tasks",
     "bench.auth",
     "bench.hindsight",
     "bench.cli_start",
