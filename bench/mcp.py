@@ -22,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +43,21 @@ RESULT = "https://git.example/pr/{}"
 
 def run(quick: bool) -> dict[str, Any]:
     n = 8 if quick else 30
+    with embedded_fabric() as (env, submitter, proxy):
+        mcp = asyncio.run(_mcp_rounds(env, submitter, proxy, n))
+        cli = _cli_rounds(env, submitter, proxy, n)
+    return _report(n, mcp, cli)
+
+
+@contextmanager
+def embedded_fabric() -> Iterator[tuple[dict[str, str], Fabric, CountingProxy]]:
+    """An initialised embedded board behind a counting proxy: the environment an ``agap``
+    process needs to reach it through the proxy, and a direct connection for the bench."""
     with tempfile.TemporaryDirectory() as tmp, EmbeddedBoard(Path(tmp) / "board.sqlite3") as board:
         settings = Settings(board_url=board.url, board_token=board.token, cards_dir=CARDS_DIR)
         cards = load_bench_cards()
         init_board(KanboardClient(board.url, board.token), settings, cards)
-        submitter = Fabric.connect(settings, cards=cards, port=KanboardClient(board.url, board.token))
+        direct = Fabric.connect(settings, cards=cards, port=KanboardClient(board.url, board.token))
         with CountingProxy(board.url) as proxy:
             env = {
                 **os.environ,
@@ -56,9 +68,7 @@ def run(quick: bool) -> dict[str, Any]:
                 "XDG_CACHE_HOME": str(Path(tmp) / "cache"),
                 "AGAP_EVENTS_URL": "",
             }
-            mcp = asyncio.run(_mcp_rounds(env, submitter, proxy, n))
-            cli = _cli_rounds(env, submitter, proxy, n)
-    return _report(n, mcp, cli)
+            yield env, direct, proxy
 
 
 def _report(n: int, mcp: dict[str, Any], cli: dict[str, Any]) -> dict[str, Any]:

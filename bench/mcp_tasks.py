@@ -20,24 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from mcp import Client, StdioServerParameters
 
-from bench.env import CARDS_DIR, ROOT, CountingProxy, latency_ms, load_bench_cards
+from bench.env import ROOT, CountingProxy, latency_ms
+from bench.mcp import embedded_fabric
 from fabric.apps.mcp.tasks_client import CreateTask, TasksExtension, get_task
 from fabric.core import Fabric
-from fabric.embedded.server import EmbeddedBoard
-from fabric.kanboard.bootstrap import init_board
-from fabric.kanboard.client import KanboardClient
-from fabric.settings.resolve import Settings
 
 AGENT = "claude-coder"  # mode external: no worker daemon competes for its queue
 WORK_S = 0.2
@@ -46,23 +40,9 @@ NAIVE_POLL_S = 0.05
 
 def run(quick: bool) -> dict[str, Any]:
     n = 6 if quick else 20
-    with tempfile.TemporaryDirectory() as tmp, EmbeddedBoard(Path(tmp) / "board.sqlite3") as board:
-        settings = Settings(board_url=board.url, board_token=board.token, cards_dir=CARDS_DIR)
-        cards = load_bench_cards()
-        init_board(KanboardClient(board.url, board.token), settings, cards)
-        worker = Fabric.connect(settings, cards=cards, port=KanboardClient(board.url, board.token))
-        with CountingProxy(board.url) as proxy:
-            env = {
-                **os.environ,
-                "KANBOARD_URL": proxy.url,
-                "KANBOARD_API_TOKEN": board.token,
-                "AGAP_CARDS_DIR": str(CARDS_DIR),
-                "AGAP_STATE_DIR": str(Path(tmp) / "state"),
-                "XDG_CACHE_HOME": str(Path(tmp) / "cache"),
-                "AGAP_EVENTS_URL": "",
-                "AGAP_WORKER_ID": "bench-mcp-tasks",
-            }
-            data = asyncio.run(_measure(env, worker, proxy, n))
+    with embedded_fabric() as (env, worker, proxy):
+        env["AGAP_WORKER_ID"] = "bench-mcp-tasks"
+        data = asyncio.run(_measure(env, worker, proxy, n))
     return _report(n, data)
 
 
