@@ -73,7 +73,10 @@ def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str |
     # A confined agent's queue lives in its home (fabric.kanboard.principals).
     fab = Fabric.connect(settings)
     fab = fab.home_fabric(fab.cards.get(agent))
-    attach_submitter(fab)  # publishes "submitted" (and wakes the queue) when events are on
+    # Publishes "submitted" (and wakes the queue) when events are on; its transport also
+    # wakes the watcher of subscribed tasks.
+    publisher = attach_submitter(fab)
+    events = publisher.transport if publisher is not None else None
     tools = AgentTools(
         fab,
         agent,
@@ -88,13 +91,13 @@ def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str |
     key = mcp.task_key(registry.get_str("AGAP_MCP_TASK_KEY"), token or None)
     handles = TaskHandles(tools, key, user=user)
     if transport == "stdio":
-        mcp.serve_stdio(tools, handles)
+        mcp.serve_stdio(tools, handles, events)
         return
 
     def ready(url: str) -> None:
         click.echo(f"agap mcp: serving {agent} on {url} (owner {tools.owner})", err=True)
 
-    mcp.serve_http(tools, host=host, port=port, token=token, ready=ready, handles=handles)
+    mcp.serve_http(tools, host=host, port=port, token=token, ready=ready, handles=handles, events=events)
 
 
 def _user(tools: AgentTools, name: str) -> str | None:

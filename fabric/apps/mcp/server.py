@@ -42,6 +42,7 @@ from pydantic import Field
 
 from fabric.apps import asgi
 from fabric.errors import ConfigError, FabricError, InvalidInput
+from fabric.events.transport import Transport
 from fabric.signals import exit_now, set_on_signal
 from fabric.submit import INTENT_HELP, SUBMIT_OPTIONS
 
@@ -383,10 +384,12 @@ def build_server(
     token: str | None = None,
     base_url: str = "",
     handles: TaskHandles | None = None,
+    events: Transport | None = None,
 ) -> MCPServer[Any]:
     """The MCP server for ``tools``' agent; with ``token`` every HTTP request must carry it.
 
-    ``handles`` serves the tasks extension (by default signed with a random key)."""
+    ``handles`` serves the tasks extension (by default signed with a random key);
+    ``events`` (the live events' transport) wakes the resource watcher."""
     if handles is None:
         handles = TaskHandles(tools, task_key("", token))
     auth: dict[str, Any] = {}
@@ -409,7 +412,7 @@ def build_server(
     _add_submit_and_read(mcp, tools)
     _add_lease_tools(mcp, tools)
     _add_resources(mcp, tools)
-    _add_watching(mcp, Watcher(tools))
+    _add_watching(mcp, Watcher(tools, events=events))
     return mcp
 
 
@@ -504,9 +507,11 @@ def _release(tools: AgentTools) -> None:
         log.warning("released %s on shutdown", ", ".join(f"#{t}" for t in released))
 
 
-def serve_stdio(tools: AgentTools, handles: TaskHandles | None = None) -> None:
+def serve_stdio(
+    tools: AgentTools, handles: TaskHandles | None = None, events: Transport | None = None
+) -> None:
     """Serve over stdin/stdout until the client closes them (or SIGTERM/SIGINT)."""
-    mcp = build_server(tools, handles=handles)
+    mcp = build_server(tools, handles=handles, events=events)
 
     def _stop() -> None:
         # The thread reading stdin cannot be interrupted, and the interpreter would wait
@@ -527,6 +532,7 @@ def serve_http(
     token: str,
     ready: Callable[[str], None] | None = None,
     handles: TaskHandles | None = None,
+    events: Transport | None = None,
 ) -> None:
     """Serve streamable HTTP at ``http://host:port/mcp`` until SIGINT/SIGTERM."""
     check_loopback(host)
@@ -534,7 +540,7 @@ def serve_http(
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     base = f"http://{shown}:{bound_port}"
-    mcp = build_server(tools, token=token, base_url=base, handles=handles)
+    mcp = build_server(tools, token=token, base_url=base, handles=handles, events=events)
     # Every SSE event has an id, each stream opens with a priming event and a retry: a
     # client that lost a stream resumes it with Last-Event-ID (streams.ReplayBuffer).
     app = mcp.streamable_http_app(

@@ -6,8 +6,10 @@
   a stream survives a dropped connection, not a restart of the server (the board keeps
   the state; the client reads it back).
 * :class:`Watcher` — ``resources/subscribe`` on ``agap://task/{id}`` (and ``agap://queue``)
-  on the handshake wire: a thread reads the watched tasks from the board every
-  ``interval`` seconds and sends ``notifications/resources/updated`` when one moved; and
+  on the handshake wire: a thread reads the watched tasks from the board when a live
+  event about one arrives (MQTT/NATS, when events are on; a hint, the board decides) and
+  every ``interval`` seconds anyway, and sends ``notifications/resources/updated`` when one
+  moved; and
   ``logging/setLevel``: the server's own log lines (``agap.mcp``) at or above the level a
   session asked for go to it as ``notifications/message``.
 """
@@ -29,6 +31,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, JSONRPCMessage, LoggingLevel
 
 from fabric.errors import FabricError
+from fabric.events.transport import Signal, Subscription, Transport, task_topic
 
 from .agent import AgentTools
 
@@ -83,9 +86,12 @@ def _task_of(uri: str) -> int | None:
 class Watcher:
     """Resource subscriptions and log levels of the sessions on the handshake wire."""
 
-    def __init__(self, tools: AgentTools, *, interval: float = 1.0) -> None:
+    def __init__(self, tools: AgentTools, *, interval: float = 1.0, events: Transport | None = None) -> None:
         self.tools = tools
         self.interval = interval
+        self.events = events
+        self._hints: dict[str, Subscription] = {}
+        self._wake = threading.Event()
         self._lock = threading.Lock()
         self._subs: dict[str, set[ServerSession]] = {}
         self._seen: dict[str, Any] = {}
@@ -109,7 +115,15 @@ class Watcher:
         with self._lock:
             self._subs.setdefault(uri, set()).add(session)
             self._seen.setdefault(uri, seen)
+            if task_id and self.events is not None and uri not in self._hints:
+                self._hints[uri] = self.events.subscribe(task_topic(task_id), self._hint)
         self._start()
+
+    def _hint(self, sig: Signal) -> None:
+        """A live event about a watched task: read the board now (the board decides, so
+        a forged or stale payload costs one read)."""
+        if sig.kind == "msg":
+            self._wake.set()
 
     async def unsubscribe(self, session: ServerSession, uri: str) -> None:
         with self._lock:
@@ -119,6 +133,9 @@ class Watcher:
                 if not subs:
                     del self._subs[uri]
                     self._seen.pop(uri, None)
+                    hint = self._hints.pop(uri, None)
+                    if hint is not None:
+                        hint.close()
 
     def _version(self, uri: str) -> Any:
         """What changes when the resource does: a task's epoch; the queue's open rows."""
@@ -152,7 +169,11 @@ class Watcher:
         return changed
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while True:
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.poll()
             except Exception:  # the watcher outlives one bad round
@@ -165,6 +186,7 @@ class Watcher:
 
     def close(self) -> None:
         self._stop.set()
+        self._wake.set()
 
     def _send(self, coro: Coroutine[Any, Any, None]) -> None:
         loop = self._loop
