@@ -15,8 +15,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitResult
 
@@ -34,7 +36,16 @@ from fabric.core import Fabric
 from fabric.ledger import Lease
 from fabric.task import State
 from tests.conftest import ROOT
-from tests.integration.test_mcp import call, env, fab, refused, run, serve_args  # noqa: F401 (fixtures)
+from tests.integration.test_mcp import (  # noqa: F401 (fixtures)
+    TOKEN,
+    HttpServer,
+    call,
+    env,
+    fab,
+    http_server,
+    run,
+    serve_args,
+)
 
 KEY = "task-key-" + "k" * 30
 
@@ -380,3 +391,27 @@ def test_elicitation_declined_leaves_the_question_in_the_inbox(env: dict[str, st
     cur = fab.show(out["task_id"]).current
     assert cur is not None and cur.state == State.INPUT_REQUIRED and cur.assignee == "alvis"
     assert json.dumps(out)  # the plain tool result
+
+
+# -- over streamable HTTP ---------------------------------------------------------------------
+
+
+def test_task_handles_over_streamable_http(http_server: HttpServer, fab: Fabric) -> None:
+    """The same over HTTP (2026-07-28, the Mcp-Name routing header), where the caller is
+    the bearer token's principal."""
+
+    async def go() -> tuple[str, CreateTask, dict[str, Any]]:
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as http,
+            Client(
+                streamable_http_client(http_server.url, http_client=http), extensions=[TasksExtension()]
+            ) as c,
+        ):
+            seed = await submit(c, intent="Label the fuse box", target="researcher")
+            await rpc(c, TasksCancel(params=TaskParams(task_id=seed.task_id)))
+            return c.protocol_version, seed, await get(c, seed.task_id)
+
+    version, seed, after = run(go())
+    assert version == "2026-07-28" and seed.status == "working"
+    assert after["status"] == "cancelled"
+    assert snapshot(fab, board_id(seed.task_id))[0] == State.CANCELED
