@@ -11,14 +11,17 @@ from hypothesis import strategies as st
 
 from fabric.apps.mcp.handles import (
     HandleNotFound,
+    TaskHandles,
     answer_key,
     checked_answer,
     make_handle,
     parse_handle,
     verify,
 )
+from fabric.core import Fabric
 from fabric.errors import InvalidInput
 from fabric.kanboard.views import TaskView
+from tests.unit.test_mcp_units import submit, tools_for
 
 KEY = b"k" * 32
 
@@ -77,3 +80,17 @@ def test_an_answer_or_a_decline() -> None:
     assert checked_answer({"action": "accept", "content": {"answer": " blue "}}, "k") == "blue"
     assert checked_answer({"action": "decline"}, "k") is None
     assert checked_answer({"action": "cancel"}, "k") is None
+
+
+def test_poll_interval_follows_the_workers_wake_up_path(local_fabric: Fabric) -> None:
+    """The target worker's poll_seconds; a second while live events wake it; the deadline
+    is the ttl, from the submit."""
+    tools = tools_for(local_fabric, "claude-coder")
+    tid = submit(local_fabric, deadline="+2h")
+    polled = TaskHandles(tools, KEY).issue("c|stdio", tid)
+    live = TaskHandles(tools, KEY, live=True).issue("c|stdio", tid)
+    assert polled["pollIntervalMs"] == local_fabric.cards.get("claude-coder").runtime.poll_seconds * 1000
+    assert live["pollIntervalMs"] == 1000
+    assert polled["status"] == live["status"] == "working"
+    assert polled["ttlMs"] == 2 * 3600 * 1000
+    assert polled["taskId"] != TaskHandles(tools, KEY).issue("other|stdio", tid)["taskId"]

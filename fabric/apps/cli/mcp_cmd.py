@@ -89,7 +89,7 @@ def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str |
     )
     user = tools.user = _user(tools, registry.get_str("AGAP_MCP_USER"))
     key = mcp.task_key(registry.get_str("AGAP_MCP_TASK_KEY"), token or None)
-    handles = TaskHandles(tools, key, user=user)
+    handles = TaskHandles(tools, key, user=user, live=events is not None)
     if transport == "stdio":
         mcp.serve_stdio(tools, handles, events)
         return

@@ -16,7 +16,8 @@ queued/working → ``working``; input_required → ``input_required`` with ``inp
 none: it waits in that person's Kanboard inbox); done/closed → ``completed`` with the
 result as a tool result; dead/dropped → ``failed`` with the reason; canceled →
 ``cancelled``. ``ttlMs`` runs from the submit to the deadline (``null`` without one);
-``pollIntervalMs`` is how often the target worker looks at its queue.
+``pollIntervalMs`` is how soon the target worker picks work up: its ``poll_seconds``, or a
+second while live events wake it (queued and working tasks).
 """
 
 from __future__ import annotations
@@ -245,10 +246,12 @@ class TaskHandles:
     (``AGAP_MCP_USER``), whose questions the client may answer, or None.
     """
 
-    def __init__(self, tools: AgentTools, key: bytes, *, user: str | None = None) -> None:
+    def __init__(self, tools: AgentTools, key: bytes, *, user: str | None = None, live: bool = False) -> None:
         self.tools = tools
         self.key = key
         self.user = user
+        # Live events on: a worker wakes on the submit event, not on its poll_seconds.
+        self.live = live
 
     def issue(self, identity: str, task_id: int, kind: str = SUBMITTED, epoch: int = 0) -> dict[str, Any]:
         """A new handle on a task the board has committed: its DetailedTask (the seed state)."""
@@ -269,10 +272,13 @@ class TaskHandles:
     def _detailed(self, text: str, view: TaskView, handle: Handle) -> dict[str, Any]:
         spec = view.spec
         assert spec is not None
+        cur = view.current
         try:
             poll = float(self.tools.fab.cards.get(spec.target).runtime.poll_seconds)
         except FabricError:
             poll = 5.0
+        if self.live and cur is not None and cur.state in (State.QUEUED, State.WORKING):
+            poll = MIN_POLL_MS / 1000
         result = None
         if view.current is not None and view.current.state in (State.DONE, State.CLOSED):
             result = self.tools._view_data(view) | self.tools._result(view)
