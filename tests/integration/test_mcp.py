@@ -379,3 +379,78 @@ def test_serve_refuses_to_start_with_one_line(
     assert result.exit_code == 2, result.output
     assert result.output.startswith("agap: error: ") and message in result.output
     assert result.output.count("\n") == 1
+
+
+# -- launched as OpenClaw launches a stdio server --------------------------------------------
+
+# OpenClaw gives a stdio MCP server only these, and a working directory of its own.
+OPENCLAW_ENV = ("HOME", "PATH", "PWD", "SHELL", "TERM")
+
+
+def bare_env(home: Path, workspace: Path) -> dict[str, str]:
+    return {
+        "HOME": str(home),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PWD": str(workspace),
+        "SHELL": "/bin/sh",
+        "TERM": "dumb",
+    }
+
+
+def test_stdio_finds_its_settings_in_the_users_env_file(env: dict[str, str], tmp_path: Path) -> None:
+    home, workspace = tmp_path / "home", tmp_path / "workspace"
+    workspace.mkdir()
+    (home / ".config" / "agap").mkdir(parents=True)
+    keep = ("KANBOARD_URL", "KANBOARD_API_TOKEN", "AGAP_CARDS_DIR", "AGAP_STATE_DIR", "XDG_CACHE_HOME")
+    (home / ".config" / "agap" / "env").write_text("".join(f"{k}={env[k]}\n" for k in keep))
+    launch = bare_env(home, workspace)
+    assert set(launch) == set(OPENCLAW_ENV)
+    params = StdioServerParameters(
+        command=sys.executable, args=serve_args("adolf"), env=launch, cwd=str(workspace)
+    )
+
+    async def go() -> dict[str, Any]:
+        async with Client(params) as client:
+            return await call(client, "submit_task", intent="Water the plants", target="adolf", key="k-1")
+
+    assert run(go())["created"] is True
+
+
+def test_stdio_without_settings_says_which_and_where_in_one_line(tmp_path: Path) -> None:
+    home, workspace = tmp_path / "home", tmp_path / "workspace"
+    workspace.mkdir()
+    home.mkdir()
+    proc = subprocess.run(
+        [sys.executable, *serve_args("adolf")],
+        env=bare_env(home, workspace),
+        cwd=workspace,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    line = proc.stderr
+    assert line.count("\n") == 1 and line.startswith("agap: error: agap mcp serve: cannot start: missing ")
+    for what in ("KANBOARD_URL", "KANBOARD_API_TOKEN", f"AGAP_CARDS_DIR (cards (relative to {workspace})"):
+        assert what in line
+    assert "~/.config/agap/env" in line and "--env-file" in line
+
+
+def test_stdio_takes_an_env_file_option(env: dict[str, str], tmp_path: Path) -> None:
+    home, workspace = tmp_path / "home", tmp_path / "workspace"
+    workspace.mkdir()
+    home.mkdir()
+    named = tmp_path / "fabric.env"
+    keep = ("KANBOARD_URL", "KANBOARD_API_TOKEN", "AGAP_CARDS_DIR", "AGAP_STATE_DIR", "XDG_CACHE_HOME")
+    named.write_text("".join(f"{k}={env[k]}\n" for k in keep))
+    args = ["-m", "fabric.apps.cli", "--env-file", str(named), *serve_args("adolf")[2:]]
+    params = StdioServerParameters(
+        command=sys.executable, args=args, env=bare_env(home, workspace), cwd=str(workspace)
+    )
+
+    async def go() -> set[str]:
+        async with Client(params) as client:
+            return {t.name for t in (await client.list_tools()).tools}
+
+    assert "submit_task" in run(go())

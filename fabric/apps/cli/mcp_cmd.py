@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import click
 
@@ -12,7 +13,7 @@ from fabric.apps.mcp.agent import AgentTools
 from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.durations import parse_setting_duration
-from fabric.errors import InvalidInput
+from fabric.errors import ConfigError, InvalidInput
 from fabric.events.attach import attach_submitter
 from fabric.kanboard.principals import worker_settings
 from fabric.settings import registry
@@ -66,6 +67,7 @@ def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str |
         check_loopback(host)
         token = check_token(registry.get_str("AGAP_MCP_TOKEN"), "AGAP_MCP_TOKEN")
     settings = Settings.from_env()
+    require_launch_settings(settings)
     if settings.board_user:  # a confined agent's runtime signs in as its own user
         settings = worker_settings(settings, load_cards(settings.cards_dir).get(agent))
     # A confined agent's queue lives in its home (fabric.kanboard.principals).
@@ -90,6 +92,32 @@ def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str |
         click.echo(f"agap mcp: serving {agent} on {url} (owner {tools.owner})", err=True)
 
     serve_http(tools, host=host, port=port, token=token, ready=ready)
+
+
+def require_launch_settings(settings: Settings) -> None:
+    """Refuse to start, in one line, when the board or the cards cannot be found.
+
+    A runtime launches this server with a bare environment and a working directory of its
+    own (OpenClaw passes only HOME, PATH, PWD, SHELL and TERM), and shows a server that
+    exits at once as "Connection closed": the line says what is missing and where to put it.
+    """
+    missing = [] if settings.board_url else ["KANBOARD_URL"]
+    if not settings.board_user and not settings.board_token:
+        missing.append("KANBOARD_API_TOKEN")
+    elif settings.board_user and not settings.board_password:
+        missing.append("AGAP_BOARD_PASSWORD")
+    cards = settings.cards_dir
+    if not cards.is_dir():
+        shown = str(cards) if cards.is_absolute() else f"{cards} (relative to {Path.cwd()})"
+        missing.append(f"AGAP_CARDS_DIR ({shown} is not a directory)")
+    if missing:
+        raise ConfigError(
+            "cannot start: missing " + ", ".join(missing),
+            where="agap mcp serve",
+            hint="put KEY=VALUE lines (absolute paths) in ~/.config/agap/env, or pass "
+            "`agap --env-file PATH mcp serve …`; keep secrets there, not in the runtime's config "
+            "(docs/OPENCLAW.md)",
+        )
 
 
 def _duration(text: str | None) -> float | None:
