@@ -48,8 +48,9 @@ def mcp_group() -> None:
 )
 @click.option("-v", "--verbose", is_flag=True, help="Log at debug level (to stderr).")
 def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str | None, verbose: bool) -> None:
-    """Serve AGENT's tools over MCP: submit_task, get_task, claim_task, heartbeat_task,
-    complete_task, fail_task, ask_human; resources agap://queue and agap://task/{id}.
+    """Serve AGENT's tools over MCP: list_targets, submit_task, get_task, claim_task,
+    heartbeat_task, complete_task, fail_task, ask_human; resources agap://targets,
+    agap://queue and agap://task/{id}.
 
     Over HTTP the endpoint is http://HOST:PORT/mcp and every request needs
     `Authorization: Bearer $AGAP_MCP_TOKEN`; the server refuses to start without it.

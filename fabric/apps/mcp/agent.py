@@ -62,6 +62,8 @@ from fabric.task import PRIORITY_NAMES, State, TaskSpec
 from workers.queue import QueueReader
 from workers.results import ResultStore, read_result
 
+from .targets import AUTO, target_ids, target_rows
+
 log = logging.getLogger("agap.mcp")
 
 # A result read back into a model's context is cut here: a model reads a summary, not a
@@ -268,6 +270,8 @@ class AgentTools:
     ) -> dict[str, Any]:
         """``agap submit`` as this agent; ``parent`` defaults to the one task it holds."""
         intent = _text(intent, "intent")
+        if target:
+            self._known_target(target.strip())
         with self._lock:
             if parent is None and len(self._held) == 1:
                 parent = next(iter(self._held))
@@ -292,6 +296,30 @@ class AgentTools:
             "queue": receipt.queue,
             "created": receipt.created,
             "parent": parent,
+        }
+
+    def _known_target(self, target: str) -> None:
+        """Refuse a target that is no card, in one line that lists the ones to use."""
+        if target == AUTO or target in self.fab.cards:
+            return
+        ids = target_ids(self.card, self.fab.cards)
+        raise InvalidInput(
+            f"unknown target {target!r}",
+            where="target",
+            hint=f"you may target: {', '.join(ids)}; list_targets (or the agap://targets resource) "
+            "says what each is for and whether it is available now",
+        )
+
+    def targets(self) -> dict[str, Any]:
+        """Who this agent may submit to: id, what each is for, kind, trust, availability now."""
+        with self._lock:
+            parks = self.fab.reader().park_states()
+            now = self.fab.clock()
+        return {
+            "you": self.card.id,
+            "targets": target_rows(self.card, self.fab.cards, parks, now),
+            "how": "pass one id as submit_task's target (or constraints instead, e.g. "
+            "'tier>=large,cap=reflect'); a person gets the task in their Kanboard inbox",
         }
 
     def get_task(self, task_id: int) -> dict[str, Any]:
