@@ -267,6 +267,8 @@ class AgentTools:
         not_before: str | None = None,
         key: str | None = None,
         parent: int | None = None,
+        slot: str | None = None,
+        timezone: str | None = None,
     ) -> dict[str, Any]:
         """``agap submit`` as this agent; ``parent`` defaults to the one task it holds."""
         intent = _text(intent, "intent")
@@ -288,6 +290,8 @@ class AgentTools:
                 key=key,
                 actor=self.card.id,
                 parent=parent,
+                slot=slot or None,
+                timezone=timezone or None,
             )
         return {
             "task_id": receipt.task_id,
