@@ -6,10 +6,12 @@ from datetime import UTC, datetime
 
 import pytest
 
+from fabric.apps.mcp.agent import AgentTools, tool_error
 from fabric.core import Fabric
 from fabric.errors import InvalidInput
 from fabric.slots import GRACE_SECONDS, MissedSlot, plan_slot
 from tests.conftest import FakeClock
+from workers.results import store_for
 
 # 07:00 in Berlin on 15 January 2027 is 06:00 UTC.
 SEVEN = datetime(2027, 1, 15, 6, 0, tzinfo=UTC).timestamp()
@@ -88,3 +90,12 @@ def test_a_late_firing_of_a_slot_that_has_its_task_is_that_task(
     clock.now = SEVEN + 600  # OpenClaw's catch-up of a run that did happen
     late = local_fabric.submit("Morning digest", target="adolf", **SLOT)
     assert late.task_id == first.task_id and not late.created
+
+
+def test_a_missed_slot_reads_as_missed_to_a_model(local_fabric: Fabric, clock: FakeClock) -> None:
+    tools = AgentTools(local_fabric, "adolf", owner="t", results=store_for("attachment", local_fabric.board))
+    clock.now = SEVEN + 3600
+    with pytest.raises(MissedSlot) as err:
+        tools.submit("Morning digest", target="adolf", **SLOT)
+    line = tool_error(err.value)
+    assert line.startswith("MISSED_SLOT (exit 1: ") and "slot: slot 2027-01-15 07:00 CET" in line

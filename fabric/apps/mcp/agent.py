@@ -57,6 +57,7 @@ from fabric.policy import (
     check_domains,
 )
 from fabric.policy_file import PolicyConfig
+from fabric.slots import MissedSlot
 from fabric.taint import is_tainted
 from fabric.task import PRIORITY_NAMES, State, TaskSpec
 from workers.queue import QueueReader
@@ -107,7 +108,8 @@ def tool_error(exc: FabricError) -> str:
             f"FENCED (exit {code}): {line}. Stop working on task #{exc.task_id}: do not call "
             "complete_task, fail_task or ask_human for it again; claim_task gives new work."
         )
-    return f"{_LABELS.get(code, 'ERROR')} (exit {code}: {EXIT_CODES.get(code, 'error')}): {line}"
+    label = MissedSlot.code if isinstance(exc, MissedSlot) else _LABELS.get(code, "ERROR")
+    return f"{label} (exit {code}: {EXIT_CODES.get(code, 'error')}): {line}"
 
 
 def _text(value: str | None, name: str) -> str:
