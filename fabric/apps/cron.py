@@ -664,6 +664,7 @@ class CronRunner:
 
 
 __all__ = [
+    "GRACE_SECONDS",
     "CronRunner",
     "CronState",
     "Firing",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from workers.results import store_for
 
 # 07:00 in Berlin on 15 January 2027 is 06:00 UTC.
 SEVEN = datetime(2027, 1, 15, 6, 0, tzinfo=UTC).timestamp()
-SLOT = {"slot": "0 7 * * *", "timezone": "Europe/Berlin", "key": "openclaw/morning-digest"}
+SLOT: dict[str, Any] = {"slot": "0 7 * * *", "timezone": "Europe/Berlin", "key": "openclaw/morning-digest"}
 
 
 def test_the_planned_time_is_the_slots_in_its_own_zone() -> None:
