@@ -9,7 +9,7 @@ STAMP   = $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,litellm,a2a,mcp,conformance]'
+	$(PY) -m pip install --quiet -e '.[dev,litellm,a2a,mcp,conformance,openclaw]'
 	touch $(STAMP)
 
 # The MCP conformance suite (tests/conformance/package.json pins it), with the wheel's npm.

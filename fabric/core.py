@@ -33,7 +33,8 @@ from fabric.policy import GateRequest, PolicyContext, SubmitPolicy, check_claim_
 from fabric.router import Choice, route
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
-from fabric.submit import Receipt, Submitter, build_spec
+from fabric.slots import plan_slot
+from fabric.submit import ActionIdCollision, Receipt, Submitter, build_spec
 from fabric.taint import GATE_ACTOR, find_by_uid
 from fabric.task import TaskSpec, parse_priority, parse_when
 
@@ -125,13 +126,83 @@ class Fabric:
         key: str | None = None,
         actor: str | None = None,
         parent: int | None = None,
+        slot: str | None = None,
+        timezone: str | None = None,
     ) -> Receipt:
         """Validate, route and create a task; returns at once with its receipt.
 
         A task that may pass only through a taint gate creates the gate task (in a
-        human's inbox) and is refused with :class:`~fabric.policy.TaintGated`.
+        human's inbox) and is refused with :class:`~fabric.policy.TaintGated`. With a
+        ``slot`` (and its ``timezone``) it is a scheduler's firing (:mod:`fabric.slots`):
+        keyed by the planned time, on time or refused as missed.
         """
+        if slot or timezone:
+            return self._submit_slot(
+                intent,
+                slot,
+                timezone,
+                dict(
+                    target=target,
+                    constraints=constraints,
+                    refs=refs,
+                    priority=priority,
+                    deadline=deadline,
+                    not_before=not_before,
+                    key=key,
+                    actor=actor,
+                    parent=parent,
+                ),
+            )
+        return self._submit(
+            intent,
+            target=target,
+            constraints=constraints,
+            refs=refs,
+            priority=priority,
+            deadline=deadline,
+            not_before=not_before,
+            key=key,
+            actor=actor,
+            parent=parent,
+        )
+
+    def _submit_slot(
+        self, intent: str, slot: str | None, timezone: str | None, kw: dict[str, Any]
+    ) -> Receipt:
+        """One firing of a planned slot: the task of its planned time, made once."""
+        firing = plan_slot(slot, timezone, kw["key"], self.clock())
+        actor = kw["actor"] or self.settings.actor
+        kw.update(key=firing.key, since=firing.planned.timestamp())
+        if not firing.on_time and self.board.tasks_by_keys([(actor, firing.key)])[0] is None:
+            raise firing.missed("--slot")
+        try:
+            return self._submit(intent, **kw)
+        except ActionIdCollision as exc:
+            # The slot has its task (a firing worded differently, or routed elsewhere since):
+            # one slot is one task, as the fabric's own cron has it.
+            view = self.board.read(exc.task_id)
+            assert view.spec is not None
+            return Receipt(exc.task_id, view.uid or "", False, view.spec.queue)
+
+    def _submit(
+        self,
+        intent: str,
+        *,
+        target: str | None,
+        constraints: str | Constraints | None,
+        refs: tuple[str, ...] | list[str],
+        priority: str | int,
+        deadline: str | float | None,
+        not_before: str | float | None,
+        key: str | None,
+        actor: str | None,
+        parent: int | None,
+        since: float | None = None,
+    ) -> Receipt:
+        """``submit`` with relative times counted from ``since`` (a slot's planned time),
+        else from now."""
         now = self.clock()
+        base = now if since is None else since
         # direct, constraint set or auto; explained (fabric/router.py)
         choice = self.route(
             intent=intent, target=target, constraints=constraints, refs=refs, priority=priority
@@ -145,8 +216,8 @@ class Fabric:
             refs=tuple(refs),
             constraints=cons,
             priority=parse_priority(priority),
-            deadline=_when(deadline, now, "--deadline"),
-            not_before=_when(not_before, now, "--not-before"),
+            deadline=_when(deadline, base, "--deadline"),
+            not_before=_when(not_before, base, "--not-before"),
             actor=actor or self.settings.actor,
             action_id=key,
             parent=parent_view,

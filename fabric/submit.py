@@ -65,6 +65,13 @@ SUBMIT_OPTIONS = (
     SubmitOption("not_before", "Do not start before this time (the same formats)."),
     SubmitOption("key", "Idempotency key (action id): a retry with the same key and content makes one task."),
     SubmitOption("parent", "The task (its id) this one is part of.", kind=int),
+    SubmitOption(
+        "slot",
+        "For a scheduler's firing: the job's cron expression (e.g. '0 7 * * *'). The key then names "
+        "the job and gets the planned time added, so one slot is one task; a firing more than 60 s "
+        "late is refused as missed.",
+    ),
+    SubmitOption("timezone", "The slot's IANA time zone (e.g. Europe/Berlin); required with slot."),
 )
 
 

@@ -70,6 +70,7 @@ from fabric.cards.problems import error_message
 from fabric.durations import parse_duration
 from fabric.errors import ConfigError, FabricError, InvalidInput
 from fabric.kanboard.port import BoardError
+from fabric.slots import GRACE_SECONDS, latest_planned
 from fabric.submit import ActionIdCollision
 from fabric.task import parse_priority
 
@@ -81,7 +82,6 @@ log = logging.getLogger("agap.cron")
 DEFAULT_KEY = "cron/{name}/{planned:%Y-%m-%dT%H:%M:%SZ}"
 DEFAULT_ACTOR = "cron"
 STATE_FILE = "cron-state.json"
-GRACE_SECONDS = 60.0
 _ANCHOR = datetime(2000, 1, 1, tzinfo=UTC)
 
 
@@ -181,21 +181,7 @@ class Schedule:
                 return None
             steps = math.floor((now - self.anchor).total_seconds() / self.interval)
             return (self.anchor + timedelta(seconds=steps * self.interval)).astimezone(self.zone)
-        lookback = timedelta(seconds=60)
-        first: datetime | None = None
-        while lookback <= timedelta(days=800):
-            first = self.trigger.get_next_fire_time(None, now - lookback)
-            if first is not None and first <= now:
-                break
-            first = None
-            lookback *= 2
-        if first is None:
-            return None
-        while True:
-            nxt = self.next_after(first)
-            if nxt is None or nxt > now:
-                return first
-            first = nxt
+        return latest_planned(self.trigger, now)
 
 
 def _zone(name: str, where: str) -> ZoneInfo:
@@ -678,6 +664,7 @@ class CronRunner:
 
 
 __all__ = [
+    "GRACE_SECONDS",
     "CronRunner",
     "CronState",
     "Firing",

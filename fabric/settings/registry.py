@@ -6,7 +6,8 @@ fabric that read it. Readers never touch ``os.environ``; they ask this module
 that does not parse raises a one-line :class:`~fabric.errors.ConfigError` naming the
 variable, the value and what was expected.
 
-Where values come from (the environment, then ``AGAP_ENV_FILE`` or else ``.agap.env``) is
+Where values come from (the environment, then ``AGAP_ENV_FILE``, else ``.agap.env``, else
+``~/.config/agap/env``) is
 :mod:`fabric.settings.resolve`'s job. The CLI applies those files to the process environment at
 start, so a reader here sees the resolved value.
 
@@ -182,6 +183,13 @@ REGISTRY: tuple[Var, ...] = (
         "the env file with more settings (must exist if named; then no .agap.env is read)",
     ),
     _v("XDG_CACHE_HOME", "path", "cli", "where the board layout cache lives (in agap/)", note="~/.cache"),
+    _v(
+        "XDG_CONFIG_HOME",
+        "path",
+        ("cli", "mcp"),
+        "where the user's env file is (agap/env), read when neither AGAP_ENV_FILE nor a .agap.env applies",
+        note="~/.config",
+    ),
     # The embedded board (agap board serve, agap up)
     _v("AGAP_BOARD_PORT", "int", "board", "the embedded board's port under agap up", "8765"),
     _v("AGAP_BOARD_TOKEN", "secret", "board", "the embedded board's token (default: generated)"),

@@ -5,7 +5,10 @@ Resolution order (first wins):
 1. the process environment;
 2. an env file named by ``AGAP_ENV_FILE`` — a missing or malformed file is an error
    (fail closed), never a silent fallback — and then no other file;
-3. else a project file, ``.agap.env``, found by walking up from the working directory.
+3. else a project file, ``.agap.env``, found by walking up from the working directory;
+4. else the user's file, ``$XDG_CONFIG_HOME/agap/env`` (``~/.config/agap/env``): what a
+   process started with no working directory of ours and a bare environment finds (an
+   OpenClaw stdio MCP server gets only HOME, PATH, PWD, SHELL and TERM).
 
 Files hold ``KEY=VALUE`` lines (``#`` comments, optional ``export``, optional quotes).
 The CLI applies them to its own environment at start (:func:`apply_config_files`), so
@@ -31,6 +34,7 @@ from fabric.settings.registry import Var
 
 ENV_FILE_VAR = "AGAP_ENV_FILE"
 PROJECT_FILE = ".agap.env"
+USER_FILE = Path("agap") / "env"  # under $XDG_CONFIG_HOME, default ~/.config
 
 _LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
 _SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
@@ -117,6 +121,17 @@ def find_project_file(start: Path) -> Path | None:
     return None
 
 
+def user_file(environ: Mapping[str, str]) -> Path | None:
+    """``$XDG_CONFIG_HOME/agap/env``, else ``$HOME/.config/agap/env`` (None without either)."""
+    base = registry.get_str("XDG_CONFIG_HOME", environ, fallback="")
+    if not base:
+        home = environ.get("HOME", "")
+        if not home:
+            return None
+        base = str(Path(home) / ".config")
+    return Path(base).expanduser() / USER_FILE
+
+
 @dataclass
 class Resolved:
     """Effective settings and where each came from (``environment`` or a file path)."""
@@ -126,15 +141,20 @@ class Resolved:
 
 
 def resolve(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Resolved:
-    """Merge the environment and one env file: the named one, else the project file.
+    """Merge the environment and one env file: the named one, else the project file, else
+    the user's file.
 
     A named file is the only file: ``.agap.env`` discovery is off then, so a file left
-    in a parent directory never fills in what the named file leaves out.
+    in a parent directory never fills in what the named file leaves out; and a project
+    file found is the only one too (the user's file fills in nothing beside it).
     """
     env = dict(os.environ if environ is None else environ)
     out = Resolved(dict(env), {k: "environment" for k in env})
     named = registry.get_str(ENV_FILE_VAR, env)
     path = Path(named).expanduser() if named else find_project_file((cwd or Path.cwd()).resolve())
+    if path is None:
+        mine = user_file(env)
+        path = mine if mine is not None and mine.is_file() else None
     if named and path is not None and not path.is_file():
         raise ConfigError(
             f"{ENV_FILE_VAR} names a file that does not exist",
@@ -149,10 +169,15 @@ def resolve(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -
     return out
 
 
-def apply_config_files(environ: MutableMapping[str, str] | None = None, cwd: Path | None = None) -> Resolved:
-    """Add settings from the env files to ``environ`` (never overriding it)."""
+def apply_config_files(
+    environ: MutableMapping[str, str] | None = None, cwd: Path | None = None, *, named: str | None = None
+) -> Resolved:
+    """Add settings from the env files to ``environ`` (never overriding it); ``named``
+    (``agap --env-file``) becomes its ``AGAP_ENV_FILE`` first, for the processes it starts too."""
     global _applied
     target = os.environ if environ is None else environ
+    if named is not None:
+        target[ENV_FILE_VAR] = named
     resolved = resolve(target, cwd)
     for key, value in resolved.values.items():
         target.setdefault(key, value)

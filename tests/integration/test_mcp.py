@@ -38,7 +38,16 @@ from tests.helpers import wait_until
 T = TypeVar("T")
 OWNER = "mcp-loop-1"
 TOKEN = "mcp-token-" + "m" * 30
-TOOLS = {"submit_task", "get_task", "claim_task", "heartbeat_task", "complete_task", "fail_task", "ask_human"}
+TOOLS = {
+    "list_targets",
+    "submit_task",
+    "get_task",
+    "claim_task",
+    "heartbeat_task",
+    "complete_task",
+    "fail_task",
+    "ask_human",
+}
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -129,7 +138,7 @@ def test_stdio_lists_the_tools_and_resources(env: dict[str, str], mode: str) -> 
 
     tools, resources, templates = run(go())
     assert tools == TOOLS
-    assert resources == ["agap://queue"] and templates == ["agap://task/{task_id}"]
+    assert sorted(resources) == ["agap://queue", "agap://targets"] and templates == ["agap://task/{task_id}"]
 
 
 def test_stdio_submit_claim_heartbeat_complete(env: dict[str, str], fab: Fabric) -> None:
@@ -379,3 +388,112 @@ def test_serve_refuses_to_start_with_one_line(
     assert result.exit_code == 2, result.output
     assert result.output.startswith("agap: error: ") and message in result.output
     assert result.output.count("\n") == 1
+
+
+def test_stdio_lists_the_targets_and_names_them_on_a_wrong_one(
+    env: dict[str, str], fab: Fabric, embedded_board: EmbeddedBoard
+) -> None:
+    park = {"queue": "kimi", "parked": True, "reason": "quota: 40/40 in 5h", "until": 4e9}
+    fab.board.publish_park("kimi", park)
+    before = len(fab.listing())
+
+    async def go() -> tuple[dict[str, Any], dict[str, Any], str, dict[str, Any]]:
+        async with stdio(env, agent="adolf") as client:
+            listed = await call(client, "list_targets")
+            resource = await client.read_resource("agap://targets")
+            wrong = await refused(client, "submit_task", intent="Summarise the week", target="kimmi")
+            async with stdio(env, agent="researcher") as untrusted:
+                narrow = await call(untrusted, "list_targets")
+            return listed, json.loads(getattr(resource.contents[0], "text", "")), wrong, narrow
+
+    listed, resource, wrong, narrow = run(go())
+    rows = {r["id"]: r for r in listed["targets"]}
+    assert listed["you"] == "adolf" and listed["targets"][0]["id"] == "auto"
+    assert set(rows) == {c.id for c in fab.cards if c.kind != "router"} | {"auto"}
+    assert rows["kimi"]["available"] is False and rows["kimi"]["reason"] == "parked: quota: 40/40 in 5h"
+    assert rows["kimi"]["until"] == "2096-10-02T07:06:40Z"
+    assert rows["alvis"]["kind"] == "human" and rows["alvis"]["description"]
+    assert rows["adolf"]["trust"] == "trusted" and "shared" in rows["adolf"]["shared_privacy_domains"]
+    assert {r["id"] for r in resource["targets"]} == set(rows)
+    # One line: what, where, the ids to use and where to look; nothing was written.
+    assert wrong.startswith("Error executing tool submit_task: INVALID (exit 2: ")
+    assert "target: unknown target 'kimmi' — you may target: auto, " in wrong and "kimi" in wrong
+    assert "list_targets (or the agap://targets resource)" in wrong and "\n" not in wrong
+    assert len(fab.listing()) == before
+    # An untrusted card reaches only itself and the people (the submit scope's rule).
+    assert {r["id"] for r in narrow["targets"]} == {"researcher"} | {c.id for c in fab.cards if c.is_human}
+
+
+# -- launched as OpenClaw launches a stdio server --------------------------------------------
+
+# OpenClaw gives a stdio MCP server only these, and a working directory of its own.
+OPENCLAW_ENV = ("HOME", "PATH", "PWD", "SHELL", "TERM")
+
+
+def bare_env(home: Path, workspace: Path) -> dict[str, str]:
+    return {
+        "HOME": str(home),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PWD": str(workspace),
+        "SHELL": "/bin/sh",
+        "TERM": "dumb",
+    }
+
+
+def test_stdio_finds_its_settings_in_the_users_env_file(env: dict[str, str], tmp_path: Path) -> None:
+    home, workspace = tmp_path / "home", tmp_path / "workspace"
+    workspace.mkdir()
+    (home / ".config" / "agap").mkdir(parents=True)
+    keep = ("KANBOARD_URL", "KANBOARD_API_TOKEN", "AGAP_CARDS_DIR", "AGAP_STATE_DIR", "XDG_CACHE_HOME")
+    (home / ".config" / "agap" / "env").write_text("".join(f"{k}={env[k]}\n" for k in keep))
+    launch = bare_env(home, workspace)
+    assert set(launch) == set(OPENCLAW_ENV)
+    params = StdioServerParameters(
+        command=sys.executable, args=serve_args("adolf"), env=launch, cwd=str(workspace)
+    )
+
+    async def go() -> dict[str, Any]:
+        async with Client(params) as client:
+            return await call(client, "submit_task", intent="Water the plants", target="adolf", key="k-1")
+
+    assert run(go())["created"] is True
+
+
+def test_stdio_without_settings_says_which_and_where_in_one_line(tmp_path: Path) -> None:
+    home, workspace = tmp_path / "home", tmp_path / "workspace"
+    workspace.mkdir()
+    home.mkdir()
+    proc = subprocess.run(
+        [sys.executable, *serve_args("adolf")],
+        env=bare_env(home, workspace),
+        cwd=workspace,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    line = proc.stderr
+    assert line.count("\n") == 1 and line.startswith("agap: error: agap mcp serve: cannot start: missing ")
+    for what in ("KANBOARD_URL", "KANBOARD_API_TOKEN", f"AGAP_CARDS_DIR (cards (relative to {workspace})"):
+        assert what in line
+    assert "~/.config/agap/env" in line and "--env-file" in line
+
+
+def test_stdio_takes_an_env_file_option(env: dict[str, str], tmp_path: Path) -> None:
+    home, workspace = tmp_path / "home", tmp_path / "workspace"
+    workspace.mkdir()
+    home.mkdir()
+    named = tmp_path / "fabric.env"
+    keep = ("KANBOARD_URL", "KANBOARD_API_TOKEN", "AGAP_CARDS_DIR", "AGAP_STATE_DIR", "XDG_CACHE_HOME")
+    named.write_text("".join(f"{k}={env[k]}\n" for k in keep))
+    args = ["-m", "fabric.apps.cli", "--env-file", str(named), *serve_args("adolf")[2:]]
+    params = StdioServerParameters(
+        command=sys.executable, args=args, env=bare_env(home, workspace), cwd=str(workspace)
+    )
+
+    async def go() -> set[str]:
+        async with Client(params) as client:
+            return {t.name for t in (await client.list_tools()).tools}
+
+    assert "submit_task" in run(go())

@@ -1,4 +1,5 @@
-"""One resolution order for settings: environment, then AGAP_ENV_FILE or else .agap.env."""
+"""One resolution order for settings: environment, then AGAP_ENV_FILE, else .agap.env, else
+~/.config/agap/env."""
 
 from __future__ import annotations
 
@@ -97,6 +98,47 @@ def test_config_show_lists_agap_ups_port_when_it_is_set() -> None:
     assert rows["AGAP_BOARD_PORT"] == {**rows["AGAP_BOARD_PORT"], "value": "8801", "source": "environment"}
     every = CliRunner().invoke(main, ["config", "show", "--all", "--json"])
     assert {r["name"]: r for r in json.loads(every.output)}["AGAP_BOARD_PORT"]["source"] == "default"
+
+
+def test_the_users_file_is_read_when_no_other_applies(tmp_path: Path) -> None:
+    """A bare environment and a foreign working directory (how OpenClaw starts a stdio MCP
+    server) still find the settings: ~/.config/agap/env, or $XDG_CONFIG_HOME/agap/env."""
+    home, elsewhere = tmp_path / "home", tmp_path / "workspace"
+    elsewhere.mkdir()
+    (home / ".config" / "agap").mkdir(parents=True)
+    (home / ".config" / "agap" / "env").write_text("AGAP_ACTOR=from-home\nAGAP_PROJECT=H\n")
+    r = resolve({"HOME": str(home), "AGAP_PROJECT": "from-env"}, cwd=elsewhere)
+    assert r.values["AGAP_ACTOR"] == "from-home"
+    assert r.sources["AGAP_ACTOR"] == str(home / ".config" / "agap" / "env")
+    assert r.values["AGAP_PROJECT"] == "from-env"  # the environment still wins
+    xdg = tmp_path / "xdg"
+    (xdg / "agap").mkdir(parents=True)
+    (xdg / "agap" / "env").write_text("AGAP_ACTOR=from-xdg\n")
+    assert resolve({"HOME": str(home), "XDG_CONFIG_HOME": str(xdg)}, cwd=elsewhere).values["AGAP_ACTOR"] == (
+        "from-xdg"
+    )
+    # A project file found walking up is the only file: the user's fills in nothing beside it.
+    (elsewhere / ".agap.env").write_text("AGAP_STATE_DIR=/p\n")
+    r = resolve({"HOME": str(home)}, cwd=elsewhere)
+    assert r.values["AGAP_STATE_DIR"] == "/p" and "AGAP_ACTOR" not in r.values
+    # No HOME, no XDG_CONFIG_HOME: no user file (and no error).
+    assert "AGAP_ACTOR" not in resolve({}, cwd=tmp_path).values
+
+
+def test_env_file_option_names_the_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    named = tmp_path / "fabric.env"
+    named.write_text("AGAP_ACTOR=from-option\n")
+    # The option beats AGAP_ENV_FILE; both are restored after (the CLI writes os.environ).
+    monkeypatch.setenv("AGAP_ENV_FILE", str(tmp_path / "other.env"))
+    monkeypatch.delenv("AGAP_ACTOR", raising=False)
+    env: dict[str, str] = {}
+    result = CliRunner().invoke(main, ["--env-file", str(named), "config", "show", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.output)}
+    assert rows["AGAP_ACTOR"]["value"] == "from-option" and rows["AGAP_ACTOR"]["source"] == str(named)
+    monkeypatch.delenv("AGAP_ACTOR")
+    gone = CliRunner().invoke(main, ["--env-file", str(tmp_path / "gone.env"), "config", "show"], env=env)
+    assert gone.exit_code == 2 and "AGAP_ENV_FILE names a file that does not exist" in gone.output
 
 
 def test_the_cli_fails_closed_on_a_missing_env_file(tmp_path: Path) -> None:

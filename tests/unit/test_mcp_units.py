@@ -115,7 +115,7 @@ def test_lease_lengths_are_bounded(coder: AgentTools) -> None:
     "kwargs, where",
     [
         ({"intent": "   "}, "intent"),
-        ({"intent": "x", "target": "ghost"}, ""),
+        ({"intent": "x", "target": "ghost"}, "target"),
         ({"intent": "x", "target": "kimi", "priority": "asap"}, "--priority"),
         ({"intent": "x", "target": "kimi", "deadline": "soonish"}, "--deadline"),
         ({"intent": "x"}, "--target/--constraints"),
@@ -433,6 +433,7 @@ def test_the_tools_are_listed_with_descriptions(coder: AgentTools) -> None:
 
     seen = asyncio.run(go())
     assert set(seen["tools"]) == {
+        "list_targets",
         "submit_task",
         "get_task",
         "claim_task",
@@ -444,3 +445,30 @@ def test_the_tools_are_listed_with_descriptions(coder: AgentTools) -> None:
     assert all(len(d) > 60 for d in seen["tools"].values())
     assert "'claude-coder'" in seen["tools"]["claim_task"]
     assert seen["queue"]["queue"] == "claude-coder" and seen["queue"]["tasks"] == []
+
+
+def test_targets_availability_follows_parks_and_a_persons_hours() -> None:
+    from datetime import UTC, datetime
+
+    from fabric.apps.mcp.targets import availability_now, may_target, target_ids
+
+    cards = load_cards(ROOT / "cards", base_dir=ROOT)
+    alvis, kimi, researcher, adolf = (cards.get(x) for x in ("alvis", "kimi", "researcher", "adolf"))
+    night = datetime(2027, 1, 15, 3, 0, tzinfo=UTC).timestamp()  # 04:00 in Berlin
+    noon = datetime(2027, 1, 15, 11, 0, tzinfo=UTC).timestamp()
+    asleep = availability_now(alvis, {}, night)
+    assert asleep["available"] is False
+    assert asleep["reason"] == "outside waking hours: 08:00-23:30 Europe/Berlin"
+    assert asleep["until"] == "2027-01-15T07:00:00Z"  # 08:00 in Berlin
+    assert availability_now(alvis, {}, noon) == {"available": True, "reason": "", "until": None}
+    parked = {"kimi": {"parked": True, "reason": "budget: $5.00 of $5.00", "until": None}}
+    assert availability_now(kimi, parked, noon) == {
+        "available": False,
+        "reason": "parked: budget: $5.00 of $5.00",
+        "until": None,
+    }
+    assert availability_now(kimi, {"kimi": {"parked": False}}, noon)["available"] is True
+    assert not may_target(researcher, kimi) and may_target(researcher, alvis) and may_target(adolf, kimi)
+    assert not may_target(adolf, cards.get("router"))
+    assert set(target_ids(researcher, cards)) == {"researcher", *(c.id for c in cards if c.is_human)}
+    assert target_ids(adolf, cards)[0] == "auto"

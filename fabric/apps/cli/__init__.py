@@ -47,11 +47,18 @@ class _FabricGroup(click.Group):
 
 @click.group(cls=_FabricGroup)
 @click.version_option(package_name="agap-fabric")
-def main() -> None:
+@click.option(
+    "--env-file",
+    metavar="PATH",
+    help="Read settings from this env file (as AGAP_ENV_FILE; it must exist). Without it: "
+    "AGAP_ENV_FILE, else .agap.env (walking up), else ~/.config/agap/env.",
+)
+def main(env_file: str | None) -> None:
     """agap: a Kanboard-backed task fabric for AI agents."""
-    # Settings from AGAP_ENV_FILE and .agap.env join the environment (which wins), so
-    # every command and every process it starts sees one resolution order.
-    apply_config_files()
+    # Settings from --env-file, AGAP_ENV_FILE, .agap.env or ~/.config/agap/env join the
+    # environment (which wins), so every command and every process it starts sees one
+    # resolution order. A runtime that launches us with a bare environment names its file.
+    apply_config_files(named=env_file)
 
 
 def run() -> None:

@@ -14,7 +14,8 @@ from fabric.settings.resolve import KNOWN, Resolved, effective, mask, warn_if_pl
 
 @main.group("config")
 def config() -> None:
-    """Settings: environment, then AGAP_ENV_FILE, or else .agap.env (walking up)."""
+    """Settings: environment, then AGAP_ENV_FILE, else .agap.env (walking up), else
+    ~/.config/agap/env."""
 
 
 @config.command("gestures")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import click
 
@@ -48,8 +49,9 @@ def mcp_group() -> None:
 )
 @click.option("-v", "--verbose", is_flag=True, help="Log at debug level (to stderr).")
 def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str | None, verbose: bool) -> None:
-    """Serve AGENT's tools over MCP: submit_task, get_task, claim_task, heartbeat_task,
-    complete_task, fail_task, ask_human; resources agap://queue and agap://task/{id}.
+    """Serve AGENT's tools over MCP: list_targets, submit_task, get_task, claim_task,
+    heartbeat_task, complete_task, fail_task, ask_human; resources agap://targets,
+    agap://queue and agap://task/{id}.
 
     Over HTTP the endpoint is http://HOST:PORT/mcp and every request needs
     `Authorization: Bearer $AGAP_MCP_TOKEN`; the server refuses to start without it.
@@ -68,6 +70,7 @@ def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str |
         mcp.check_loopback(host)
         token = mcp.check_token(registry.get_str("AGAP_MCP_TOKEN"), "AGAP_MCP_TOKEN")
     settings = Settings.from_env()
+    require_launch_settings(settings)
     if settings.board_user:  # a confined agent's runtime signs in as its own user
         settings = worker_settings(settings, load_cards(settings.cards_dir).get(agent))
     # A confined agent's queue lives in its home (fabric.kanboard.principals).
@@ -109,6 +112,32 @@ def _user(tools: AgentTools, name: str) -> str | None:
         known = ", ".join(c.id for c in tools.fab.cards.humans())
         raise ConfigError(f"unknown person {name.strip()!r}", where="AGAP_MCP_USER", hint=f"known: {known}")
     return card.human.username
+
+
+def require_launch_settings(settings: Settings) -> None:
+    """Refuse to start, in one line, when the board or the cards cannot be found.
+
+    A runtime launches this server with a bare environment and a working directory of its
+    own (OpenClaw passes only HOME, PATH, PWD, SHELL and TERM), and shows a server that
+    exits at once as "Connection closed": the line says what is missing and where to put it.
+    """
+    missing = [] if settings.board_url else ["KANBOARD_URL"]
+    if not settings.board_user and not settings.board_token:
+        missing.append("KANBOARD_API_TOKEN")
+    elif settings.board_user and not settings.board_password:
+        missing.append("AGAP_BOARD_PASSWORD")
+    cards = settings.cards_dir
+    if not cards.is_dir():
+        shown = str(cards) if cards.is_absolute() else f"{cards} (relative to {Path.cwd()})"
+        missing.append(f"AGAP_CARDS_DIR ({shown} is not a directory)")
+    if missing:
+        raise ConfigError(
+            "cannot start: missing " + ", ".join(missing),
+            where="agap mcp serve",
+            hint="put KEY=VALUE lines (absolute paths) in ~/.config/agap/env, or pass "
+            "`agap --env-file PATH mcp serve …`; keep secrets there, not in the runtime's config "
+            "(docs/OPENCLAW.md)",
+        )
 
 
 def _duration(text: str | None) -> float | None:

@@ -58,10 +58,13 @@ from fabric.policy import (
     check_domains,
 )
 from fabric.policy_file import PolicyConfig
+from fabric.slots import MissedSlot
 from fabric.taint import is_tainted
 from fabric.task import PRIORITY_NAMES, State, TaskSpec
 from workers.queue import QueueReader
 from workers.results import ResultStore, read_result
+
+from .targets import AUTO, target_ids, target_rows
 
 log = logging.getLogger("agap.mcp")
 
@@ -106,7 +109,8 @@ def tool_error(exc: FabricError) -> str:
             f"FENCED (exit {code}): {line}. Stop working on task #{exc.task_id}: do not call "
             "complete_task, fail_task or ask_human for it again; claim_task gives new work."
         )
-    return f"{_LABELS.get(code, 'ERROR')} (exit {code}: {EXIT_CODES.get(code, 'error')}): {line}"
+    label = MissedSlot.code if isinstance(exc, MissedSlot) else _LABELS.get(code, "ERROR")
+    return f"{label} (exit {code}: {EXIT_CODES.get(code, 'error')}): {line}"
 
 
 def _text(value: str | None, name: str) -> str:
@@ -269,9 +273,13 @@ class AgentTools:
         not_before: str | None = None,
         key: str | None = None,
         parent: int | None = None,
+        slot: str | None = None,
+        timezone: str | None = None,
     ) -> dict[str, Any]:
         """``agap submit`` as this agent; ``parent`` defaults to the one task it holds."""
         intent = _text(intent, "intent")
+        if target:
+            self._known_target(target.strip())
         with self._lock:
             if parent is None and len(self._held) == 1:
                 parent = next(iter(self._held))
@@ -288,6 +296,8 @@ class AgentTools:
                 key=key,
                 actor=self.card.id,
                 parent=parent,
+                slot=slot or None,
+                timezone=timezone or None,
             )
         return {
             "task_id": receipt.task_id,
@@ -296,6 +306,30 @@ class AgentTools:
             "queue": receipt.queue,
             "created": receipt.created,
             "parent": parent,
+        }
+
+    def _known_target(self, target: str) -> None:
+        """Refuse a target that is no card, in one line that lists the ones to use."""
+        if target == AUTO or target in self.fab.cards:
+            return
+        ids = target_ids(self.card, self.fab.cards)
+        raise InvalidInput(
+            f"unknown target {target!r}",
+            where="target",
+            hint=f"you may target: {', '.join(ids)}; list_targets (or the agap://targets resource) "
+            "says what each is for and whether it is available now",
+        )
+
+    def targets(self) -> dict[str, Any]:
+        """Who this agent may submit to: id, what each is for, kind, trust, availability now."""
+        with self._lock:
+            parks = self.fab.reader().park_states()
+            now = self.fab.clock()
+        return {
+            "you": self.card.id,
+            "targets": target_rows(self.card, self.fab.cards, parks, now),
+            "how": "pass one id as submit_task's target (or constraints instead, e.g. "
+            "'tier>=large,cap=reflect'); a person gets the task in their Kanboard inbox",
         }
 
     def get_task(self, task_id: int) -> dict[str, Any]:

@@ -3,11 +3,12 @@
 Tools (each a thin call into :class:`~fabric.apps.mcp.agent.AgentTools`; a
 :class:`~fabric.errors.FabricError` becomes a tool error with the CLI's line):
 
-* ``submit_task``, ``get_task``;
+* ``list_targets``, ``submit_task``, ``get_task``;
 * ``claim_task``, ``heartbeat_task``, ``complete_task``, ``fail_task``, ``ask_human``.
 
-Resources (read-only JSON): ``agap://queue`` (this agent's queue and the claims it holds)
-and ``agap://task/{task_id}`` (what ``get_task`` returns).
+Resources (read-only JSON): ``agap://targets`` (what ``list_targets`` returns),
+``agap://queue`` (this agent's queue and the claims it holds) and ``agap://task/{task_id}``
+(what ``get_task`` returns).
 
 Transports: stdio (what Claude Code and OpenClaw launch), or streamable HTTP on loopback
 at ``/mcp`` behind a bearer token (``AGAP_MCP_TOKEN``), checked by the SDK's own bearer
@@ -88,7 +89,8 @@ def _instructions(tools: AgentTools) -> str:
         f"Kanboard. Your queue is {card.queue_name!r}. To work: claim_task, do the work, then "
         "finish the task with exactly one of complete_task, fail_task or ask_human. To hand work "
         "to another agent or a person: submit_task, then get_task to follow it. Context travels "
-        "by reference (URIs in refs), never pasted. An error starting with FENCED means another "
+        "by reference (URIs in refs), never pasted. list_targets says who you may hand work to. "
+        "An error starting with FENCED means another "
         "owner has the task now: stop working on it."
     )
 
@@ -112,6 +114,22 @@ def submit_signature() -> inspect.Signature:
 
 def _add_submit_and_read(mcp: MCPServer[Any], tools: AgentTools) -> None:
     card = tools.card
+
+    def list_targets() -> dict[str, Any]:
+        return _call(tools.targets)
+
+    mcp.add_tool(
+        list_targets,
+        name="list_targets",
+        title="Who you may hand work to",
+        description=(
+            "List the agents and people you may pass as submit_task's target: id, name, kind (persona, "
+            "model, human; 'auto' lets the router pick), what each is for, capabilities, trust, "
+            "the privacy domains you share, and whether it can take work now (available, reason, until). "
+            "Call it before submitting when you are not sure of an id."
+        ),
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
 
     def submit_task(**arguments: Any) -> dict[str, Any]:
         intent = arguments.pop("intent")
@@ -324,6 +342,19 @@ async def _elicit(ctx: Context, question: str) -> str | None:
 
 
 def _add_resources(mcp: MCPServer[Any], tools: AgentTools) -> None:
+    @mcp.resource(
+        "agap://targets",
+        name="targets",
+        title="Who you may hand work to",
+        description="The agents and people you may submit to: what list_targets returns.",
+        mime_type="application/json",
+    )
+    def targets_resource() -> str:
+        try:
+            return as_json(tools.targets())
+        except FabricError as exc:
+            raise ResourceError(tool_error(exc)) from None
+
     @mcp.resource(
         "agap://queue",
         name="queue",
