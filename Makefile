@@ -9,7 +9,7 @@ STAMP   = $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,litellm,a2a,mcp]'
+	$(PY) -m pip install --quiet -e '.[dev,litellm,a2a,mcp,matrix]'
 	touch $(STAMP)
 
 install: $(STAMP)
