@@ -31,7 +31,7 @@ from fabric.kanboard.layout import COLUMN_OF_STATE, Column
 from fabric.kanboard.rows import BoardComment
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import APPROVAL_REF, IllegalTransition
-from fabric.task import GATE_ACTOR, PROMOTE_ACTOR, TERMINAL, Record, State
+from fabric.task import GATE_ACTOR, PROMOTE_ACTOR, TERMINAL, Record, State, TaskSpec
 from keeper import acts, handmade
 from keeper.acts import UNKNOWN, Act
 from keeper.decisions import decision_for, settle_decision
@@ -228,7 +228,7 @@ def _check_allowed(fab: Fabric, g: Gesture, verb: str, answerer: str | None = No
     raise Refused(f"Only {may} may {verb} this ({who} tried).")
 
 
-def _resume(fab: Fabric, g: Gesture, report: GestureReport) -> None:
+def _resume(fab: Fabric, g: Gesture, report: GestureReport) -> str | None:
     if g.text is not None:
         _check_allowed(fab, g, "answer")
         answer = _comment(fab, g)
@@ -236,7 +236,24 @@ def _resume(fab: Fabric, g: Gesture, report: GestureReport) -> None:
         found = _latest(fab, g)
         _check_allowed(fab, g, "answer", found.username if found is not None else None)
         answer = found.text.strip()[:2000] if found is not None else None
+    if _moved_lane(g):
+        # Answered and dragged to another agent's lane: the work goes there with the answer
+        # (a resume here, then a reroute of the bare spec, would lose it).
+        assert g.view.spec is not None
+        intent = with_answer(g.view.spec.intent, g.rec.reason, answer, g.by)
+        _reroute(fab, g, report, spec=g.view.spec.model_copy(update={"intent": intent}))
+        return "answer and reroute"
     fab.ledger.resume(g.view.id, g.by, answer, view=g.view)
+    return None
+
+
+def with_answer(intent: str, question: str | None, answer: str | None, by: str) -> str:
+    """The intent of work given to another agent, with the question it asked and the answer."""
+    lines = [intent, ""]
+    if question:
+        lines.append(f"Asked: {question}")
+    lines.append(f"Answer ({by}): {answer}" if answer else f"No answer given ({by} moved it without one).")
+    return "\n".join(lines)
 
 
 def _approve(fab: Fabric, g: Gesture, report: GestureReport, note: str | None = None) -> None:
@@ -305,10 +322,11 @@ def _drop(fab: Fabric, g: Gesture, report: GestureReport) -> None:
         report.decisions_closed.append(settle_decision(fab, decision, why))
 
 
-def _reroute(fab: Fabric, g: Gesture, report: GestureReport) -> None:
-    """Give a queued task to the agent whose lane it was moved to: the same work, submitted
-    there (routing and policy apply), then this one canceled, pointing at the new one."""
-    spec, lane = g.view.spec, g.lane
+def _reroute(fab: Fabric, g: Gesture, report: GestureReport, spec: TaskSpec | None = None) -> None:
+    """Give a queued task to the agent whose lane it was moved to: the same work (``spec``:
+    the card's, unless given), submitted there (routing and policy apply), then this one
+    canceled, pointing at the new one."""
+    spec, lane = spec or g.view.spec, g.lane
     assert spec is not None and lane is not None
     target = fab.cards.by_queue(lane).id
     try:
