@@ -9,7 +9,7 @@ STAMP   = $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,litellm,a2a,mcp,conformance,openclaw]'
+	$(PY) -m pip install --quiet -e '.[dev,litellm,a2a,mcp,conformance,openclaw,matrix]'
 	touch $(STAMP)
 
 # The MCP conformance suite (tests/conformance/package.json pins it), with the wheel's npm.

@@ -38,6 +38,7 @@ from fabric.signals import grace, set_on_signal
 from keeper import decisions, duties, gc, gestures, snapshot, sweeps
 from keeper.metrics import Metrics
 from keeper.notify import Notifier
+from keeper.replies import MatrixReplies, ReplyReport
 
 log = logging.getLogger("agap.keeper")
 
@@ -62,6 +63,7 @@ class Keeper:
     connect: Callable[[], Fabric]
     metrics: Metrics = field(default_factory=Metrics)
     notifier: Notifier | None = None
+    replies: MatrixReplies = field(default_factory=MatrixReplies)
     monotonic: Callable[[], float] = time.monotonic
     board_url: str = ""  # named in the line the keeper says when the board is away at start
     start_backoff: Backoff = field(default_factory=Backoff)  # waiting for that board
@@ -220,6 +222,14 @@ class Keeper:
         self._count_notes(sent, failed)
         return report
 
+    def job_matrix(self) -> ReplyReport:
+        """People's replies to notifications in their Matrix rooms, as gestures."""
+        fab = self.fab()
+        report = self.replies.sweep(fab)
+        with self.metrics.lock:
+            self.metrics.gestures_total += len(report.acted)
+        return report
+
     def job_digest(self) -> list[Any]:
         return duties.write_digests(self.fab(), self.config)
 
@@ -283,7 +293,7 @@ class Keeper:
 
     def run_once(self) -> dict[str, bool]:
         """Every job once, in a sensible order (what ``agap keeper --once`` does)."""
-        first = ("gaps", "leases", "gestures", "inbox", "deadlines", "reminders", "policy")
+        first = ("gaps", "leases", "gestures", "matrix", "inbox", "deadlines", "reminders", "policy")
         order = [*first, *(j for j in JOBS if j not in first)]  # no job can be left out
         return {name: self.run_job(name, ignore_backoff=True) for name in order}
 

@@ -28,6 +28,7 @@ from fabric.settings.keeper import KeeperConfig
 from fabric.submit import ActionIdCollision, Receipt
 from fabric.task import KEEPER_ACTOR, State
 from keeper import snapshot
+from keeper.matrix import Notice
 from keeper.notify import Notifier
 from keeper.snapshot import Snapshot
 from keeper.sweeps import SweepReport, guarded, usable
@@ -137,6 +138,7 @@ def _escalate(fab: Fabric, cfg: KeeperConfig, notifier: Notifier, view: TaskView
         urgent=True,
         ref=f"task:{receipt.task_id}",
         url=card_url(fab, receipt.task_id),
+        key=f"deadline/{view.id}/{receipt.task_id}",
     )
     report.escalated[view.id] = receipt.task_id
 
@@ -145,6 +147,13 @@ def card_url(fab: Fabric, task_id: int) -> str | None:
     """The task's page in Kanboard, for a notification to link (None: no web address)."""
     links = fab.board.links
     return links.task(task_id) if links is not None else None
+
+
+def notice_of(view: TaskView) -> Notice | None:
+    """The task as it stands, for a notification a reply may answer."""
+    if view.current is None:
+        return None
+    return Notice(view.id, view.epoch, view.current.state.value)
 
 
 def _username(card: Card) -> str:
@@ -208,6 +217,8 @@ def _remind(
         urgent=bool(view.spec and view.spec.priority >= URGENT),
         ref=f"task:{view.id}",
         url=card_url(fab, view.id),
+        key=f"remind/{view.id}/e{view.epoch}/{int(fab.clock() // 60)}",
+        about=notice_of(view),
     )
     report.reminded.append(view.id)
 
@@ -271,7 +282,14 @@ def _notice(
 ) -> None:
     fab.board.save_meta(view.id, {META_NOTIFIED: str(view.epoch)})
     notifier.notify(
-        human.id, subject, body[:2000], urgent=urgent, ref=f"task:{view.id}", url=card_url(fab, view.id)
+        human.id,
+        subject,
+        body[:2000],
+        urgent=urgent,
+        ref=f"task:{view.id}",
+        url=card_url(fab, view.id),
+        key=f"inbox/{view.id}/e{view.epoch}",
+        about=notice_of(view),  # a reply answers it (keeper.replies), by the gestures' rules
     )
     report.notified.append(view.id)
 

@@ -31,7 +31,7 @@ from fabric.kanboard.layout import COLUMN_OF_STATE, Column
 from fabric.kanboard.rows import BoardComment
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import APPROVAL_REF, IllegalTransition
-from fabric.task import GATE_ACTOR, PROMOTE_ACTOR, TERMINAL, Record, State
+from fabric.task import GATE_ACTOR, PROMOTE_ACTOR, TERMINAL, Record, State, TaskSpec
 from keeper import acts, handmade
 from keeper.acts import UNKNOWN, Act
 from keeper.decisions import decision_for, settle_decision
@@ -68,6 +68,10 @@ class Gesture:
     lane: str | None  # the queue of the swimlane the card sits in
     by: str  # the person (a username or card id), or UNKNOWN
     username: str | None  # their Kanboard username, when the activity names them
+    # What the person wrote with the gesture itself (a Matrix reply): used instead of their
+    # latest comment on the card. None: read the comment.
+    text: str | None = None
+    where: str = "in the Kanboard UI"  # how the gesture was made, for the records' notes
 
 
 class Refused(Exception):
@@ -144,7 +148,7 @@ def _act(fab: Fabric, g: Gesture, report: GestureReport) -> None:
         _repair(fab, g.view, g.rec, report, explain=True)
         return
     try:
-        name = HANDLERS[rule.handler](fab, g, report) or rule.handler
+        name = perform(fab, g, rule, report)
     except Refused as exc:
         _refuse(fab, g, str(exc), report)
         return
@@ -164,8 +168,7 @@ def _rule(g: Gesture) -> Rule | None:
     """The rule of the gesture table this card's change answers (None: it means nothing)."""
     assert g.view.spec is not None
     rec = g.rec
-    waiting = rec.state == State.QUEUED and expected_column(rec) == Column.WAITING
-    approval = g.view.spec.actor in APPROVALS
+    waiting, approval = card_kind(g.view, rec)
     if not g.view.is_open:
         return match(Trigger.CLOSE, rec.state, waiting=waiting, approval=approval)
     # A move to another lane is a reroute only for work queued for an agent (what waits on
@@ -178,6 +181,18 @@ def _rule(g: Gesture) -> Rule | None:
     return match(trigger, rec.state, waiting=waiting, approval=approval) if trigger else None
 
 
+def card_kind(view: TaskView, rec: Record) -> tuple[bool, bool]:
+    """(waits on a person, is an approval): what picks a card's rules in the table."""
+    waiting = rec.state == State.QUEUED and expected_column(rec) == Column.WAITING
+    return waiting, view.spec is not None and view.spec.actor in APPROVALS
+
+
+def perform(fab: Fabric, g: Gesture, rule: Rule, report: GestureReport) -> str:
+    """Do what ``rule`` says for gesture ``g`` (the name of what it turned out to be).
+    Raises :class:`Refused` or :class:`~fabric.ledger.IllegalTransition` when it may not."""
+    return HANDLERS[rule.handler](fab, g, report) or rule.handler
+
+
 def _moved_lane(g: Gesture) -> bool:
     return g.lane is not None and g.view.spec is not None and g.lane != g.view.spec.queue
 
@@ -186,7 +201,10 @@ def _moved_lane(g: Gesture) -> bool:
 
 
 def _comment(fab: Fabric, g: Gesture) -> str | None:
-    """The mover's own latest comment (anyone's when the board does not say who moved)."""
+    """What the mover wrote with the gesture, else their own latest comment (anyone's when
+    the board does not say who moved)."""
+    if g.text is not None:
+        return g.text.strip()[:2000] or None
     found = _latest(fab, g)
     return found.text.strip()[:2000] if found is not None else None
 
@@ -210,17 +228,40 @@ def _check_allowed(fab: Fabric, g: Gesture, verb: str, answerer: str | None = No
     raise Refused(f"Only {may} may {verb} this ({who} tried).")
 
 
-def _resume(fab: Fabric, g: Gesture, report: GestureReport) -> None:
-    found = _latest(fab, g)
-    _check_allowed(fab, g, "answer", found.username if found is not None else None)
-    answer = found.text.strip()[:2000] if found is not None else None
+def _resume(fab: Fabric, g: Gesture, report: GestureReport) -> str | None:
+    if g.text is not None:
+        _check_allowed(fab, g, "answer")
+        answer = _comment(fab, g)
+    else:
+        found = _latest(fab, g)
+        _check_allowed(fab, g, "answer", found.username if found is not None else None)
+        answer = found.text.strip()[:2000] if found is not None else None
+    if _moved_lane(g):
+        # Answered and dragged to another agent's lane: the work goes there with the answer
+        # (a resume here, then a reroute of the bare spec, would lose it).
+        assert g.view.spec is not None
+        intent = with_answer(g.view.spec.intent, g.rec.reason, answer, g.by)
+        _reroute(fab, g, report, spec=g.view.spec.model_copy(update={"intent": intent}))
+        return "answer and reroute"
     fab.ledger.resume(g.view.id, g.by, answer, view=g.view)
+    return None
+
+
+def with_answer(intent: str, question: str | None, answer: str | None, by: str) -> str:
+    """The intent of work given to another agent, with the question it asked and the answer."""
+    lines = [intent, ""]
+    if question:
+        lines.append(f"Asked: {question}")
+    lines.append(f"Answer ({by}): {answer}" if answer else f"No answer given ({by} moved it without one).")
+    return "\n".join(lines)
 
 
 def _approve(fab: Fabric, g: Gesture, report: GestureReport, note: str | None = None) -> None:
     _check_allowed(fab, g, "approve")
+    if note is None and g.text is not None:
+        note = _comment(fab, g)  # "approve <note>" from Matrix
     lease = fab.ledger.claim(g.view, g.by, lease_seconds=600)
-    fab.ledger.complete(lease, APPROVAL_REF, note=note or f"Approved by {g.by} in the Kanboard UI.")
+    fab.ledger.complete(lease, APPROVAL_REF, note=note or f"Approved by {g.by} {g.where}.")
 
 
 def _close_gate(fab: Fabric, g: Gesture, report: GestureReport) -> str:
@@ -235,24 +276,24 @@ def _close_gate(fab: Fabric, g: Gesture, report: GestureReport) -> str:
         _cancel(fab, g, report)
         return "dismiss"
     _approve(fab, g, report, note=answer)
-    fab.ledger.verify(g.view.id, g.by, "closed in the Kanboard UI")
+    fab.ledger.verify(g.view.id, g.by, f"closed {g.where}")
     return "approve"
 
 
 def _verify(fab: Fabric, g: Gesture, report: GestureReport) -> None:
     # A result waits on the person who verifies it (its assignee): nobody else accepts it.
     _check_allowed(fab, g, "verify")
-    fab.ledger.verify(g.view.id, g.by, "closed in the Kanboard UI", view=g.view)
+    fab.ledger.verify(g.view.id, g.by, f"closed {g.where}", view=g.view)
 
 
 def _cancel(fab: Fabric, g: Gesture, report: GestureReport) -> None:
-    reason = _comment(fab, g) or "closed in the Kanboard UI"
+    reason = _comment(fab, g) or f"closed {g.where}"
     fab.ledger.cancel(g.view.id, g.by, reason, view=g.view)
 
 
 def _reopen(fab: Fabric, g: Gesture, report: GestureReport) -> None:
     _check_allowed(fab, g, "send back")  # a rework spends a model call: the verifier's call
-    reason = _comment(fab, g) or "moved back to Queued in the Kanboard UI"
+    reason = _comment(fab, g) or f"moved back to Queued {g.where}"
     fab.ledger.reopen(g.view.id, g.by, reason, view=g.view)
 
 
@@ -281,10 +322,11 @@ def _drop(fab: Fabric, g: Gesture, report: GestureReport) -> None:
         report.decisions_closed.append(settle_decision(fab, decision, why))
 
 
-def _reroute(fab: Fabric, g: Gesture, report: GestureReport) -> None:
-    """Give a queued task to the agent whose lane it was moved to: the same work, submitted
-    there (routing and policy apply), then this one canceled, pointing at the new one."""
-    spec, lane = g.view.spec, g.lane
+def _reroute(fab: Fabric, g: Gesture, report: GestureReport, spec: TaskSpec | None = None) -> None:
+    """Give a queued task to the agent whose lane it was moved to: the same work (``spec``:
+    the card's, unless given), submitted there (routing and policy apply), then this one
+    canceled, pointing at the new one."""
+    spec, lane = spec or g.view.spec, g.lane
     assert spec is not None and lane is not None
     target = fab.cards.by_queue(lane).id
     try:

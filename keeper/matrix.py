@@ -6,14 +6,18 @@ Same call shape as the keeper's channels (``send(subject, body, *, urgent, ref)`
     Authorization: Bearer <token from the env var the card's channel names in token_env>
     {"msgtype": "m.text", "body": ..., "format": "org.matrix.custom.html", "formatted_body": ...}
 
-Each ``send`` draws one transaction id and keeps it across retries: the homeserver
-deduplicates by (access token, txn id), so a retry after a lost response does not post
-twice. Connection errors, timeouts, 5xx and 429 (honouring ``retry_after_ms``) are retried
-with bounded, jittered backoff; any other 4xx is final.
+A notification's transaction id is derived from what it is about (its ``key``: the task,
+its epoch, the duty), and kept across retries: the homeserver deduplicates by (device,
+txn id), so neither a retry after a lost response nor the same notice after a restart
+posts twice (Synapse keeps a device's txn ids for a day). A message about a task carries
+``org.agap.notice`` (``{"task": id, "epoch": n, "state": s}``): a reply to it is an answer
+(:mod:`keeper.replies`). Connection errors, timeouts, 5xx and 429 (honouring
+``retry_after_ms``) are retried with bounded, jittered backoff; any other 4xx is final.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import random
@@ -21,6 +25,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import quote
 
 import requests
@@ -37,8 +42,24 @@ class MatrixSendError(FabricError):
     exit_code = EXIT_UNREACHABLE
 
 
-def new_txn_id() -> str:
-    """A transaction id unique to one message (time-ordered, with a random tail)."""
+NOTICE = "org.agap.notice"  # the content key naming the task (and epoch) a message is about
+
+
+@dataclass(frozen=True)
+class Notice:
+    """What a notification is about: a task as it stood (its epoch and state). A reply
+    answers it only while the task still stands so; anything since makes it old."""
+
+    task: int
+    epoch: int
+    state: str
+
+
+def new_txn_id(key: str | None = None, room: str = "") -> str:
+    """A transaction id: derived from ``key`` (the same notice, the same id), else unique
+    to one message (time-ordered, with a random tail)."""
+    if key:
+        return "agap." + hashlib.sha256(f"{room}\n{key}".encode()).hexdigest()[:40]
     return f"agap.{time.time_ns()}.{secrets.token_hex(6)}"
 
 
@@ -80,8 +101,14 @@ class MatrixNotifier:
 
     @staticmethod
     def content(
-        subject: str, body: str, *, urgent: bool, ref: str | None, url: str | None = None
-    ) -> dict[str, str]:
+        subject: str,
+        body: str,
+        *,
+        urgent: bool,
+        ref: str | None,
+        url: str | None = None,
+        about: Notice | None = None,
+    ) -> dict[str, Any]:
         """The event content: plain text, and the same as simple HTML (``url``, the card in
         Kanboard, as a link on the ref)."""
         head = ("[urgent] " if urgent else "") + subject
@@ -95,18 +122,37 @@ class MatrixNotifier:
             parts.append(f'<a href="{html.escape(url, quote=True)}">{label}</a>')
         elif ref:
             parts.append(f"<code>{html.escape(ref)}</code>")
-        return {
+        out: dict[str, Any] = {
             "msgtype": "m.text",
             "body": text,
             "format": "org.matrix.custom.html",
             "formatted_body": "<br><br>".join(parts),
         }
+        if about is not None:
+            out[NOTICE] = {"task": about.task, "epoch": about.epoch, "state": about.state}
+        return out
 
-    def send(self, subject: str, body: str, *, urgent: bool, ref: str | None, url: str | None = None) -> None:
+    def send(
+        self,
+        subject: str,
+        body: str,
+        *,
+        urgent: bool,
+        ref: str | None,
+        url: str | None = None,
+        key: str | None = None,
+        about: Notice | None = None,
+    ) -> None:
         """Post one message (its event id goes to ``last_event_id``); raises
-        :class:`MatrixSendError` when it cannot be delivered."""
-        txn = new_txn_id()
-        payload = json.dumps(self.content(subject, body, urgent=urgent, ref=ref, url=url))
+        :class:`MatrixSendError` when it cannot be delivered. ``key`` names the notice
+        (the same key, the same message: see the module doc); ``about`` (the task as it stands)
+        makes a reply to it an answer."""
+        content = self.content(subject, body, urgent=urgent, ref=ref, url=url, about=about)
+        self.post(content, new_txn_id(key, self.room))
+
+    def post(self, content: Mapping[str, Any], txn: str) -> None:
+        """PUT one event's ``content`` with transaction id ``txn``, retried (bounded)."""
+        payload = json.dumps(content)
         target = self.url(txn)
         headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
         http = self.session or requests
@@ -156,4 +202,4 @@ def _retry_after(resp: requests.Response) -> float:
         return 0.0
 
 
-__all__ = ["MatrixNotifier", "MatrixSendError", "new_txn_id"]
+__all__ = ["NOTICE", "MatrixNotifier", "MatrixSendError", "Notice", "new_txn_id"]

@@ -31,7 +31,7 @@ from fabric.errors import ConfigError, FabricError
 from fabric.people import find_person
 from fabric.settings import registry
 from fabric.signals import stop_requested
-from keeper.matrix import MatrixNotifier
+from keeper.matrix import MatrixNotifier, Notice
 
 log = logging.getLogger("agap.keeper.notify")
 
@@ -43,9 +43,20 @@ class NotifyError(Exception):
 class Channel(Protocol):
     """Somewhere a human reads urgent messages."""
 
-    def send(self, subject: str, body: str, *, urgent: bool, ref: str | None, url: str | None = None) -> None:
+    def send(
+        self,
+        subject: str,
+        body: str,
+        *,
+        urgent: bool,
+        ref: str | None,
+        url: str | None = None,
+        key: str | None = None,
+        about: Notice | None = None,
+    ) -> None:
         """Deliver one message; ``url`` opens the card in Kanboard (when the board has a web
-        address)."""
+        address); ``key`` names the notice (a retry or a repeat of it carries the same key);
+        ``about`` is the task as it stands, when a reply may answer it."""
         ...
 
 
@@ -98,7 +109,17 @@ class WebhookNotifier:
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
 
-    def send(self, subject: str, body: str, *, urgent: bool, ref: str | None, url: str | None = None) -> None:
+    def send(
+        self,
+        subject: str,
+        body: str,
+        *,
+        urgent: bool,
+        ref: str | None,
+        url: str | None = None,
+        key: str | None = None,
+        about: Notice | None = None,
+    ) -> None:
         check_target(self.url, self.allow)
         payload = {
             "subject": subject,
@@ -106,6 +127,7 @@ class WebhookNotifier:
             "urgent": urgent,
             "ref": ref,
             "url": url,
+            "key": key,  # the same for a repeat of the same notice: the receiver's dedup key
             "sent_at": self.clock(),
         }
         headers = {"Content-Type": "application/json"}
@@ -179,9 +201,12 @@ class Notifier:
         urgent: bool,
         ref: str | None = None,
         url: str | None = None,
+        key: str | None = None,
+        about: Notice | None = None,
     ) -> bool:
         """Send to ``human`` (a card id or username); True if any channel took it. ``url``
-        is the card's page in Kanboard, so the message opens it in one click."""
+        is the card's page in Kanboard, so the message opens it in one click; ``key`` names
+        the notice (its repeats are deduplicated), ``about`` makes a Matrix reply an answer."""
         card = find_person(self.cards, human)
         if card is None:
             log.warning("no human card for %r: notification %r dropped", human, subject)
@@ -191,7 +216,7 @@ class Notifier:
         ok = False
         for ch in self.channels(card):
             try:
-                ch.send(subject, body, urgent=urgent, ref=ref, url=url)
+                ch.send(subject, body, urgent=urgent, ref=ref, url=url, key=key, about=about)
                 ok = True
             except (NotifyError, FabricError) as exc:
                 self._say_once(f"notify {card.id}: {exc}")

@@ -65,7 +65,9 @@ __all__ = [
     "satisfies",
 ]
 
-_MATRIX_ROOM = re.compile(r"^![^:\s]+:[^\s]+$")
+# Room ids of room versions before 12 end in ":server"; version 12's do not (MSC4291).
+_MATRIX_ROOM = re.compile(r"^![^:\s]+(:[^\s]+)?$")
+_MATRIX_USER = re.compile(r"^@[^:\s]+:[^\s]+$")
 #: ``(field path, message)`` pairs a model validator found.
 _Violations = list[tuple[str, str]]
 
@@ -242,12 +244,16 @@ class MatrixChannel(StrictModel):
     type: Literal["matrix"] = "matrix"
     room: str
     homeserver: Url
-    token_env: EnvName
+    token_env: EnvName  # the bot's access token (the fabric posts and reads as the bot)
+    # The person's own Matrix id: a reply in the room counts as theirs only from it.
+    user: str | None = None
 
     @model_validator(mode="after")
     def _room(self) -> MatrixChannel:
         if not _MATRIX_ROOM.match(self.room):
             raise_violations([("room", "must be a room id like '!abcdef:example.org'")])
+        if self.user is not None and not _MATRIX_USER.match(self.user):
+            raise_violations([("user", "must be a Matrix user id like '@alvis:example.org'")])
         return self
 
 

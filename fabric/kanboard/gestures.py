@@ -85,6 +85,16 @@ GESTURES: tuple[Rule, ...] = (
         cli='agap resume {id} --answer "…"',
     ),
     Rule(
+        "resume",
+        Trigger.TO_LANE,
+        "asking you a question",
+        "comment the answer, move the card to Queued in another agent's (or person's) swimlane",
+        "gives it to them with your answer: the same work, the question and your answer, "
+        "submitted there (routing and policy apply); this card is canceled, naming the new one",
+        states=_ASKING,
+        help="answer a question and give it to another agent by commenting and moving it to their lane",
+    ),
+    Rule(
         "approve",
         Trigger.TO_DONE,
         "waiting on you: a taint gate or a promotion (an approval)",

@@ -71,6 +71,7 @@ META_HINTED = "fabric.hinted"
 META_PARK_PREFIX = "fabric.park."  # work project: fabric.park.<queue> = park state (JSON)
 META_CRON_PREFIX = "fabric.cron."  # work project: fabric.cron.<schedule> = its firings
 META_WATCH = "fabric.keeper.watch"  # work project: the ids the keeper watches for gestures
+META_MATRIX_SINCE_PREFIX = "fabric.keeper.matrix."  # + a bot's hash: its Matrix sync token
 META_LAYOUT = "fabric.layout"  # work project: the storage layout version (see LAYOUT_VERSION)
 META_ORPHANS = "fabric.gc.orphans"  # locks project: {tag name: first seen orphaned}
 # A confined agent's home project: {username: user id} of the people it may assign, for

@@ -52,6 +52,7 @@ from fabric.kanboard.rows import (
     BoardTask,
     comment_rows,
     file_rows,
+    meta_map,
     tag_rows,
     task_rows,
 )
@@ -703,6 +704,10 @@ class TaskBoard:
         )
         if not out[0].unwrap():
             raise BoardRefused("saveProjectMetadata", out[0].value, "save project metadata")
+
+    def project_meta(self) -> dict[str, str]:
+        """The work project's metadata (one round trip)."""
+        return meta_map(self.port.call("getProjectMetadata", {"project_id": self.layout.project_id}))
 
     def park_states(self) -> dict[str, dict[str, Any]]:
         """Every queue's last published park state (one round trip)."""

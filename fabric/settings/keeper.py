@@ -25,6 +25,7 @@ JOB_INTERVALS: dict[str, str] = {
     "reminders": "AGAP_KEEPER_REMINDERS_EVERY",
     "gc": "AGAP_KEEPER_GC_EVERY",
     "policy": "AGAP_KEEPER_POLICY_EVERY",
+    "matrix": "AGAP_KEEPER_MATRIX_EVERY",
 }
 JOBS = (*JOB_INTERVALS, "digest")
 

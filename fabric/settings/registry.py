@@ -386,6 +386,13 @@ REGISTRY: tuple[Var, ...] = (
         "60s",
     ),
     _v(
+        "AGAP_KEEPER_MATRIX_EVERY",
+        "duration",
+        "keeper",
+        _EVERY.format("matrix") + " (people's replies to notifications in their Matrix rooms)",
+        "10s",
+    ),
+    _v(
         "AGAP_KEEPER_LEASE_GRACE",
         "duration",
         "keeper",

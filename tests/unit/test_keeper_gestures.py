@@ -118,6 +118,27 @@ def test_an_answer_and_a_move_to_queued_resumes_with_the_answer(
     assert k.metrics.gestures_total == 1
 
 
+def test_an_answer_dragged_to_another_agents_lane_goes_there_with_the_answer(
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
+    tid, k = setup(local_fabric)
+    local_fabric.ledger.ask(claim(local_fabric, tid), "Which repo?", "alvis")
+    clock.advance(600)
+    comment(local_fabric, tid, "the homelab one")
+    move(local_fabric, tid, Column.QUEUED, queue="gemma-local")
+    report = gestures(k)
+    assert report.acted == {tid: "answer and reroute"} and report.by == {tid: "alvis"}
+    state, op, reason, by = rec(local_fabric, tid)
+    assert (state, op, by) == (State.CANCELED, "cancel", "alvis")
+    assert reason is not None and reason.startswith("moved to gemma-local's lane by alvis: now task #")
+    new = int(reason.rsplit("#", 1)[1])
+    moved = local_fabric.board.read(new)
+    assert moved.spec is not None and moved.spec.queue == "gemma-local"
+    assert moved.spec.intent.endswith("Asked: Which repo?\nAnswer (alvis): the homelab one")
+    clock.advance(60)
+    assert gestures(k).acted == {}, "acted on once: the new task is not rerouted again"
+
+
 def test_an_answer_from_someone_else_is_refused_and_the_card_goes_back(
     local_fabric: Fabric, clock: FakeClock
 ) -> None:

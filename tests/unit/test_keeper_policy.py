@@ -125,6 +125,8 @@ class _Recorder:
         urgent: bool,
         ref: str | None = None,
         url: str | None = None,
+        key: str | None = None,
+        about: object = None,
     ) -> bool:
         self.messages.append((human, subject, urgent))
         self.sent += 1
