@@ -131,11 +131,13 @@ def _walk(node: Any) -> Iterator[dict[str, Any]]:
             yield from _walk(v)
 
 
-def test_the_zabbix_template_is_a_7_0_export_with_the_five_triggers() -> None:
+def test_the_zabbix_template_is_a_6_0_export_with_the_seven_triggers() -> None:
     doc = yaml.safe_load(TEMPLATE.read_text())["zabbix_export"]
-    assert doc["version"] == "7.0"
+    # 6.0 LTS refuses a newer version number, `template_groups` and `vendor`; 7.0 imports 6.0.
+    assert doc["version"] == "6.0"
+    assert "template_groups" not in doc and all("vendor" not in t for t in doc["templates"])
     (tpl,) = doc["templates"]
-    assert {g["name"] for g in tpl["groups"]} <= {g["name"] for g in doc["template_groups"]}
+    assert {g["name"] for g in tpl["groups"]} <= {g["name"] for g in doc["groups"]}
     uuids = [n["uuid"] for n in _walk(doc) if "uuid" in n]
     assert len(uuids) == len(set(uuids)) > 20
     assert all(re.fullmatch(r"[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}", u) for u in uuids), (
@@ -153,9 +155,17 @@ def test_the_zabbix_template_is_a_7_0_export_with_the_five_triggers() -> None:
             assert it["preprocessing"][0]["type"] == "JSONPATH"
     triggers = [t for i in items for t in i.get("triggers", [])]
     triggers += [t for rule in tpl["discovery_rules"] for t in rule.get("trigger_prototypes", [])]
+    proto_triggers = [t for p in protos for t in p.get("trigger_prototypes", [])]
+    triggers += proto_triggers
     names = " | ".join(t["name"] for t in triggers).lower()
-    for wanted in ("silent", "backing up", "oldest task too old", "dead letters", "parked past"):
+    for wanted in ("silent", "backing up", "oldest task too old", "dead letters", "parked past", "missed"):
         assert wanted in names, wanted
+    # Every trigger names its problem class: the ops-agent's playbooks are keyed by it.
+    classes = [{x["tag"]: x["value"] for x in t.get("tags", [])}.get("agap.class") for t in triggers]
+    assert len(triggers) == 7 and len(set(classes)) == 7 and None not in classes, classes
+    # "up" is calculated by the server: a dependent item gets no value when the scrape fails.
+    (up,) = [i for i in items if i["key"] == "agap.keeper.up"]
+    assert up["type"] == "CALCULATED" and "agap.keeper.answered" in up["params"]
     proto_keys = {p["key"] for p in protos}
     for t in triggers:
         for ref in re.findall(r"/AGAP fabric keeper/([^,)]+)", t["expression"]):

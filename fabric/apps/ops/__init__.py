@@ -1,0 +1,1 @@
+"""The ops-agent (``agap ops``): Zabbix problems become mitigations or tasks."""
