@@ -134,7 +134,9 @@ class RealZabbix:
     def api_token(self, name: str = "agap-ops") -> str:
         """A new API token for Admin (what a household registers as AGAP_ZABBIX_TOKEN)."""
         users = self.api.call("user.get", {"filter": {"username": "Admin"}, "output": ["userid"]})
-        tid = self.api.call("token.create", {"name": f"{name}-{uuid.uuid4().hex[:6]}", "userid": users[0]["userid"]})
+        tid = self.api.call(
+            "token.create", {"name": f"{name}-{uuid.uuid4().hex[:6]}", "userid": users[0]["userid"]}
+        )
         (gen,) = self.api.call("token.generate", tid["tokenids"])
         return str(gen["token"])
 
@@ -241,7 +243,9 @@ def real_zabbix() -> Iterator[RealZabbix]:
         conf = root / "zabbix_server.conf"
         _server_conf(conf, db, root)
         procs.append(
-            subprocess.Popen([str(SERVER), "-c", str(conf), "-f"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.Popen(
+                [str(SERVER), "-c", str(conf), "-f"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
         )
         zbx = RealZabbix(root, db, f"http://127.0.0.1:{port}/api_jsonrpc.php", conf, root / "server.log")
         wait_for("the Zabbix frontend to answer", lambda: zbx.api.version(), 60, 0.3)
