@@ -11,6 +11,7 @@ from fabric.cards.cardset import CardSet
 from fabric.cards.checks import cross_card_problems
 from fabric.cards.files import card_files, read_yaml, shown_path
 from fabric.cards.gpu import gpu_problems
+from fabric.cards.playbooks import playbook_problems
 from fabric.cards.problems import CardErrors, CardProblem, validation_problems
 from fabric.cards.schema import Card
 
@@ -66,9 +67,10 @@ def load_cards_keeping_going(
             break  # what is left is consistent (a golden set's problem is its file's alone)
         broken |= {Path(shown).stem for shown in dropped}
         loaded = [(shown, c) for shown, c in loaded if shown not in bad]
-    return CardSet((c for _, c in loaded), base_dir=base, directory=directory), file_problems + collapse(
-        later
-    )
+    cards = CardSet((c for _, c in loaded), base_dir=base, directory=directory)
+    if not broken:  # the ops-agent's playbooks name cards: checked once the cards are whole
+        later += playbook_problems(directory, base, cards)
+    return cards, file_problems + collapse(later)
 
 
 def collapse(problems: list[CardProblem]) -> list[CardProblem]:

@@ -34,7 +34,9 @@ from fabric.durations import parse_setting_duration as parse_duration  # a bare 
 from fabric.errors import ConfigError, InvalidInput
 
 Kind = Literal["str", "int", "float", "duration", "bool", "path", "url", "list", "secret"]
-Component = Literal["cli", "worker", "keeper", "events", "a2a", "cron", "deploy", "workspace", "board", "mcp"]
+Component = Literal[
+    "cli", "worker", "keeper", "events", "a2a", "cron", "deploy", "workspace", "board", "mcp", "ops"
+]
 COMPONENTS: tuple[Component, ...] = (
     "cli",
     "worker",
@@ -46,6 +48,7 @@ COMPONENTS: tuple[Component, ...] = (
     "workspace",
     "board",
     "mcp",
+    "ops",
 )
 Env = Mapping[str, str] | None
 Value = str | int | float | bool | Path | tuple[str, ...]
@@ -530,6 +533,15 @@ REGISTRY: tuple[Var, ...] = (
         "the person (card id or username) using the MCP client: their questions go to the client "
         "as elicitation, everyone else's stay in their Kanboard inbox",
     ),
+    # The ops-agent (agap ops): Zabbix problems become mitigations or tasks
+    _v("AGAP_ZABBIX_URL", "url", "ops", "Zabbix's api_jsonrpc.php URL (agap up starts agap ops when set)"),
+    _v(
+        "AGAP_ZABBIX_TOKEN",
+        "secret",
+        "ops",
+        "a Zabbix API token for agap ops (problem.get, event.acknowledge)",
+    ),
+    _v("AGAP_OPS_POLL_EVERY", "duration", "ops", "how often agap ops asks Zabbix for problems", "30s"),
     # Schedules
     _v("AGAP_SCHEDULES", "path", "cron", "the schedule file agap cron reads", "schedules.yaml"),
     # Coding workspaces

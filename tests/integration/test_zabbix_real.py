@@ -270,3 +270,78 @@ def _park_and_miss(stack: Stack) -> None:
         stack.resolves("schedule_missed")
     finally:
         client.close()
+
+
+def _acks(stack: Stack, eventid: str) -> list[str]:
+    (event,) = stack.zbx.api.call(
+        "event.get",
+        {"eventids": eventid, "select_acknowledges": ["message", "action"], "output": ["eventid"]},
+    )
+    return [str(a["message"]) for a in event["acknowledges"]]
+
+
+@pytest.mark.timeout(900)
+def test_the_ops_agent_files_a_dead_letter_once_and_acknowledges_it(stack: Stack, tmp_path: Path) -> None:
+    env = {
+        **stack.env,
+        "AGAP_ZABBIX_URL": stack.zbx.api_url,
+        "AGAP_ZABBIX_TOKEN": stack.zbx.api_token(),
+        "AGAP_STATE_DIR": str(tmp_path / "state"),
+        "AGAP_ACTOR": "cron",
+    }
+
+    def ops() -> dict[str, Any]:
+        res = CliRunner().invoke(main, ["ops", "--once"], env=env, catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        return dict(json.loads(res.output.strip().splitlines()[-1]))
+
+    dead = str(stack.agap("submit", "--target", "claude-coder", "--intent", "flaky?")["task_id"])
+    claim = stack.agap("claim", "--agent", "claude-coder", "--owner", "t1")
+    stack.agap("fail", dead, "--epoch", str(claim["epoch"]), "--owner", "t1", "--reason", "x", "--poison")
+    (problem,) = stack.fires("dead_letter")
+    eventid = problem["eventid"]
+
+    first = ops()
+    assert first["acted"] == [eventid]
+    task = first["events"][eventid]["task"]
+    shown = stack.agap("show", str(task))["spec"]
+    assert shown["target"] == "alvis"  # the dead-letters playbook's person (cards/_ops.yaml)
+    assert any(r.endswith(f"/event/{eventid}") for r in shown["refs"]), shown["refs"]
+    assert f"eventid={eventid}" in shown["intent"]  # the event's page, for the person
+    (ack,) = _acks(stack, eventid)
+    assert f"filed task #{task} to alvis" in ack
+
+    # A restart (a new process reading the event log) handles nothing twice.
+    again = ops()
+    assert again["acted"] == [] and len(_acks(stack, eventid)) == 1
+    # Even with the event log lost, the event id as action id files no second task.
+    (tmp_path / "state" / "ops" / "events.json").unlink()
+    lost = ops()
+    assert lost["events"][eventid]["task"] == task
+
+    # The task dropped by the person: acknowledged again, once.
+    stack.agap("cancel", str(task), "--reason", "handled by hand")
+    ops()
+    acks = _acks(stack, eventid)
+    assert sum(f"task #{task} canceled" in a for a in acks) == 1, acks
+    ops()
+    assert len(_acks(stack, eventid)) == len(acks)
+
+
+def test_agap_ops_with_zabbix_unreachable_is_one_line_and_parks(stack: Stack, tmp_path: Path) -> None:
+    env = {
+        **stack.env,
+        "AGAP_ZABBIX_URL": f"http://127.0.0.1:{free_port()}/api_jsonrpc.php",
+        "AGAP_ZABBIX_TOKEN": "nope",
+        "AGAP_STATE_DIR": str(tmp_path / "state"),
+    }
+    res = CliRunner().invoke(main, ["ops", "--once"], env=env)
+    assert res.exit_code == 3, res.output
+    assert "cannot reach Zabbix" in res.output and "Traceback" not in res.output
+    client = KanboardClient(stack.board.url, stack.board.token)
+    try:
+        project = client.call("getProjectByName", {"name": "Agent Fabric"})["id"]
+        meta = client.call("getProjectMetadata", {"project_id": project})
+    finally:
+        client.close()
+    assert json.loads(meta[park_key("ops")])["parked"] is True

@@ -92,6 +92,7 @@ COMMAND_MODULES = (
     "household_cmd",
     "doctor_cmd",
     "memory_cmd",
+    "ops_cmd",
 )
 
 
