@@ -23,13 +23,6 @@ from fabric.signals import exit_on_signal, set_on_signal
 log = logging.getLogger("agap.ops")
 
 
-def zabbix_configured() -> bool:
-    """Both AGAP_ZABBIX_URL and AGAP_ZABBIX_TOKEN set: what ``agap up`` starts ``agap ops`` on."""
-    return bool(registry.get_str("AGAP_ZABBIX_URL", fallback="")) and bool(
-        registry.get_str("AGAP_ZABBIX_TOKEN", fallback="")
-    )
-
-
 @main.command("ops")
 @click.option("--once", is_flag=True, help="One round (poll, act, acknowledge) and exit; prints what it did.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at DEBUG level.")

@@ -320,7 +320,14 @@ def _start_children(
     schedules = schedule_file()
     if schedules is not None:
         sup.start("cron", [*cli, "cron", "--file", str(schedules), *flags])
+    if zabbix_configured():  # the ops-agent only where there is a Zabbix to watch
+        sup.start("ops", [*cli, "ops", *flags])
     return agents
+
+
+def zabbix_configured() -> bool:
+    """AGAP_ZABBIX_URL and AGAP_ZABBIX_TOKEN both set: ``agap ops`` has a Zabbix to poll."""
+    return all(registry.get_str(name, fallback="") for name in ("AGAP_ZABBIX_URL", "AGAP_ZABBIX_TOKEN"))
 
 
 def _banner(
@@ -334,6 +341,7 @@ def _banner(
     paste: str,
 ) -> str:
     cron = next((argv[-1] for name, (argv, _) in sup.children.items() if name == "cron"), None)
+    ops = "running" if "ops" in sup.children else "not started (AGAP_ZABBIX_URL, AGAP_ZABBIX_TOKEN unset)"
     return f"""
 agap fabric is up on the embedded board ({state / "board.sqlite3"}).
   board     {board.url}
@@ -341,6 +349,7 @@ agap fabric is up on the embedded board ({state / "board.sqlite3"}).
   workers   {", ".join(agents) or "none"} (model mode: {env["AGAP_MODEL_MODE"]})
   keeper    {"running" if "keeper" in sup.children else "not started"}
   cron      {cron or "not started (no schedule file)"}
+  ops       {ops}
   hindsight {env["AGAP_HINDSIGHT_URL"]}{" (embedded stand-in, demo memories)" if stand_in else ""}
   logs      {"warnings only (agap up -v for the daemons' INFO lines)" if verbose <= 0 else "verbose"}
 
