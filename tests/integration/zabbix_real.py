@@ -9,6 +9,7 @@ Every wait is bounded.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import shutil
@@ -38,9 +39,11 @@ SEED_DB = "agap_zbx_seed_60"
 T = TypeVar("T")
 
 
-def missing() -> str | None:
-    """Why a real Zabbix cannot run here, or None."""
-    for path in (SERVER, FRONTEND / "api_jsonrpc.php", SQL / "schema.sql.gz", Path(PHP), Path(PSQL)):
+def missing(root_dir: Path = Path("/"), *, server: bool = True) -> str | None:
+    """Why a real Zabbix (under ``root_dir``) cannot run here, or None."""
+    front, sql = root_dir / FRONTEND.relative_to("/"), root_dir / SQL.relative_to("/")
+    needed = [front / "api_jsonrpc.php", sql / "schema.sql.gz", Path(PHP), Path(PSQL)]
+    for path in [SERVER, *needed] if server else needed:
         if not path.exists():
             return (
                 f"{path} is missing: install Debian's zabbix-server-pgsql, zabbix-frontend-php, "
@@ -90,24 +93,26 @@ def _psql(sql: str, db: str = "postgres") -> None:
     subprocess.run([PSQL, *PG, "-d", db, "-c", sql], check=True, capture_output=True, timeout=120)
 
 
-def _seed() -> None:
+def _seed(sql_dir: Path = SQL, seed: str = SEED_DB) -> None:
     """The seeded database (schema, images, data), made once per machine."""
     have = subprocess.run(
-        [PSQL, *PG, "-At", "-c", f"select 1 from pg_database where datname='{SEED_DB}'"],
+        [PSQL, *PG, "-At", "-c", f"select 1 from pg_database where datname='{seed}'"],
         capture_output=True,
         text=True,
         timeout=30,
     ).stdout.strip()
     if have == "1":
         return
-    staging = f"{SEED_DB}_{os.getpid()}"
+    staging = f"{seed}_{os.getpid()}"
     _psql(f"create database {staging}")
     for part in ("schema", "images", "data"):
-        sql = subprocess.run(["zcat", str(SQL / f"{part}.sql.gz")], capture_output=True, check=True).stdout
+        sql = subprocess.run(
+            ["zcat", str(sql_dir / f"{part}.sql.gz")], capture_output=True, check=True
+        ).stdout
         subprocess.run([PSQL, *PG, "-d", staging], input=sql, check=True, capture_output=True, timeout=300)
     # Renamed only when whole: a run killed half-way leaves no half-seeded database behind.
     try:
-        _psql(f"alter database {staging} rename to {SEED_DB}")
+        _psql(f"alter database {staging} rename to {seed}")
     except subprocess.CalledProcessError:  # another run seeded it meanwhile
         _psql(f"drop database {staging}")
 
@@ -217,17 +222,25 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def real_zabbix() -> Iterator[RealZabbix]:
-    """Start a server and frontend on a fresh database; drop it all afterwards."""
-    _seed()
+def real_zabbix(root_dir: Path = Path("/"), *, server: bool = True) -> Iterator[RealZabbix]:
+    """Start a server and frontend on a fresh database; drop it all afterwards.
+
+    ``root_dir`` is where the packages' files are (``/``, or a folder an unpacked Debian
+    13 7.0 frontend and schema sit in: then ``server=False``, the frontend alone, enough
+    to check an import)."""
+    frontend = root_dir / FRONTEND.relative_to("/")
+    sql_dir = root_dir / SQL.relative_to("/")
+    tag = hashlib.sha256(str(root_dir.resolve()).encode()).hexdigest()[:8]
+    seed = SEED_DB if root_dir == Path("/") else f"{SEED_DB}_{tag}"
+    _seed(sql_dir, seed)
     db = f"agap_zbx_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    _psql(f"create database {db} template {SEED_DB}")
+    _psql(f"create database {db} template {seed}")
     # A short path: the server's IPC sockets live in SocketDir (a 108-byte limit).
     root = Path(tempfile.mkdtemp(prefix="zbx", dir="/tmp"))
     procs: list[subprocess.Popen[bytes]] = []
     try:
         web = root / "web"
-        shutil.copytree(FRONTEND, web, symlinks=True)
+        shutil.copytree(frontend, web, symlinks=True)
         _frontend_conf(web, db)
         port = free_port()
         php_log = (root / "php.log").open("wb")
@@ -242,23 +255,22 @@ def real_zabbix() -> Iterator[RealZabbix]:
         )
         conf = root / "zabbix_server.conf"
         _server_conf(conf, db, root)
-        procs.append(
-            subprocess.Popen(
-                [str(SERVER), "-c", str(conf), "-f"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-        )
+        if server:
+            cmd = [str(SERVER), "-c", str(conf), "-f"]
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         zbx = RealZabbix(root, db, f"http://127.0.0.1:{port}/api_jsonrpc.php", conf, root / "server.log")
         wait_for("the Zabbix frontend to answer", lambda: zbx.api.version(), 60, 0.3)
         zbx.api.login("Admin", "zabbix")
         # The seeded "Zabbix server" host polls an agent nobody runs here: quiet it.
         for host in zbx.api.call("host.get", {"output": ["hostid"], "filter": {"host": "Zabbix server"}}):
             zbx.api.call("host.update", {"hostid": host["hostid"], "status": 1})
-        wait_for(
-            "the Zabbix server to start",
-            lambda: zbx.log.exists() and "server #0 started" in zbx.log.read_text(errors="replace"),
-            60,
-            0.3,
-        )
+        if server:
+            wait_for(
+                "the Zabbix server to start",
+                lambda: zbx.log.exists() and "server #0 started" in zbx.log.read_text(errors="replace"),
+                60,
+                0.3,
+            )
         yield zbx
     finally:
         for proc in reversed(procs):
@@ -283,5 +295,5 @@ def import_rules(version: tuple[int, ...]) -> dict[str, Any]:
         "templateDashboards": {**both, "deleteMissing": True},
         "httptests": {**both, "deleteMissing": True},
     }
-    rules["templateGroups" if version >= (6, 2) else "groups"] = {"createMissing": True}
+    rules["template_groups" if version >= (6, 2) else "groups"] = {"createMissing": True}
     return rules
