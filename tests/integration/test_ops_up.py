@@ -10,6 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from fabric.apps.cli import main
+from fabric.embedded.server import EmbeddedBoard
 from tests.conftest import ROOT
 from tests.fakes.zabbix_stub import ZabbixStub
 from tests.helpers import Lines
@@ -70,3 +74,44 @@ def test_up_without_zabbix_starts_no_ops_agent(tmp_path: Path) -> None:
         assert "ops       not started" in lines.text()
     finally:
         _stop(up)
+
+
+def test_the_daemon_survives_an_unreadable_answer_and_says_it_in_one_line(tmp_path: Path) -> None:
+    with ZabbixStub() as zbx, EmbeddedBoard(tmp_path / "board.sqlite3") as board:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AGAP_", "KANBOARD_"))}
+        env |= {
+            "KANBOARD_URL": board.url,
+            "KANBOARD_API_TOKEN": board.token,
+            "AGAP_CARDS_DIR": str(ROOT / "cards"),
+            "AGAP_STATE_DIR": str(tmp_path / "var"),
+            "XDG_CACHE_HOME": str(tmp_path / "cache"),
+            "AGAP_ZABBIX_URL": zbx.url,
+            "AGAP_ZABBIX_TOKEN": zbx.token,
+            "AGAP_OPS_POLL_EVERY": "0.2s",
+        }
+        assert CliRunner().invoke(main, ["init"], env=env).exit_code == 0
+        zbx.raw = b"<html>502 Bad Gateway</html>"
+        ops = subprocess.Popen(
+            [sys.executable, "-m", "fabric.apps.cli", "ops"],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert ops.stderr is not None
+            errors = Lines(ops.stderr)
+            errors.wait_for("not JSON", timeout=60)
+            zbx.add_problem("9", "Queue kimi is backing up", {"agap.class": "backlog", "queue": "kimi"})
+            deadline = time.monotonic() + 60
+            while not zbx.acks and time.monotonic() < deadline:
+                time.sleep(0.2)  # polling the stand-in's record, bounded
+            assert [a["eventids"] for a in zbx.acks] == [["9"]]
+            assert ops.poll() is None  # still running
+        finally:
+            ops.send_signal(signal.SIGTERM)
+            ops.wait(30)
+        text = errors.text()
+        assert text.count("not JSON") == 1 and "Traceback" not in text, text
+        assert ops.returncode == 0

@@ -130,12 +130,19 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         }
         assert CliRunner().invoke(main, ["init"], env=env).exit_code == 0
         api = zbx.api
+        # With the template rules alone (what the README once said) the import is empty.
+        bare = {"groups": {"createMissing": True}, "templates": {"createMissing": True}}
         assert api.call(
-            "configuration.import",
-            {"format": "yaml", "source": TEMPLATE.read_text(), "rules": import_rules(api.version())},
+            "configuration.import", {"format": "yaml", "source": TEMPLATE.read_text(), "rules": bare}
         )
         (tpl,) = api.call(
             "template.get", {"filter": {"host": "AGAP fabric keeper"}, "output": ["templateid"]}
+        )
+        assert _count(api, "item.get", tpl["templateid"]) == 0
+        assert _count(api, "discoveryrule.get", tpl["templateid"]) == 0
+        assert api.call(
+            "configuration.import",
+            {"format": "yaml", "source": TEMPLATE.read_text(), "rules": import_rules(api.version())},
         )
         port = free_port()
         macros = {**MACROS, "{$AGAP.METRICS.URL}": f"http://127.0.0.1:{port}/metrics.json"}

@@ -15,7 +15,7 @@ from fabric.apps.ops.zabbix import ZabbixClient, ZabbixError
 from fabric.cards.playbooks import OPS_PLAYBOOKS, load_playbooks
 from fabric.core import Fabric
 from fabric.degraded import Backoff
-from fabric.errors import ConfigError
+from fabric.errors import ConfigError, FabricError
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.signals import exit_on_signal, set_on_signal
@@ -72,12 +72,13 @@ def _serve(agent: OpsAgent, every: float) -> None:
         try:
             agent.poll_once()
             if failures:
-                log.warning("Zabbix answers again; the ops queue resumes")
+                log.warning("Zabbix and the board answer again; the ops queue resumes")
             failures = 0
             stop.wait(every)
-        except ZabbixError as exc:
+        except FabricError as exc:  # Zabbix, or the board (a task could not be filed yet)
             failures += 1
             delay = backoff.delay(failures)
             if failures == 1:  # said once per outage, not every retry
-                log.warning("%s; the ops queue parks, retrying with a backoff", exc.line())
+                what = "the ops queue parks" if isinstance(exc, ZabbixError) else "nothing is lost"
+                log.warning("%s; %s, retrying with a backoff", exc.line(), what)
             stop.wait(delay)
