@@ -93,6 +93,7 @@ def test_shipped_cards_load() -> None:
             "elizaveta",
             "gemma-local",
             "kimi",
+            "ops",
             "qwen-remote",
             "researcher",
             "router",
@@ -124,7 +125,8 @@ def test_shipped_cards_say_what_the_design_says() -> None:
     assert cards.get("researcher").trust == "untrusted"
     for card in cards:
         assert card.is_human == (card.trust == "human")
-        if not card.is_human and card.id != "claude-coder":
+        # claude-coder and the ops-agent (agap ops) are external runtimes: no worker of ours.
+        if not card.is_human and card.id not in ("claude-coder", "ops"):
             assert card.runtime.mode == "demo", f"{card.id} must run offline by default"
 
 

@@ -12,7 +12,9 @@ from click.testing import CliRunner
 from fabric.apps.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-IDS = "adolf, alvis, claude-coder, elizaveta, gemma-local, kimi, qwen-remote, researcher, router, torgash"
+IDS = (
+    "adolf, alvis, claude-coder, elizaveta, gemma-local, kimi, ops, qwen-remote, researcher, router, torgash"
+)
 
 
 @pytest.fixture
@@ -32,14 +34,14 @@ def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
 def test_validate_ok(repo: Path) -> None:
     code, out, err = run("cards", "validate", "--dir", str(repo / "cards"))
     assert code == 0, err
-    assert out == f"ok: 10 cards ({IDS})\n"
+    assert out == f"ok: 11 cards ({IDS})\n"
     assert err == ""
 
 
 def test_validate_reads_the_dir_from_the_environment(repo: Path) -> None:
     code, out, _ = run("cards", "validate", env={"AGAP_CARDS_DIR": str(repo / "cards")})
     assert code == 0
-    assert out.startswith("ok: 10 cards")
+    assert out.startswith("ok: 11 cards")
 
 
 def test_validate_prints_every_problem_and_exits_2(repo: Path) -> None:
@@ -77,7 +79,7 @@ def test_ls_table(repo: Path) -> None:
     lines = out.splitlines()
     assert lines[0].split() == ["ID", "KIND", "TIER", "TRUST", "QUEUE", "AVAILABILITY", "RUNTIME"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
-    assert len(rows) == 10
+    assert len(rows) == 11
     assert rows["kimi"] == ["kimi", "model", "large", "trusted", "kimi", "quota", "demo"]
     assert rows["alvis"] == ["alvis", "human", "-", "human", "alvis", "hours", "human"]
     assert rows["claude-coder"][-1] == "external"
