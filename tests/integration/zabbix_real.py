@@ -9,6 +9,7 @@ Every wait is bounded.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
@@ -212,13 +213,19 @@ $IMAGE_FORMAT_DEFAULT = IMAGE_FORMAT_PNG;
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    """Stop ``proc`` and its own process group: ``php -S`` with workers forks children that
+    outlive a signal to the parent alone."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # a worker that ignored the parent's end
 
 
 @contextmanager
@@ -251,13 +258,18 @@ def real_zabbix(root_dir: Path = Path("/"), *, server: bool = True) -> Iterator[
                 stdout=php_log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PHP_CLI_SERVER_WORKERS": "4"},
+                start_new_session=True,
             )
         )
         conf = root / "zabbix_server.conf"
         _server_conf(conf, db, root)
         if server:
             cmd = [str(SERVER), "-c", str(conf), "-f"]
-            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+                )
+            )
         zbx = RealZabbix(root, db, f"http://127.0.0.1:{port}/api_jsonrpc.php", conf, root / "server.log")
         wait_for("the Zabbix frontend to answer", lambda: zbx.api.version(), 60, 0.3)
         zbx.api.login("Admin", "zabbix")
