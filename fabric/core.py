@@ -136,25 +136,7 @@ class Fabric:
         ``slot`` (and its ``timezone``) it is a scheduler's firing (:mod:`fabric.slots`):
         keyed by the planned time, on time or refused as missed.
         """
-        if slot or timezone:
-            return self._submit_slot(
-                intent,
-                slot,
-                timezone,
-                dict(
-                    target=target,
-                    constraints=constraints,
-                    refs=refs,
-                    priority=priority,
-                    deadline=deadline,
-                    not_before=not_before,
-                    key=key,
-                    actor=actor,
-                    parent=parent,
-                ),
-            )
-        return self._submit(
-            intent,
+        options: dict[str, Any] = dict(
             target=target,
             constraints=constraints,
             refs=refs,
@@ -165,6 +147,9 @@ class Fabric:
             actor=actor,
             parent=parent,
         )
+        if slot or timezone:
+            return self._submit_slot(intent, slot, timezone, options)
+        return self._submit(intent, **options)
 
     def _submit_slot(
         self, intent: str, slot: str | None, timezone: str | None, kw: dict[str, Any]

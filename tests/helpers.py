@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -132,3 +137,38 @@ def cli_env(url: str, token: str, tmp: Path, cards_dir: Path, **more: str) -> di
         "XDG_CACHE_HOME": str(tmp / "cache"),
         **more,
     }
+
+
+class UpShell:
+    """The second shell the `agap up` banner sets up: its KANBOARD_URL and token, and
+    `agap … --json` run there (what the tour's reader types)."""
+
+    def __init__(self, banner: str, env: dict[str, str]) -> None:
+        url = re.search(r"export KANBOARD_URL=(\S+)", banner)
+        token = re.search(r"export KANBOARD_API_TOKEN=(\S+)", banner)
+        assert url and token, banner
+        self.env = {**env, "KANBOARD_URL": url.group(1), "KANBOARD_API_TOKEN": token.group(1)}
+
+    def agap(self, *args: str) -> dict[str, object]:
+        out = subprocess.run(
+            [sys.executable, "-m", "fabric.apps.cli", *args, "--json"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+    def until_state(self, task_id: object, state: str, timeout: float = 60.0) -> dict[str, object]:
+        """``agap show`` of the task once it is in ``state`` (its last view if it never is)."""
+        shown: dict[str, object] = {}
+
+        def there() -> bool:
+            shown.clear()
+            shown.update(self.agap("show", str(task_id)))
+            return shown.get("state") == state
+
+        with contextlib.suppress(AssertionError):
+            wait_until(there, timeout, f"task {task_id} to be {state}")
+        return shown

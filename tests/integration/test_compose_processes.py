@@ -40,6 +40,7 @@ from fabric.embedded.server import EmbeddedBoard
 from tests.conftest import REAL_SKIP, ROOT, real_kanboard, scratch_board
 from tests.fakes.litellm_proxy import free_port, proxy_unavailable_reason
 from tests.fakes.openai_stub import OpenAIStub
+from tests.helpers import wait_until
 from tests.unit.test_deploy_compose import merged_stack
 
 COMPOSE = ROOT / "compose"
@@ -231,13 +232,16 @@ def _agap(stack: Stack, *argv: str) -> Any:
 
 
 def _until(stack: Stack, task: int, states: set[str], timeout: float = 90.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        shown: dict[str, Any] = _agap(stack, "show", str(task))
-        if shown["state"] in states:
-            return shown
-        assert time.monotonic() < deadline, (shown, {n: stack.log(n)[-800:] for n in stack.procs})
-        time.sleep(0.3)  # a bounded poll of the board
+    shown: dict[str, Any] = {}
+
+    def there() -> bool:
+        shown.update(_agap(stack, "show", str(task)))
+        return shown["state"] in states
+
+    with contextlib.suppress(AssertionError):
+        wait_until(there, timeout, f"task {task} to be one of {sorted(states)}")
+    assert shown["state"] in states, (shown, {n: stack.log(n)[-800:] for n in stack.procs})
+    return shown
 
 
 def filled_env(example: dict[str, str], required: set[str], provider: OpenAIStub) -> dict[str, str]:

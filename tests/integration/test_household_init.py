@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -16,7 +13,7 @@ from click.testing import CliRunner
 
 from fabric.apps.cli import main
 from fabric.cards import load_cards
-from tests.helpers import Lines
+from tests.helpers import Lines, UpShell
 
 # One answer per prompt, in the order they are asked ("" takes the default).
 ANSWERS = [
@@ -173,28 +170,9 @@ def test_the_household_runs_under_agap_up(tmp_path: Path) -> None:
         lines = Lines(up.stdout)
         lines.wait_for("Ctrl-C stops everything", timeout=60)
         banner = lines.text()
-        url = re.search(r"export KANBOARD_URL=(\S+)", banner)
-        token = re.search(r"export KANBOARD_API_TOKEN=(\S+)", banner)
-        assert url and token, banner
-        cli = {**env, "KANBOARD_URL": url.group(1), "KANBOARD_API_TOKEN": token.group(1)}
-
-        def agap(*args: str) -> dict[str, object]:
-            out = subprocess.run(
-                [sys.executable, "-m", "fabric.apps.cli", *args, "--json"],
-                env=cli,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            )
-            return json.loads(out.stdout)  # type: ignore[no-any-return]
-
-        tid = agap("submit", "--target", "ada", "--intent", "What is on today?")["task_id"]
-        deadline = time.monotonic() + 60
-        shown: dict[str, object] = {}
-        while time.monotonic() < deadline and shown.get("state") != "done":
-            shown = agap("show", str(tid))
-            time.sleep(0.2)
+        shell = UpShell(banner, env)
+        tid = shell.agap("submit", "--target", "ada", "--intent", "What is on today?")["task_id"]
+        shown = shell.until_state(tid, "done")
         assert shown["state"] == "done", shown
     finally:
         up.send_signal(signal.SIGINT)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import re
 import shutil
 import signal
 import socket
@@ -15,7 +13,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import ROOT
-from tests.helpers import Lines
+from tests.helpers import Lines, UpShell
 
 
 def test_up_runs_the_fabric_offline_and_stops_cleanly(tmp_path: Path) -> None:
@@ -42,31 +40,10 @@ def test_up_runs_the_fabric_offline_and_stops_cleanly(tmp_path: Path) -> None:
         deadline = time.monotonic() + 60
         while "Ctrl-C stops everything" not in banner and time.monotonic() < deadline:
             banner += up.stdout.readline()
-        url = re.search(r"export KANBOARD_URL=(\S+)", banner)
-        token = re.search(r"export KANBOARD_API_TOKEN=(\S+)", banner)
-        assert url and token, banner
         assert "model mode: demo" in banner
-        cli = {**env, "KANBOARD_URL": url.group(1), "KANBOARD_API_TOKEN": token.group(1)}
-
-        def agap(*args: str) -> dict[str, object]:
-            out = subprocess.run(
-                [sys.executable, "-m", "fabric.apps.cli", *args, "--json"],
-                env=cli,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            )
-            return json.loads(out.stdout)  # type: ignore[no-any-return]
-
-        tid = agap("submit", "--target", "kimi", "--intent", "hello from make run")["task_id"]
-        deadline = time.monotonic() + 60
-        shown: dict[str, object] = {}
-        while time.monotonic() < deadline:
-            shown = agap("show", str(tid))
-            if shown["state"] == "done":
-                break
-            time.sleep(0.3)
+        shell = UpShell(banner, env)
+        tid = shell.agap("submit", "--target", "kimi", "--intent", "hello from make run")["task_id"]
+        shown = shell.until_state(tid, "done")
         assert shown["state"] == "done", shown
         assert str(shown["result_ref"]).startswith(f"kanboard://task/{tid}/file/")
     finally:
