@@ -22,11 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
-
 from fabric.errors import EXIT_FAILED, FabricError, InvalidInput
+
+if TYPE_CHECKING:
+    from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 
 # The fabric's own cron counts a planned time not fired within this as missed.
 GRACE_SECONDS = 60.0
@@ -122,6 +124,10 @@ def plan_slot(
             where=key_where,
             hint="e.g. openclaw/morning-digest; the planned time is added to it",
         )
+    # Imported here: apscheduler brings asyncio (~10 MB), and every worker imports this
+    # module through Fabric; only a scheduler's firing needs the cron arithmetic.
+    from apscheduler.triggers.cron import CronTrigger
+
     try:
         trigger = CronTrigger.from_crontab(cron.strip(), timezone=tz)
     except ValueError as exc:

@@ -96,8 +96,10 @@ COMMAND_MODULES = (
 )
 
 
-# The commands a runtime draining a queue from a shell calls in a loop, and their module.
+# The commands a runtime draining a queue from a shell calls in a loop, and their module;
+# and the worker daemon, which `agap up` starts once per queue (it must stay small).
 HOT = {name: "lease_cmd" for name in ("claim", "heartbeat", "complete", "fail", "ask")}
+HOT["worker"] = "worker_cmd"
 
 
 def _register() -> None:
