@@ -283,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
 # Benchmarks of other parts of the fabric: each module has run(quick) -> {"title", "rows"}.
 SECTIONS = (
     "bench.workers",
+    "bench.backlog",
     "bench.keeper_sweep",
     "bench.gestures",
     "bench.events",

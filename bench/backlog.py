@@ -1,0 +1,138 @@
+"""Claim and complete as the backlog grows (issue 31): is a queue's cost flat in its size?
+
+Kanboard renumbers every open card of both columns on each move, and a worker's poll
+reads what the queue column holds; a researcher's self-submitting loop is exactly the
+agent that builds a backlog of hundreds. So one queue is filled to 10, 100, 500 and 2,000
+open tasks and, at each size, ``samples`` lifecycles run at that size: one submit (the
+backlog stays at its size), then the claim (poll + claim, as a worker does it) and the
+complete are timed and their round trips counted. The baseline is the same measurement
+at 10 open tasks, in the same run and on the same board; the target is 1.5x at 2,000.
+
+On the embedded board and on every real Kanboard the environment names
+(``AGAP_BENCH_KANBOARDS``, :mod:`bench.env`). Run alone: ``python -m bench.backlog [--quick]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.env import QUEUE_AGENT, Target, load_bench_cards, real_targets
+from fabric.core import Fabric
+from fabric.embedded.server import EmbeddedBoard
+from fabric.kanboard.port import BoardError
+from workers.queue import QueueReader
+
+SIZES = (10, 100, 500, 2000)
+QUICK_SIZES = (10, 100)
+TARGET_RATIO = 1.5
+
+
+def run(quick: bool) -> dict[str, Any]:
+    sizes = QUICK_SIZES if quick else SIZES
+    samples = 5 if quick else 15
+    boards: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedBoard(Path(tmp) / "board.sqlite3") as board:
+        embedded = Target("embedded", board.url, board.token, "embedded board")
+        boards[embedded.label] = _measure(embedded, sizes, samples)
+    for target in real_targets():
+        try:
+            boards[target.label] = _measure(target, sizes, samples)
+        except (BoardError, OSError) as exc:  # one board away must not lose the others
+            boards[target.label] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        finally:
+            with contextlib.suppress(Exception):
+                target.cleanup()
+    return _report(sizes, samples, boards)
+
+
+def _measure(target: Target, sizes: tuple[int, ...], samples: int) -> dict[str, Any]:
+    cards = load_bench_cards()
+    settings, _ = target.fresh("backlog", cards)
+    client = target.client()
+    fab = Fabric.connect(settings, cards=cards, port=client)
+    reader = QueueReader.for_agent(fab, cards.get(QUEUE_AGENT))
+    out: dict[str, Any] = {}
+    held = 0
+    try:
+        for size in sizes:
+            fill_started = time.perf_counter()
+            while held < size:
+                fab.submit(f"backlog {held}", target=QUEUE_AGENT, priority="low")
+                held += 1
+            fill_s = time.perf_counter() - fill_started
+            claim_s: list[float] = []
+            complete_s: list[float] = []
+            claim_trips: list[int] = []
+            complete_trips: list[int] = []
+            for i in range(samples):
+                fab.submit(f"probe {size}/{i}", target=QUEUE_AGENT, priority="low")
+                client.stats.reset()
+                t0 = time.perf_counter()
+                lease = reader.claim_next("bench", lease_seconds=60.0)
+                claim_s.append(time.perf_counter() - t0)
+                claim_trips.append(client.stats.trips)
+                if lease is None:
+                    raise RuntimeError(f"{target.label}: no task claimed with {size} open")
+                client.stats.reset()
+                t0 = time.perf_counter()
+                fab.ledger.complete(lease, "bench://result")
+                complete_s.append(time.perf_counter() - t0)
+                complete_trips.append(client.stats.trips)
+            out[str(size)] = {
+                "claim_ms": round(statistics.median(claim_s) * 1000, 1),
+                "complete_ms": round(statistics.median(complete_s) * 1000, 1),
+                "claim_trips": round(statistics.fmean(claim_trips), 2),
+                "complete_trips": round(statistics.fmean(complete_trips), 2),
+                "fill_s": round(fill_s, 1),
+                "errors": dict(client.errors),
+            }
+    finally:
+        client.close()
+    return out
+
+
+def _ratio(row: dict[str, Any], base: dict[str, Any], key: str) -> float:
+    return round(row[key] / base[key], 2) if base[key] else float("nan")
+
+
+def _report(sizes: tuple[int, ...], samples: int, boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    rows: list[list[Any]] = [["lifecycles per size (median ms; round trips a mean)", samples]]
+    first, last = str(sizes[0]), str(sizes[-1])
+    for label, by_size in boards.items():
+        if "error" in by_size:
+            rows.append([f"{label}: failed", by_size["error"]])
+            continue
+        for size in sizes:
+            r = by_size[str(size)]
+            rows.append(
+                [
+                    f"{label}: {size} open, claim / complete ms (round trips)",
+                    f"{r['claim_ms']} / {r['complete_ms']} ({r['claim_trips']} / {r['complete_trips']})",
+                ]
+            )
+        base, top = by_size[first], by_size[last]
+        rows.append(
+            [
+                f"{label}: {last} vs {first} open, claim / complete (target ≤ {TARGET_RATIO}x)",
+                f"{_ratio(top, base, 'claim_ms')}x / {_ratio(top, base, 'complete_ms')}x",
+            ]
+        )
+    return {
+        "title": "Claim and complete as the queue's backlog grows (loopback)",
+        "rows": rows,
+        "boards": boards,
+    }
+
+
+if __name__ == "__main__":
+    result = run("--quick" in sys.argv)
+    for name, value in result["rows"]:
+        print(f"{name}: {value}")
+    print(json.dumps(result["boards"], indent=1))
