@@ -340,6 +340,12 @@ def test_grpc_bad_input_gets_the_bindings_errors(a2a: Env) -> None:
         with pytest.raises(grpc.RpcError) as err:
             stub.ListTasks(ListTasksRequest(), metadata=md, timeout=10)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.RpcError) as err:
+            stub.ListTasks(
+                ListTasksRequest(tenant="helper"), metadata=(*md, ("a2a-version", "9.9")), timeout=10
+            )
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert "A2A-Version 9.9 is not supported" in str(err.value.details())
         unknown: Any = channel.unary_unary("/lf.a2a.v1.A2AService/Shout")
         with pytest.raises(grpc.RpcError) as err:
             unknown(b"", metadata=md, timeout=10)

@@ -51,6 +51,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import InvalidParamsError
 
 from .auth import REALM, TokenTable
+from .convert import PROTOCOL_VERSION
 
 log = logging.getLogger("agap.a2a.grpc")
 
@@ -68,6 +69,20 @@ def metadata_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | 
                 return token.strip()
             return None
     return None
+
+
+def unsupported_version(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
+    """The call's ``a2a-version`` when it is not this server's major.minor, else "".
+
+    No header is accepted (the SDK's clients always send one); the spec's gRPC mapping of
+    VersionNotSupportedError is UNIMPLEMENTED.
+    """
+    for key, value in metadata or ():
+        if key.lower() == "a2a-version":
+            text = (value.decode("latin-1") if isinstance(value, bytes) else value).strip()
+            if text and text.split(".")[:2] != PROTOCOL_VERSION.split(".")[:2]:
+                return text
+    return ""
 
 
 class Caller(User):
@@ -127,6 +142,13 @@ class BearerInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, tokens: TokenTable) -> None:
         self.tokens = tokens
 
+    def refusal(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
+        """Why the call is refused (no or an unknown token), or "" for a known caller."""
+        token = metadata_token(metadata)
+        if token and self.tokens.caller_for(token):
+            return ""
+        return UNAUTHENTICATED + ("" if token is None else ": this token is not known")
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
@@ -135,15 +157,18 @@ class BearerInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:  # an unknown method: gRPC answers UNIMPLEMENTED
             return handler
-        token = metadata_token(handler_call_details.invocation_metadata)
-        refusal = ""
-        if not token or not self.tokens.caller_for(token):
-            refusal = UNAUTHENTICATED + ("" if token is None else ": this token is not known")
+        refusal = self.refusal(handler_call_details.invocation_metadata)
+        version = unsupported_version(handler_call_details.invocation_metadata)
 
         async def check(request: Any, context: Any) -> None:
             if refusal:
                 context.set_trailing_metadata((("www-authenticate", f'Bearer realm="{REALM}"'),))
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, refusal)
+            if version:
+                await context.abort(
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    f"A2A-Version {version} is not supported: this server speaks {PROTOCOL_VERSION}",
+                )
             if isinstance(request, _Malformed):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {request.error}")
 
