@@ -288,6 +288,7 @@ SECTIONS = (
     "bench.gestures",
     "bench.events",
     "bench.a2a",
+    "bench.a2a_bindings",
     "bench.mcp",
     "bench.mcp_tasks",
     "bench.auth",

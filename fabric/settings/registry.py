@@ -517,6 +517,20 @@ REGISTRY: tuple[Var, ...] = (
     _v("AGAP_A2A_TOKENS_FILE", "path", "a2a", "file with A2A clients' tokens"),
     _v("AGAP_A2A_PUSH_ALLOW", "list", "a2a", "push targets allowed on private addresses (hosts or CIDRs)"),
     _v("AGAP_A2A_TOKEN", "secret", "a2a", "the bearer token agap a2a call sends (or --token)"),
+    _v(
+        "AGAP_A2A_GRPC_PORT",
+        "str",
+        "a2a",
+        "port of agap a2a serve's gRPC binding, on --host (or --grpc-port; 0 = a free port)",
+        note="empty: no gRPC listener (JSON-RPC and HTTP+JSON only)",
+    ),
+    _v(
+        "AGAP_A2A_GRPC_PUBLIC",
+        "str",
+        "a2a",
+        "the host:port gRPC clients reach the server at, for the cards (or --grpc-public)",
+        note="empty: the bound host:port",
+    ),
     # The MCP server (agap mcp serve)
     _v("AGAP_MCP_TOKEN", "secret", "mcp", "the bearer token agap mcp serve --transport http requires"),
     _v(

@@ -12,7 +12,7 @@ import socket
 import ssl
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,8 +139,15 @@ class FabricA2AClient:
         timeout: float = 300.0,
         streaming: bool = False,
         verify: ssl.SSLContext | bool = True,
+        binding: str = "",
+        grpc_channel: Callable[[str], Any] | None = None,
     ) -> FabricA2AClient:
-        """``verify``: an :class:`ssl.SSLContext` (see :func:`tls_context`), or a bool."""
+        """``verify``: an :class:`ssl.SSLContext` (see :func:`tls_context`), or a bool.
+
+        ``binding`` picks the card's interface to use ("JSONRPC", "HTTP+JSON", "GRPC";
+        default: the card's first, JSON-RPC). gRPC needs ``grpc_channel``: target → channel
+        (e.g. ``grpc.aio.insecure_channel``, or ``grpc.aio.secure_channel`` with TLS).
+        """
         # TCP_NODELAY: without it, back-to-back calls on a kept-alive connection wait
         # ~40 ms for a delayed ACK (Nagle holds the request body behind its headers).
         transport = httpx.AsyncHTTPTransport(
@@ -149,9 +156,13 @@ class FabricA2AClient:
         http = httpx.AsyncClient(timeout=timeout, transport=transport)
         try:
             card = await A2ACardResolver(http, base_url).get_agent_card()
+            config = ClientConfig(streaming=streaming, httpx_client=http, grpc_channel_factory=grpc_channel)
+            if binding:
+                config.supported_protocol_bindings = [binding]
+                config.use_client_preference = True
             client = await create_client(
                 card,
-                ClientConfig(streaming=streaming, httpx_client=http),
+                config,
                 interceptors=[AuthInterceptor(BearerCredentials(token))],
             )
         except BaseException:

@@ -36,6 +36,7 @@ from . import store as st
 
 PROTOCOL_VERSION = "1.0"
 BEARER = "bearer"
+JSONRPC, HTTP_JSON, GRPC = "JSONRPC", "HTTP+JSON", "GRPC"  # the spec's protocolBinding names
 MTLS = "mtls"
 
 # Fabric states 1:1 onto A2A task states (docs/DESIGN.md, the lifecycle).
@@ -101,8 +102,14 @@ def is_sync_id(task_id: str) -> bool:
 # -- the agent card ---------------------------------------------------------------------
 
 
-def agent_card(card: Card, base_url: str, *, version: str, mtls: bool = False) -> AgentCard:
-    """The A2A Agent Card of a fabric card: skills from capabilities, bearer auth declared."""
+def agent_card(card: Card, base_url: str, *, version: str, mtls: bool = False, grpc: str = "") -> AgentCard:
+    """The A2A Agent Card of a fabric card: skills from capabilities, bearer auth declared.
+
+    Its interfaces, in the server's order of preference: JSON-RPC at ``<base>/<id>``,
+    HTTP+JSON (REST) at the same URL (``<base>/<id>/message:send``, ``/tasks/…``), and with
+    ``grpc`` (a gRPC target, ``host:port``) a gRPC interface, the tenant naming the agent;
+    :func:`set_grpc_address` puts the bound port in once it is known (port 0).
+    """
     tags = [t for t in (card.tier, card.kind, card.cost_class) if t]
     skills = [
         AgentSkill(
@@ -134,18 +141,21 @@ def agent_card(card: Card, base_url: str, *, version: str, mtls: bool = False) -
             )
         )
         requirement.schemes[MTLS].CopyFrom(StringList())
+    url = f"{base_url.rstrip('/')}/{card.id}"
+    interfaces = [
+        AgentInterface(url=url, protocol_binding=JSONRPC, protocol_version=PROTOCOL_VERSION),
+        AgentInterface(url=url, protocol_binding=HTTP_JSON, protocol_version=PROTOCOL_VERSION),
+    ]
+    if grpc:
+        interfaces.append(
+            AgentInterface(url=grpc, protocol_binding=GRPC, tenant=card.id, protocol_version=PROTOCOL_VERSION)
+        )
     return AgentCard(
         name=card.name,
         description=card.description or f"{card.name} ({card.kind} agent of the fabric)",
         version=version,
         provider=AgentProvider(organization="agap-fabric", url=base_url),
-        supported_interfaces=[
-            AgentInterface(
-                url=f"{base_url.rstrip('/')}/{card.id}",
-                protocol_binding="JSONRPC",
-                protocol_version=PROTOCOL_VERSION,
-            )
-        ],
+        supported_interfaces=interfaces,
         capabilities=AgentCapabilities(streaming=True, push_notifications=True),
         security_schemes=schemes,
         security_requirements=[requirement],
@@ -153,6 +163,13 @@ def agent_card(card: Card, base_url: str, *, version: str, mtls: bool = False) -
         default_output_modes=["text/plain", "text/markdown"],
         skills=skills,
     )
+
+
+def set_grpc_address(card: AgentCard, address: str) -> None:
+    """Put the bound gRPC target (``host:port``) into the card's gRPC interface."""
+    for iface in card.supported_interfaces:
+        if iface.protocol_binding == GRPC:
+            iface.url = address
 
 
 # -- messages -------------------------------------------------------------------------

@@ -5,10 +5,17 @@ Layout, for each exposed agent ``<id>``:
 * ``GET  /<id>/.well-known/agent-card.json`` — the Agent Card (public: it declares the
   bearer scheme clients must use);
 * ``POST /<id>`` — A2A v1.0 JSON-RPC (``SendMessage``, ``SendStreamingMessage``,
-  ``GetTask``, ``ListTasks``, ``CancelTask``, ``SubscribeToTask``, push-config methods).
+  ``GetTask``, ``ListTasks``, ``CancelTask``, ``SubscribeToTask``, push-config methods);
+* ``/<id>/message:send``, ``/<id>/message:stream``, ``/<id>/tasks[/{task}[:cancel|:subscribe]]``,
+  ``/<id>/tasks/{task}/pushNotificationConfigs[/{config}]`` — the HTTP+JSON (REST) binding;
+* with a gRPC port (:class:`~fabric.apps.a2a.grpc_server.GrpcListener`), the gRPC binding,
+  the agent named by the request's ``tenant``.
 
+Every binding goes through the same :class:`FabricRequestHandler` (the same caller
+scoping, board, push watch) and the same tokens: the HTTP bindings behind
+:class:`BearerGate` (401), gRPC behind its interceptor (``UNAUTHENTICATED``).
 With a single agent its card is also served at ``/.well-known/agent-card.json``.
-The listener binds 127.0.0.1 unless told otherwise, and never starts without tokens.
+The listeners bind 127.0.0.1 unless told otherwise, and never start without tokens.
 """
 
 from __future__ import annotations
@@ -20,18 +27,19 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Mount
 
 from fabric.apps import asgi
 from fabric.apps.asgi import GRACEFUL
@@ -47,6 +55,9 @@ from .handler import FabricRequestHandler
 from .runner import Runner
 from .service import A2AService, ServiceConfig
 from .store import CallStore
+
+if TYPE_CHECKING:
+    from .grpc_server import GrpcListener
 
 log = logging.getLogger("agap.a2a")
 
@@ -80,9 +91,15 @@ class TlsConfig:
 
 
 def build_app(
-    service: A2AService, agents: Sequence[str], tokens: TokenTable, base_url: str, *, mtls: bool = False
+    service: A2AService,
+    agents: Sequence[str],
+    tokens: TokenTable,
+    base_url: str,
+    *,
+    mtls: bool = False,
+    grpc: GrpcListener | None = None,
 ) -> Starlette:
-    """The Starlette app serving ``agents`` through ``service``."""
+    """The Starlette app serving ``agents`` through ``service`` (and ``grpc``, from its lifespan)."""
     if not agents:
         raise ConfigError("no agent to expose", where="--agent")
     if len(tokens) == 0:
@@ -91,25 +108,52 @@ def build_app(
     public: list[str] = []
     version = fabric_version()
     cards = {}
+    handlers: dict[str, FabricRequestHandler] = {}
     for agent in agents:
         card = service.cards.get(agent)
         service.runner.prepare(agent)
-        a2a_card = cv.agent_card(card, base_url, version=version, mtls=mtls)
+        a2a_card = cv.agent_card(
+            card,
+            base_url,
+            version=version,
+            mtls=mtls,
+            grpc="" if grpc is None else grpc.public or grpc.address,
+        )
         cards[agent] = a2a_card
-        handler = FabricRequestHandler(service, agent, a2a_card)
+        handler = handlers[agent] = FabricRequestHandler(service, agent, a2a_card)
         path = f"/{agent}{AGENT_CARD_WELL_KNOWN_PATH}"
         routes += create_agent_card_routes(a2a_card, card_url=path, cache_control=CARD_CACHE)
         # Clients that join the interface URL with "/" (the TCK does) post to "/<id>/":
         # answer there too rather than with a redirect that a POST does not follow.
         for rpc_url in (f"/{agent}", f"/{agent}/"):
             routes += create_jsonrpc_routes(handler, rpc_url=rpc_url)
+        # HTTP+JSON under the same URL. The SDK also mounts every route again under
+        # "/{tenant}"; the agent is already in the path, and that catch-all mount would
+        # shadow the other agents' routes, so it is left out.
+        rest = create_rest_routes(handler, path_prefix=f"/{agent}")
+        routes += [r for r in rest if not isinstance(r, Mount)]
         public.append(path)
     if len(agents) == 1:
         routes += create_agent_card_routes(cards[agents[0]], cache_control=CARD_CACHE)
         public.append(AGENT_CARD_WELL_KNOWN_PATH)
+
+    @asynccontextmanager
+    async def lifespan(app: object) -> AsyncIterator[None]:
+        async with service.lifespan(app):
+            if grpc is None:
+                yield
+                return
+            await grpc.start(handlers)
+            for a2a_card in cards.values():
+                cv.set_grpc_address(a2a_card, grpc.public or grpc.address)
+            try:
+                yield
+            finally:
+                await grpc.stop()
+
     app = Starlette(
         routes=routes,
-        lifespan=service.lifespan,
+        lifespan=lifespan,
         middleware=[
             Middleware(CardLastModified, paths=public, since=time.time()),
             Middleware(BearerGate, tokens=tokens, public_paths=public),
@@ -193,12 +237,14 @@ class ServerThread:
         host: str = "127.0.0.1",
         port: int = 0,
         tls: TlsConfig | None = None,
+        grpc: GrpcListener | None = None,
     ) -> None:
         self.sock = bind(host, port)
         self.host, self.port = self.sock.getsockname()[:2]
         self.url = f"{'https' if tls else 'http'}://{self.host}:{self.port}"
         self.service = service
-        self.app = build_app(service, agents, tokens, self.url, mtls=bool(tls and tls.client_ca))
+        self.grpc = grpc
+        self.app = build_app(service, agents, tokens, self.url, mtls=bool(tls and tls.client_ca), grpc=grpc)
         self.server = uvicorn.Server(uvicorn_config(self.app, self.sock, tls=tls))
         self.thread = threading.Thread(target=self._run, name="a2a-server", daemon=True)
 
@@ -240,15 +286,21 @@ def serve(
     port: int,
     public_url: str | None = None,
     tls: TlsConfig | None = None,
+    grpc: GrpcListener | None = None,
     log_level: str = "info",
 ) -> None:
-    """Run the server in the foreground until SIGINT/SIGTERM."""
+    """Run the server in the foreground until SIGINT/SIGTERM (with ``grpc``, that one too)."""
     sock = bind(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
     scheme = "https" if tls else "http"
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     base = (public_url or f"{scheme}://{shown}:{bound_port}").rstrip("/")
-    app = build_app(service, agents, tokens, base, mtls=bool(tls and tls.client_ca))
+    app = build_app(service, agents, tokens, base, mtls=bool(tls and tls.client_ca), grpc=grpc)
+    if grpc is not None and grpc.tls is None and not _loopback(grpc.host):
+        log.warning(
+            "A2A gRPC listening on %s without TLS: bearer tokens cross the network in clear text",
+            grpc.host,
+        )
     if tls is None and not _loopback(bound_host):
         log.warning(
             "A2A listening on %s without TLS: bearer tokens cross the network in "
@@ -258,6 +310,14 @@ def serve(
     for agent in agents:
         log.info("A2A agent %s: %s/%s/.well-known/agent-card.json", agent, base, agent)
     asgi.serve(uvicorn_config(app, sock, tls=tls, log_level=log_level), [sock])
+
+
+def grpc_tls(tls: TlsConfig | None) -> tuple[bytes, bytes, bytes | None] | None:
+    """The gRPC server's TLS material: the HTTP listener's certificate, key and client CA."""
+    if tls is None:
+        return None
+    ca = tls.client_ca.read_bytes() if tls.client_ca else None
+    return tls.cert.read_bytes(), tls.key.read_bytes(), ca
 
 
 def _loopback(host: str) -> bool:

@@ -22,7 +22,10 @@ from fabric.signals import exit_on_signal
 if TYPE_CHECKING:
     from a2a.types.a2a_pb2 import Task
 
+    from fabric.apps.a2a.auth import TokenTable
     from fabric.apps.a2a.client import FabricA2AClient
+    from fabric.apps.a2a.grpc_server import GrpcListener
+    from fabric.apps.a2a.server import TlsConfig
 
 # The imports of fabric.apps.a2a and a2a below are made where they are needed: the A2A SDK
 # is the optional `a2a` extra, and `agap` imports every command module, `--help` included.
@@ -52,6 +55,15 @@ def a2a_group() -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Require client certificates signed by this CA (mTLS, on top of tokens).",
 )
+@click.option(
+    "--grpc-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Also serve the gRPC binding on this port of --host (0: a free one; or AGAP_A2A_GRPC_PORT).",
+)
+@click.option(
+    "--grpc-public", help="host:port gRPC clients reach it at, for the cards (or AGAP_A2A_GRPC_PUBLIC)."
+)
 @click.option("-v", "--verbose", is_flag=True)
 def serve_cmd(
     agents: tuple[str, ...],
@@ -61,9 +73,15 @@ def serve_cmd(
     tls_cert: Path | None,
     tls_key: Path | None,
     tls_client_ca: Path | None,
+    grpc_port: int | None,
+    grpc_public: str | None,
     verbose: bool,
 ) -> None:
-    """Serve agents over A2A: cards at /<agent>/.well-known/agent-card.json, JSON-RPC at /<agent>.
+    """Serve agents over A2A: cards at /<agent>/.well-known/agent-card.json, JSON-RPC and
+    HTTP+JSON at /<agent>, and with --grpc-port the gRPC binding (tenant = the agent's id).
+
+    Every binding needs the same bearer tokens (gRPC: 'authorization' metadata) and, with
+    --tls-*, speaks TLS (mTLS with --tls-client-ca) on each of its ports.
 
     Client tokens come from AGAP_A2A_TOKENS ('caller:token,...') or AGAP_A2A_TOKENS_FILE;
     the server refuses to start without one. Push targets on private addresses need
@@ -92,9 +110,13 @@ def serve_cmd(
     for agent in chosen:
         cards.get(agent)  # unknown ids fail here, with the card error
     tls = TlsConfig(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
+    grpc = _grpc_listener(env, tokens, host, grpc_port, grpc_public, tls)
     service = make_service(settings, cards, env)
     click.echo(
-        f"agap a2a: serving {', '.join(chosen)} on {host}:{port} for {len(tokens)} client token(s)", err=True
+        f"agap a2a: serving {', '.join(chosen)} on {host}:{port}"
+        + ("" if grpc is None else " (and gRPC)")
+        + f" for {len(tokens)} client token(s)",
+        err=True,
     )
     serve(
         service,
@@ -104,8 +126,39 @@ def serve_cmd(
         port=port,
         public_url=public_url,
         tls=tls,
+        grpc=grpc,
         log_level="debug" if verbose else "info",
     )
+
+
+def _grpc_listener(
+    env: dict[str, str],
+    tokens: TokenTable,
+    host: str,
+    port: int | None,
+    public: str | None,
+    tls: TlsConfig | None,
+) -> GrpcListener | None:
+    """The gRPC listener --grpc-port / AGAP_A2A_GRPC_PORT ask for, or None."""
+    if port is None:
+        raw = registry.get_str("AGAP_A2A_GRPC_PORT", env).strip()
+        if not raw:
+            return None
+        if not raw.isdigit() or int(raw) > 65535:
+            raise ConfigError(
+                f"not a port: {raw!r}", where="AGAP_A2A_GRPC_PORT", hint="0..65535, or empty for no gRPC"
+            )
+        port = int(raw)
+    try:
+        from fabric.apps.a2a.grpc_server import GrpcListener  # needs grpcio (the a2a extra)
+    except ImportError:
+        raise ConfigError(
+            "the gRPC binding needs grpcio", where="--grpc-port", hint="pip install 'agap-fabric[a2a]'"
+        ) from None
+    from fabric.apps.a2a.server import grpc_tls  # optional a2a extra (see the top)
+
+    shown = public if public is not None else registry.get_str("AGAP_A2A_GRPC_PUBLIC", env).strip()
+    return GrpcListener(tokens, host=host, port=port, tls=grpc_tls(tls), public=shown)
 
 
 @a2a_group.command("call")
