@@ -33,9 +33,10 @@ from fabric.core import Fabric
 from fabric.degraded import Backoff, BoardWait, transient
 from fabric.errors import ConfigError
 from fabric.kanboard.port import BoardError
+from fabric.kanboard.quotas import QuotaStore
 from fabric.settings.keeper import JOBS, KeeperConfig
 from fabric.signals import grace, set_on_signal
-from keeper import decisions, duties, gc, gestures, snapshot, sweeps
+from keeper import decisions, duties, gc, gestures, quotas, snapshot, sweeps
 from keeper.metrics import Metrics
 from keeper.notify import Notifier
 from keeper.replies import MatrixReplies, ReplyReport
@@ -74,6 +75,9 @@ class Keeper:
     # tried once more and the submit's receipt makes that a no-op.
     _escalated: set[tuple[int, int]] = field(default_factory=set)
     _human_parks: dict[str, Any] = field(default_factory=dict)  # queue -> ParkTracker
+    # Shared quota slots found kept for good (their holder finished): not read again.
+    _quota_settled: set[int] = field(default_factory=set)
+    _quota_store: QuotaStore | None = None
     # Set once the daemon stops: a job the scheduler had queued but not started is skipped,
     # so stopping waits for at most the one job that is running.
     _stopping: threading.Event = field(default_factory=threading.Event)
@@ -111,6 +115,13 @@ class Keeper:
         report = sweeps.SweepReport(trips=snap.trips)
         sweeps.sweep_leases(
             fab, snap, report, grace=self.config.lease_grace, repair_after=self.config.repair_after
+        )
+        # Slots of quotas kept across hosts that dead leases hold come back (no board
+        # round trip when no card keeps a quota across hosts).
+        if self._quota_store is None or self._quota_store.port is not fab.port:
+            self._quota_store = QuotaStore(fab.port, fab.settings.quota_project)
+        self.last["quotas"] = quotas.sweep_quotas(
+            fab, snap.views, store=self._quota_store, settled=self._quota_settled
         )
         m = self.metrics
         m.observe(

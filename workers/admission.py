@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from fabric.availability import Availability, Verdict
 from fabric.cards import Card
+from fabric.kanboard.quotas import QuotaHolder
+from fabric.sharedquota import HOLDER
 from workers.backbone import Backbones, Endpoint
 from workers.llm import ModelTimedOut, ModelUnavailable, RateLimited
 
@@ -65,8 +67,21 @@ class Admitted:
             self.settle(now)  # answered badly, or failed after sending: counted
 
 
-def admit_call(availability: Availability, now: float, *, interactive: bool) -> Admitted | Verdict:
-    """Admit one call now, or the refusal (nothing stays counted when refused)."""
+def admit_call(
+    availability: Availability, now: float, *, interactive: bool, holder: QuotaHolder | None = None
+) -> Admitted | Verdict:
+    """Admit one call now, or the refusal (nothing stays counted when refused).
+
+    ``holder``: the task lease the call runs under; a slot it takes of a quota shared
+    across hosts is tied to it, so the keeper gives the slot back if the lease dies."""
+    token = HOLDER.set(holder)
+    try:
+        return _admit(availability, now, interactive)
+    finally:
+        HOLDER.reset(token)
+
+
+def _admit(availability: Availability, now: float, interactive: bool) -> Admitted | Verdict:
     verdict = availability.admit(now, interactive=interactive)
     if not verdict.available:
         return verdict

@@ -24,6 +24,7 @@ from fabric.cards import Card, CardSet
 from fabric.core import Fabric
 from fabric.errors import ConfigError
 from fabric.kanboard.principals import board_client, worker_settings
+from fabric.kanboard.quotas import QuotaStore
 from fabric.ledger import Lease
 from fabric.policy import read_guard
 from fabric.settings import registry
@@ -42,6 +43,7 @@ from workers.prompt import persona_for
 from workers.queue import ClaimCheck
 from workers.refs import RefResolver
 from workers.results import ResultStore, store_for
+from workers.shared_quota import Across
 from workers.stores import store_readers
 
 log = logging.getLogger("agap.worker")
@@ -56,10 +58,16 @@ def effective_mode(card: Card, env: Mapping[str, str]) -> str:
 
 
 def availability_for(
-    card: Card, env: Mapping[str, str], cards: CardSet | None = None, state_dir: Path | None = None
+    card: Card,
+    env: Mapping[str, str],
+    cards: CardSet | None = None,
+    state_dir: Path | None = None,
+    across: Across | None = None,
 ) -> Availability:
     """The card's a(t), its model endpoint's counters shared under ``state_dir`` (see
-    :mod:`workers.endpoint`), without the endpoint probes when the demo model stands in."""
+    :mod:`workers.endpoint`) and, with ``across``, its quotas declared ``across_hosts`` on
+    the board (:mod:`workers.shared_quota`), without the endpoint probes when the demo
+    model stands in."""
     skip: frozenset[str] = frozenset()
     if effective_mode(card, env) == "demo":
         skip = PROBING_SHAPES
@@ -67,7 +75,7 @@ def availability_for(
         if dropped:
             log.info("%s: demo model: skipping the endpoint probes (%s)", card.id, ", ".join(sorted(dropped)))
     ledger = state_dir / "endpoints" if state_dir is not None else None
-    return card_availability(card, cards=cards, ledger_dir=ledger, skip=skip)
+    return card_availability(card, cards=cards, ledger_dir=ledger, skip=skip, across=across)
 
 
 def _state_file(settings: Settings, card: Card) -> Path:
@@ -184,11 +192,15 @@ def build_worker(
     def connect() -> Fabric:
         return Fabric.connect(settings, cards=cards, port=board_client(settings))
 
-    availability = availability_for(card, env, cards, settings.state_dir)
+    fab = _Connection(connect)
+    across = Across(
+        lambda: QuotaStore(fab().port, settings.quota_project),
+        refresh=registry.get_duration("AGAP_QUOTA_REFRESH", env),
+    )
+    availability = availability_for(card, env, cards, settings.state_dir, across)
     if executor is None:
         outage = Outage()
         availability.shapes.append(outage)
-        fab = _Connection(connect)
         humans = [c.human.username for c in cards.humans() if c.human is not None]
 
         def human_for(job: Job) -> str | None:

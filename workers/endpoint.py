@@ -13,7 +13,8 @@ call of a window, and a 429 parks the model for every caller at once.
 The endpoint's probing shapes (a node's health and wake, a GPU) come along too, so any
 queue whose work runs on a sleeping node wakes it. Workers on other hosts keep their own
 files: they share the provider's quota only through its 429s (a restart, likewise, loses
-nothing: the file is the state).
+nothing: the file is the state) — unless the quota is declared ``across_hosts``, which
+keeps it on the board as well (:mod:`workers.shared_quota`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any, TypeVar
 
 from fabric.availability import Admitting, RateLimitBackoff, Shape, Verdict
 from fabric.cards import BudgetSpec, Card, CardSet, QuotaSpec
+from workers.shared_quota import Across
 
 __all__ = ["SharedShape", "endpoint_card", "endpoint_shapes"]
 
@@ -157,10 +159,13 @@ def endpoint_shapes(
     make: Callable[[Card, Any], Shape | None],
     *,
     park_429: bool = True,
+    across: Across | None = None,
 ) -> list[Shape]:
     """``card``'s shapes: its quotas and budgets kept in ``directory`` and shared (and,
     with ``park_429``, a shared 429 park if no quota carries one); the others as ``make``
-    builds them."""
+    builds them. A quota declared ``across_hosts`` is also kept on the board when
+    ``across`` gives the way there (:mod:`workers.shared_quota`), after the host's own
+    ledger: a host that spent the quota by itself never asks the board."""
     shapes: list[Shape] = []
     for i, spec in enumerate(card.availability):
         shape = make(card, spec)
@@ -169,6 +174,8 @@ def endpoint_shapes(
         if isinstance(spec, QuotaSpec | BudgetSpec):
             shape = SharedShape(shape, directory / _file_name(card, spec.shape, i))
         shapes.append(shape)
+        if isinstance(spec, QuotaSpec) and spec.across_hosts and across is not None:
+            shapes.append(across.shape(card, spec))
     if park_429 and not any(getattr(s, "handles_429", False) for s in shapes):
         shapes.append(SharedShape(RateLimitBackoff(), directory / _file_name(card, "rate_limit", 0)))
     return shapes

@@ -27,6 +27,7 @@ from fabric.cards import Card
 from fabric.domains import ReadGuard
 from fabric.errors import FabricError
 from fabric.kanboard.port import BoardError
+from fabric.kanboard.quotas import QuotaHolder
 from fabric.ledger import Effect, Fenced
 from fabric.refusals import PolicyRefused
 from fabric.signals import grace, pause
@@ -216,7 +217,9 @@ class ModelExecutor:
     def _admit(self, job: Job) -> Admitted | JobOutcome:
         """Admit the call in the card's own a(t), then (a persona) in its first available backbone."""
         interactive = is_interactive(self.card.runtime.interactive, job.lease.spec.priority)
-        admitted = admit_call(self.availability, self.clock(), interactive=interactive)
+        lease = job.lease
+        holder = QuotaHolder(lease.task_id, lease.uid, lease.epoch)
+        admitted = admit_call(self.availability, self.clock(), interactive=interactive, holder=holder)
         if isinstance(admitted, Verdict):
             return JobOutcome.released(f"parked before the model call: {admitted.reason}")
         return admitted

@@ -44,6 +44,7 @@ from fabric.cards.backbone import backbone_choices
 from workers.backbone import Backbones, Endpoint
 from workers.endpoint import endpoint_card, endpoint_shapes
 from workers.quota import CostBudget, QuotaWindow
+from workers.shared_quota import Across
 
 __all__ = [
     "DEFAULT_GPU_PROBE",
@@ -515,12 +516,14 @@ def card_availability(
     cards: CardSet | None = None,
     ledger_dir: Path | None = None,
     skip: frozenset[str] = frozenset(),
+    across: Across | None = None,
 ) -> Availability:
     """A worker's composed a(t) for ``card``: every shape on it, probes included.
 
     With ``ledger_dir``, the counters are the model endpoint's, shared by every caller on
     the host (:mod:`workers.endpoint`): the shapes of the card serving ``card``'s model
-    come first, then ``card``'s own. Shapes named in ``skip`` are left out.
+    come first, then ``card``'s own. Shapes named in ``skip`` are left out. With
+    ``across``, quotas declared ``across_hosts`` are kept on the board too.
     """
     p = probes or Probes()
 
@@ -529,14 +532,14 @@ def card_availability(
 
     if ledger_dir is None:
         return Availability.from_card(card, shape_of=make)
-    backbones = persona_backbones(card, cards, ledger_dir, make)
+    backbones = persona_backbones(card, cards, ledger_dir, make, across)
     if backbones is not None:
-        own = endpoint_shapes(card, ledger_dir, make, park_429=False)
+        own = endpoint_shapes(card, ledger_dir, make, park_429=False, across=across)
         return Availability([*own, backbones], queue=card.queue_name)
     endpoint = endpoint_card(card, cards)
-    shapes = endpoint_shapes(endpoint, ledger_dir, make)
+    shapes = endpoint_shapes(endpoint, ledger_dir, make, across=across)
     if endpoint is not card:
-        shapes += endpoint_shapes(card, ledger_dir, make, park_429=False)
+        shapes += endpoint_shapes(card, ledger_dir, make, park_429=False, across=across)
     return Availability(shapes, queue=card.queue_name)
 
 
@@ -545,6 +548,7 @@ def persona_backbones(
     cards: CardSet | None,
     ledger_dir: Path,
     make: Callable[[Card, AvailabilitySpec], Shape | None],
+    across: Across | None = None,
 ) -> Backbones | None:
     """A persona's backbones from its constraints, each with its endpoint's shared a(t);
     None when its backbone is pinned (``backbone.model``) or it has none."""
@@ -562,7 +566,7 @@ def persona_backbones(
                 "api_key_env": model.runtime.api_key_env,
             }
         )
-        av = Availability(endpoint_shapes(model, ledger_dir, make), queue=card.queue_name)
+        av = Availability(endpoint_shapes(model, ledger_dir, make, across=across), queue=card.queue_name)
         endpoints.append(Endpoint(card.model_copy(update={"runtime": runtime}), model, av, choice.why))
     # The card's own model (the one the eval gate last passed, see fabric.cards.backbone)
     # goes first; the others fit too and run when it is parked.

@@ -84,7 +84,10 @@ class AlwaysSpec(StrictModel):
 class QuotaSpec(StrictModel):
     """``limit`` messages per rolling ``window`` (optionally also ``second_limit`` per
     ``second_window``, e.g. 60 per 5h and 300 per 7d). ``reserve_interactive`` is the
-    fraction of each window kept for interactive work by the budget governor."""
+    fraction of each window kept for interactive work by the budget governor.
+    ``across_hosts``: workers of this model run on several hosts, so the quota is also
+    kept on the board, where every host counts against one limit (docs/DESIGN.md, "One
+    quota across hosts")."""
 
     shape: Literal["quota"] = "quota"
     limit: int = Field(gt=0)
@@ -92,6 +95,7 @@ class QuotaSpec(StrictModel):
     second_limit: int | None = Field(default=None, gt=0)
     second_window: Duration | None = None
     reserve_interactive: float = Field(default=0.0, ge=0.0, le=1.0)
+    across_hosts: bool = False
 
     @model_validator(mode="after")
     def _pairs(self) -> QuotaSpec:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabric.cards import CardSet
+from fabric.cards import CardSet, QuotaSpec
 from fabric.errors import ConfigError
 from fabric.kanboard import homes
 from fabric.kanboard.fit import unpack
@@ -76,6 +76,8 @@ def init_board(port: RpcPort, settings: Settings, cards: CardSet, *, env: regist
     homes.check_passwords(cards, env)
     pid = _ensure_project(port, settings.project, report)
     locks_pid = _ensure_project(port, settings.locks_project, report)
+    if shares_quota(cards):  # the slots of quotas kept across hosts (fabric.kanboard.quotas)
+        _ensure_project(port, settings.quota_project, report)
 
     out = port.batch(
         [
@@ -307,6 +309,11 @@ def _update_profile(port: RpcPort, user: dict[str, Any], name: str, email: str, 
             f"update user {user['username']!r}",
         )
         report.created.append(f"user {user['username']!r} {' and '.join(sorted(change))}")
+
+
+def shares_quota(cards: CardSet) -> bool:
+    """Whether a card keeps a quota across hosts (then the board has a quota project)."""
+    return any(isinstance(s, QuotaSpec) and s.across_hosts for c in cards for s in c.availability)
 
 
 def _ensure_project(port: RpcPort, name: str, report: InitReport) -> int:

@@ -148,6 +148,13 @@ REGISTRY: tuple[Var, ...] = (
     _v("AGAP_STATE_DIR", "path", "cli", "local state: embedded board, counters", "var"),
     _v("AGAP_PROJECT", "str", "cli", "the work project's name", "Agent Fabric"),
     _v("AGAP_LOCKS_PROJECT", "str", "cli", "the locks project's name", "Agent Fabric Locks"),
+    _v(
+        "AGAP_QUOTA_PROJECT",
+        "str",
+        "cli",
+        "the project holding the quotas shared across hosts (cards with across_hosts: true)",
+        "Agent Fabric Quotas",
+    ),
     _v("AGAP_ACTOR", "str", "cli", "who the CLI acts as", "cli"),
     _v(
         "KANBOARD_WEB_URL",
@@ -242,6 +249,14 @@ REGISTRY: tuple[Var, ...] = (
         "the bearer token Hindsight's API requires, if any (its HINDSIGHT_API_TENANT_API_KEY)",
     ),
     _v("AGAP_POLL_SECONDS", "duration", "worker", "worker poll interval (default: the card's)"),
+    _v(
+        "AGAP_QUOTA_REFRESH",
+        "duration",
+        ("worker", "a2a"),
+        "while a quota shared across hosts looks spent, how often the worker reads the board again "
+        "(to see slots given back)",
+        "30s",
+    ),
     _v(
         "AGAP_OUTAGE_GRACE",
         "duration",

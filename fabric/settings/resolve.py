@@ -257,6 +257,7 @@ class Settings:
     state_dir: Path = _STATE_DIR
     project: str = registry.get_str("AGAP_PROJECT", {})
     locks_project: str = registry.get_str("AGAP_LOCKS_PROJECT", {})
+    quota_project: str = registry.get_str("AGAP_QUOTA_PROJECT", {})
     actor: str = registry.get_str("AGAP_ACTOR", {})
     web_url: str = ""  # KANBOARD_WEB_URL; "" = derived from board_url (fabric.kanboard.weblinks)
     board_user: str = ""  # AGAP_BOARD_USER: sign in as this user, not with the app token
@@ -273,6 +274,7 @@ class Settings:
             state_dir=registry.get_path("AGAP_STATE_DIR", e),
             project=registry.get_str("AGAP_PROJECT", e),
             locks_project=registry.get_str("AGAP_LOCKS_PROJECT", e),
+            quota_project=registry.get_str("AGAP_QUOTA_PROJECT", e),
             actor=registry.get_str("AGAP_ACTOR", e),
             web_url=registry.get_str("KANBOARD_WEB_URL", e, fallback=""),
             board_user=registry.get_str("AGAP_BOARD_USER", e, fallback=""),
