@@ -28,24 +28,12 @@ from typing import Any
 
 import grpc
 
+from bench.a2a import CARD, TOKEN  # one bench model card and token for both A2A benches
 from bench.env import latency_ms
 from fabric.apps.a2a.client import FabricA2AClient, text_message
 from fabric.embedded.server import EmbeddedBoard
 from tests.helpers import Lines
 
-CARD = """
-id: bench-model
-kind: model
-name: Bench model
-description: The model agent the A2A binding benchmark calls.
-tier: medium
-trust: trusted
-capabilities: [chat]
-runtime:
-  mode: gateway
-  model: openai/stub
-"""
-TOKEN = "bench-token-" + "x" * 24
 BINDINGS = ("JSONRPC", "HTTP+JSON", "GRPC")
 ROOT = Path(__file__).resolve().parent.parent
 
