@@ -285,6 +285,7 @@ SECTIONS = (
     "bench.workers",
     "bench.backlog",
     "bench.keeper_sweep",
+    "bench.shared_quota",
     "bench.gestures",
     "bench.events",
     "bench.a2a",
