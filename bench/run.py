@@ -291,6 +291,7 @@ SECTIONS = (
     "bench.a2a_bindings",
     "bench.mcp",
     "bench.mcp_tasks",
+    "bench.mcp_notify",
     "bench.auth",
     "bench.hindsight",
     "bench.cli_start",
