@@ -281,11 +281,17 @@ def test_a_2025_11_25_client_gets_no_task_notifications(
 
 
 def test_bad_input_on_listen(env: dict[str, str], servers: list[Server]) -> None:
-    """taskIds that is not a list of strings: -32602, one line."""
+    """taskIds that is not a list of strings, or names too many: -32602, one line."""
     server = Server(env)
     servers.append(server)
     out = rpc(server.url, "subscriptions/listen", {"notifications": {"taskIds": "agap-1-s0-x"}})
     assert out["error"]["code"] == -32602 and "taskIds" in out["error"]["message"]
+    many = rpc(
+        server.url,
+        "subscriptions/listen",
+        {"notifications": {"taskIds": [f"agap-{i}-s0-x" for i in range(101)]}},
+    )
+    assert many["error"]["code"] == -32602 and "at most 100" in many["error"]["message"]
 
 
 @pytest.mark.parametrize("every", ["0", "-1s", "soon"])

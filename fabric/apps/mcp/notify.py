@@ -73,6 +73,8 @@ FINAL = frozenset({"completed", "failed", "cancelled"})
 # With the broker up the board is still read now and then: an event can be lost.
 SAFETY_FACTOR = 30
 MIN_SAFETY = 30.0
+# Task ids one listen may name: each is a broker subscription and a board read per wake.
+MAX_TASK_IDS = 100
 
 
 class TaskNotification(Notification[dict[str, Any], Literal["notifications/tasks"]]):
@@ -133,6 +135,10 @@ class TaskListen:
             raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")
         if not isinstance(wanted, list) or not all(isinstance(h, str) for h in wanted):
             raise MCPError(INVALID_PARAMS, "notifications.taskIds is a list of taskId strings")
+        if len(wanted) > MAX_TASK_IDS:
+            raise MCPError(
+                INVALID_PARAMS, f"notifications.taskIds names {len(wanted)} tasks: at most {MAX_TASK_IDS}"
+            )
         identity = caller_identity(self.handles.tools.card.id)
         first = await anyio.to_thread.run_sync(self._read, identity, list(dict.fromkeys(wanted)))
         return await _Stream(self, ctx, identity, first, _standard(params.notifications)).run()
