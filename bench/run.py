@@ -292,6 +292,7 @@ SECTIONS = (
     "bench.a2a_bindings",
     "bench.mcp",
     "bench.mcp_tasks",
+    "bench.mcp_notify",
     "bench.auth",
     "bench.hindsight",
     "bench.cli_start",
