@@ -170,12 +170,21 @@ def signed_in(board: EmbeddedBoard, person: str = "alvis", cards_dir: Path = CAR
     return {"AGAP_USER": username, "AGAP_USER_PASSWORD": PERSON_PASSWORD}
 
 
-def acting_as(board: EmbeddedBoard, actor: str, cards_dir: Path = CARDS) -> dict[str, str]:
+def sign_in_people(board: EmbeddedBoard, cards_dir: Path = CARDS) -> None:
+    """Give every person of ``cards_dir`` a Kanboard user on ``board`` with
+    :data:`PERSON_PASSWORD` (:func:`signed_in`), so that :func:`acting_as` signs them in."""
+    for card in load_cards(cards_dir, base_dir=CARDS.parent).humans():
+        signed_in(board, card.id, cards_dir)
+
+
+def acting_as(actor: str, cards_dir: Path = CARDS) -> dict[str, str]:
     """The settings a CLI call by ``actor`` needs: ``AGAP_ACTOR``, and for a person their
-    sign-in (:func:`signed_in`); an agent keeps its card identity."""
-    if find_person(load_cards(cards_dir, base_dir=CARDS.parent), actor) is None:
+    sign-in with :data:`PERSON_PASSWORD` (see :func:`sign_in_people`); an agent keeps its
+    card identity."""
+    card = find_person(load_cards(cards_dir, base_dir=CARDS.parent), actor)
+    if card is None or card.human is None:
         return {"AGAP_ACTOR": actor, "AGAP_USER": ""}
-    return {"AGAP_ACTOR": actor, **signed_in(board, actor, cards_dir)}
+    return {"AGAP_ACTOR": actor, "AGAP_USER": card.human.username, "AGAP_USER_PASSWORD": PERSON_PASSWORD}
 
 
 class UpShell:
