@@ -20,6 +20,8 @@ from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.embedded.store import new_api_token
 from fabric.errors import EXIT_INVALID, EXIT_OK, EXIT_POLICY, EXIT_UNREACHABLE
+from fabric.kanboard.port import BoardAuthError
+from fabric.kanboard.principals import sign_in
 from fabric.settings.resolve import Settings
 from fabric.task import State
 from tests.conftest import ROOT
@@ -189,3 +191,26 @@ def test_the_mcp_server_takes_its_person_only_signed_in(
     assert other.exit_code == EXIT_INVALID and "AGAP_USER signs in elizaveta" in one_line(other)
     wrong = run({**env, "AGAP_MCP_USER": "alvis", "AGAP_USER": "alvis", "AGAP_USER_PASSWORD": "nope"}, *args)
     assert wrong.exit_code == EXIT_UNREACHABLE and "refused the sign-in" in one_line(wrong)
+
+
+def test_agap_board_user_token_prints_a_token_that_signs_in(
+    env: dict[str, str], fab: Fabric, embedded_board: EmbeddedBoard, tmp_path: Path
+) -> None:
+    db = str(tmp_path / "board.sqlite3")  # the embedded_board fixture's file
+    made = run(env, "board", "user-token", "alvis", "--db", db)
+    assert made.exit_code == EXIT_OK, made.output
+    token = made.output.strip()
+    assert len(token) == 60
+    tid = gate(fab)
+    done = run({**env, "AGAP_USER": "alvis", "AGAP_USER_PASSWORD": token}, "approve", str(tid))
+    assert done.exit_code == EXIT_OK, done.output
+    again = run(env, "board", "user-token", "alvis", "--db", db)
+    assert again.exit_code == EXIT_OK and again.output.strip() != token, "a new token replaces the old"
+    # This test process signed in with the old token once and keeps that (once per
+    # process); the board itself no longer takes it.
+    with pytest.raises(BoardAuthError):
+        sign_in(embedded_board.url, "alvis", token)
+    nobody = run(env, "board", "user-token", "nobody", "--db", db)
+    assert nobody.exit_code == EXIT_INVALID and "no user 'nobody'" in one_line(nobody)
+    missing = run(env, "board", "user-token", "alvis", "--db", str(tmp_path / "none.sqlite3"))
+    assert missing.exit_code == EXIT_INVALID and not (tmp_path / "none.sqlite3").exists()
