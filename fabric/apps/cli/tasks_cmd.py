@@ -121,6 +121,11 @@ def _sign_in_text(report: InitReport, links: WebLinks | None) -> str:
             f"{user} already had a Kanboard user, whose password Kanboard's API cannot change: an "
             f"admin sets it in Kanboard ({CHANGE_PASSWORD.format(user=user)})."
         )
+    if lines:
+        lines.append(
+            "At a shell or an MCP client a person signs in as the same user: AGAP_USER=<username> "
+            "and AGAP_USER_PASSWORD=<password or personal API token> (docs/HOUSEHOLD.md)."
+        )
     return "".join(f"\n{line}" for line in lines)
 
 
