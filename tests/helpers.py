@@ -13,7 +13,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from fabric.cards import load_cards
+from fabric.embedded.server import EmbeddedBoard
+from fabric.embedded.store import hash_password
+from fabric.kanboard.client import KanboardClient
+from fabric.people import find_person
 from workers.loop import Worker
+
+CARDS = Path(__file__).resolve().parents[1] / "cards"
+#: The Kanboard password :func:`signed_in` gives a test's people.
+PERSON_PASSWORD = "a-person-signs-in"
 
 
 def wait_until(
@@ -137,6 +146,45 @@ def cli_env(url: str, token: str, tmp: Path, cards_dir: Path, **more: str) -> di
         "XDG_CACHE_HOME": str(tmp / "cache"),
         **more,
     }
+
+
+def signed_in(board: EmbeddedBoard, person: str = "alvis", cards_dir: Path = CARDS) -> dict[str, str]:
+    """``AGAP_USER`` and ``AGAP_USER_PASSWORD`` that sign ``person`` (a human card id) in on
+    ``board``: their Kanboard user is made with :data:`PERSON_PASSWORD` (``agap init`` then
+    adopts it), or given that password if it exists (as an admin does in Kanboard's UI)."""
+    card = find_person(load_cards(cards_dir, base_dir=CARDS.parent), person)
+    assert card is not None and card.human is not None, f"{person} is no person of {cards_dir}"
+    username = card.human.username
+    with board.store.write() as db:
+        found = db.execute(
+            "UPDATE users SET password = ? WHERE username = ?", (hash_password(PERSON_PASSWORD), username)
+        ).rowcount
+    if not found:
+        app = KanboardClient(board.url, board.token)
+        try:
+            assert app.call(
+                "createUser", {"username": username, "password": PERSON_PASSWORD, "name": username}
+            )
+        finally:
+            app.close()
+    return {"AGAP_USER": username, "AGAP_USER_PASSWORD": PERSON_PASSWORD}
+
+
+def sign_in_people(board: EmbeddedBoard, cards_dir: Path = CARDS) -> None:
+    """Give every person of ``cards_dir`` a Kanboard user on ``board`` with
+    :data:`PERSON_PASSWORD` (:func:`signed_in`), so that :func:`acting_as` signs them in."""
+    for card in load_cards(cards_dir, base_dir=CARDS.parent).humans():
+        signed_in(board, card.id, cards_dir)
+
+
+def acting_as(actor: str, cards_dir: Path = CARDS) -> dict[str, str]:
+    """The settings a CLI call by ``actor`` needs: ``AGAP_ACTOR``, and for a person their
+    sign-in with :data:`PERSON_PASSWORD` (see :func:`sign_in_people`); an agent keeps its
+    card identity."""
+    card = find_person(load_cards(cards_dir, base_dir=CARDS.parent), actor)
+    if card is None or card.human is None:
+        return {"AGAP_ACTOR": actor, "AGAP_USER": ""}
+    return {"AGAP_ACTOR": actor, "AGAP_USER": card.human.username, "AGAP_USER_PASSWORD": PERSON_PASSWORD}
 
 
 class UpShell:

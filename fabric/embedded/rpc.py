@@ -33,6 +33,11 @@ from fabric.embedded.procedures.activity import caller
 from fabric.embedded.procedures.base import REGISTRY, Board, ProcedureSpec
 from fabric.embedded.store import Store, password_matches
 
+#: Kanboard's BRUTEFORCE_LOCKDOWN and BRUTEFORCE_LOCKDOWN_DURATION defaults: the failed
+#: sign-ins in a row a user may have before the next locks it, and for how long.
+LOCKDOWN = 6
+LOCKDOWN_MINUTES = 15
+
 
 def procedure_names() -> frozenset[str]:
     """Every procedure the board answers: Kanboard's method names."""
@@ -78,13 +83,48 @@ class BoardApi(Board):
             return None
         if user == "jsonrpc":
             return 0 if hmac.compare_digest(password.encode(), self.token.encode()) else None
+        return self._user_auth(user, password)
+
+    def _user_auth(self, user: str, secret: str) -> int | None:
+        """Kanboard 1.2.53's user sign-in over the API (``AuthenticationMiddleware``): a
+        locked user is refused whatever it sends; else the password (``DatabaseAuth``: not
+        for a user whose login form is disabled) or the personal API token
+        (``ApiAccessTokenAuth``) of an active user. Each failure counts; the one after
+        ``LOCKDOWN`` in a row locks the user for ``LOCKDOWN_MINUTES``; a success clears the
+        count (``AuthSubscriber``)."""
+        now = int(self.clock())
         with self.store.read() as db:
             row = db.execute(
-                "SELECT id, password FROM users WHERE username = ? AND is_active = 1", (user,)
+                "SELECT id, password, is_active, disable_login_form, is_ldap_user, api_access_token,"
+                " nb_failed_login, lock_expiration_date FROM users WHERE username = ?",
+                (user,),
             ).fetchone()
-        if row is None or not password_matches(row["password"], password):
+        if row is None:
+            return None  # Kanboard counts the failure against no row: nothing changes
+        if (row["lock_expiration_date"] or 0) >= now:
             return None
-        return int(row["id"])
+        by_password = (
+            not row["disable_login_form"]
+            and not row["is_ldap_user"]
+            and password_matches(row["password"], secret)
+        )
+        token = row["api_access_token"]
+        by_token = bool(token) and hmac.compare_digest(str(token).encode(), secret.encode())
+        if row["is_active"] == 1 and (by_password or by_token):
+            if row["nb_failed_login"] or row["lock_expiration_date"]:  # else nothing to clear
+                with self.store.write() as db:
+                    db.execute(
+                        "UPDATE users SET nb_failed_login = 0, lock_expiration_date = 0 WHERE id = ?",
+                        (row["id"],),
+                    )
+            return int(row["id"])
+        with self.store.write() as db:
+            db.execute("UPDATE users SET nb_failed_login = nb_failed_login + 1 WHERE id = ?", (row["id"],))
+            db.execute(
+                "UPDATE users SET lock_expiration_date = ? WHERE id = ? AND nb_failed_login > ?",
+                (now + LOCKDOWN_MINUTES * 60, row["id"], LOCKDOWN),
+            )
+        return None
 
     def handle(self, payload: Any) -> Any:
         """Answer one request or a batch (a list), in order. ``None`` means no reply.

@@ -237,6 +237,16 @@ def password_matches(stored: str | None, password: str) -> bool:
     return hmac.compare_digest(digest.hex(), parts[4])
 
 
+def new_api_token(store: Store, username: str) -> str | None:
+    """A new personal API token for ``username`` (replacing any), as Kanboard's "My profile >
+    API > Generate a new API token" makes one (there is no API procedure for it); None when
+    no such user. Kanboard keeps it as it is, not hashed, and so does this board."""
+    token = secrets.token_hex(30)  # Kanboard's Token::getToken(): 60 hex characters
+    with store.write() as db:
+        done = db.execute("UPDATE users SET api_access_token = ? WHERE username = ?", (token, username))
+        return token if done.rowcount else None
+
+
 class Store:
     """Owns the database file; hands each thread its own connection.
 

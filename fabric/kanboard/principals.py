@@ -12,15 +12,23 @@ inbox, or another queue's lock tags, whatever its runtime tries.
 ``agap init`` creates the homes, the users and their memberships; each user's password
 comes from the environment (``AGAP_BOARD_PASSWORD_<AGENT>``), and the worker gets only
 its own (``AGAP_BOARD_USER``, ``AGAP_BOARD_PASSWORD``).
+
+A **person** at a shell or an MCP client signs in as their own Kanboard user
+(``AGAP_USER`` and ``AGAP_USER_PASSWORD``, a password or a personal API token):
+:func:`sign_in` asks the board who those credentials are, once per process. The work
+itself still goes through the application token (the ledger's lock tags live in a project
+people are no members of); the sign-in is what makes a gesture that person's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from fabric.cards import Card, CardSet
 from fabric.errors import ConfigError
 from fabric.kanboard.client import DEFAULT_TIMEOUT, KanboardClient
+from fabric.kanboard.port import BoardAuthError
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 
@@ -77,6 +85,60 @@ def home_work_settings(settings: Settings, card: Card) -> Settings:
     return settings
 
 
+#: The name Kanboard gives the application token: never a person's user.
+APP_USER = "jsonrpc"
+#: What a person checks when the board refuses their sign-in (Kanboard 1.2.53 counts each
+#: failed API sign-in, and locks the user for 15 minutes after the 7th in a row).
+SIGN_IN_HINT = (
+    "check AGAP_USER (your Kanboard username) and AGAP_USER_PASSWORD (your Kanboard password, "
+    "or a personal API token from My profile > API); after 7 failures in a row Kanboard "
+    "locks the user for 15 minutes"
+)
+
+
+@dataclass(frozen=True)
+class BoardUser:
+    """A Kanboard user the board vouched for: its id and its username as the board stores it."""
+
+    user_id: int
+    username: str
+    name: str = ""
+
+
+def sign_in(url: str, username: str, secret: str, *, timeout: float | None = None) -> BoardUser:
+    """Who ``username`` and ``secret`` (a password or a personal API token) are on the board
+    at ``url``: Kanboard's ``getMe`` over those credentials (one call; Kanboard checks a
+    bcrypt hash for it). Refused credentials raise :class:`BoardAuthError` (exit 3)."""
+    if username == APP_USER:
+        raise ConfigError(
+            f"{APP_USER!r} is the application token's name, not a person's Kanboard user",
+            where="AGAP_USER",
+            hint="set AGAP_USER to your own Kanboard username",
+        )
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"signing in needs the board over HTTP, and KANBOARD_URL is {url!r}",
+            where="AGAP_USER",
+            hint="point KANBOARD_URL at the board's …/jsonrpc.php",
+        )
+    client = KanboardClient(
+        url, secret, user=username, timeout=DEFAULT_TIMEOUT if timeout is None else timeout
+    )
+    try:
+        me = client.call("getMe")
+    except BoardAuthError:
+        raise BoardAuthError(
+            f"the board refused the sign-in of {username!r}", where="AGAP_USER", hint=SIGN_IN_HINT
+        ) from None
+    finally:
+        client.close()
+    if not isinstance(me, dict) or not me.get("username"):
+        raise BoardAuthError(
+            f"the board did not say who {username!r} is", where="AGAP_USER", hint=SIGN_IN_HINT
+        )
+    return BoardUser(int(me.get("id") or 0), str(me["username"]), str(me.get("name") or ""))
+
+
 def board_client(settings: Settings, *, timeout: float | None = None) -> KanboardClient:
     """A client signed in as ``settings`` say: a board user when ``AGAP_BOARD_USER`` is
     set, else the application token."""
@@ -131,9 +193,12 @@ def signed_in(settings: Settings, cards: CardSet) -> Settings:
 
 __all__ = [
     "AGENT_PASSWORD",
+    "APP_USER",
     "CONFINED_TRUST",
     "HOME_ROLE",
     "MIN_PASSWORD",
+    "SIGN_IN_HINT",
+    "BoardUser",
     "agent_password",
     "board_client",
     "board_username",
@@ -141,6 +206,7 @@ __all__ = [
     "home_names",
     "home_settings",
     "password_variable",
+    "sign_in",
     "signed_in",
     "worker_settings",
 ]

@@ -155,7 +155,28 @@ REGISTRY: tuple[Var, ...] = (
         "the project holding the quotas shared across hosts (cards with across_hosts: true)",
         "Agent Fabric Quotas",
     ),
-    _v("AGAP_ACTOR", "str", "cli", "who the CLI acts as", "cli"),
+    _v(
+        "AGAP_ACTOR",
+        "str",
+        "cli",
+        "who the CLI acts as: an agent or a process (a runtime keeps its card identity); a "
+        "person's name here is refused for their gestures and submits unless AGAP_USER signs "
+        "them in",
+        "cli",
+    ),
+    _v(
+        "AGAP_USER",
+        "str",
+        ("cli", "mcp"),
+        "the person at this shell or MCP client, signed in as their own Kanboard user: their "
+        "approvals, answers, refusals, send-backs and submits are theirs (docs/HOUSEHOLD.md)",
+    ),
+    _v(
+        "AGAP_USER_PASSWORD",
+        "secret",
+        ("cli", "mcp"),
+        "AGAP_USER's Kanboard password, or a personal API token (Kanboard: My profile > API)",
+    ),
     _v(
         "KANBOARD_WEB_URL",
         "url",
@@ -560,7 +581,9 @@ REGISTRY: tuple[Var, ...] = (
         "str",
         "mcp",
         "the person (card id or username) using the MCP client: their questions go to the client "
-        "as elicitation, everyone else's stay in their Kanboard inbox",
+        "as elicitation, everyone else's stay in their Kanboard inbox; honoured only when "
+        "AGAP_USER signs that person in",
+        note="nobody (AGAP_USER alone does not make the client theirs)",
     ),
     _v(
         "AGAP_MCP_WATCH_EVERY",

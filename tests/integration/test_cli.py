@@ -12,12 +12,18 @@ from click.testing import CliRunner, Result
 from fabric.apps.cli import main
 from fabric.embedded.server import EmbeddedBoard
 from tests.conftest import ROOT
-from tests.helpers import cli_env
+from tests.helpers import cli_env, signed_in
 
 
 @pytest.fixture
 def env(embedded_board: EmbeddedBoard, tmp_path: Path) -> dict[str, str]:
-    return cli_env(embedded_board.url, embedded_board.token, tmp_path, ROOT / "cards", AGAP_ACTOR="alvis")
+    return cli_env(
+        embedded_board.url,
+        embedded_board.token,
+        tmp_path,
+        ROOT / "cards",
+        **signed_in(embedded_board, "alvis"),
+    )
 
 
 def run(env: dict[str, str], *args: str) -> Result:

@@ -30,13 +30,15 @@ from fabric.settings.resolve import Settings
 from fabric.task import State
 from keeper.sweeps import sweep_leases_and_gaps
 from tests.conftest import ROOT, make_fabric
-from tests.helpers import cli_env, wait_until
+from tests.helpers import cli_env, signed_in, wait_until
 
 
 @pytest.fixture
 def env(embedded_board: EmbeddedBoard, tmp_path: Path) -> dict[str, str]:
     board = embedded_board
-    return cli_env(board.url, board.token, tmp_path, ROOT / "cards", AGAP_ACTOR="alvis", AGAP_WORKER_ID="")
+    return cli_env(
+        board.url, board.token, tmp_path, ROOT / "cards", AGAP_WORKER_ID="", **signed_in(board, "alvis")
+    )
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from fabric.embedded.server import EmbeddedBoard
 from fabric.settings.resolve import Settings
 from fabric.task import State
 from tests.conftest import ROOT
-from tests.helpers import wait_until
+from tests.helpers import signed_in, wait_until
 from tests.mcp_wire import TOKEN, Server
 
 T = TypeVar("T")
@@ -63,7 +63,8 @@ def env(embedded_board: EmbeddedBoard, tmp_path: Path) -> dict[str, str]:
         "AGAP_STATE_DIR": str(tmp_path / "state"),
         "XDG_CACHE_HOME": str(tmp_path / "cache"),
         "AGAP_WORKER_ID": OWNER,
-        "AGAP_ACTOR": "alvis",
+        # alvis at this shell (`agap resume` below), signed in: also what AGAP_MCP_USER needs.
+        **signed_in(embedded_board, "alvis"),
         "AGAP_MCP_TOKEN": "",
         "AGAP_EVENTS_URL": "",
     }

@@ -23,7 +23,7 @@ from fabric.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_POLICY, EXIT_
 from fabric.settings.resolve import Settings
 from tests.conftest import ROOT
 from tests.fakes.hindsight_stub import HindsightStub, Memory
-from tests.helpers import board_env, drain
+from tests.helpers import acting_as, board_env, drain, sign_in_people
 from workers.assembly import build_worker
 
 
@@ -34,7 +34,7 @@ class World:
     settings: Settings
 
     def agap(self, *args: str, actor: str = "cli", **env: str) -> Result:
-        return CliRunner().invoke(main, list(args), env={**self.env, "AGAP_ACTOR": actor, **env})
+        return CliRunner().invoke(main, list(args), env={**self.env, **acting_as(actor), **env})
 
     def done_task(self, actor: str, refs: tuple[str, ...] = ()) -> int:
         args = ["submit", "--target", "adolf", "--intent", "plan the week", "--json"]
@@ -71,6 +71,7 @@ def world(embedded_board: EmbeddedBoard, tmp_path: Path) -> Iterator[World]:
             AGAP_HINDSIGHT_URL=memory.url,
             AGAP_HINDSIGHT_KEY="hs-key",
         )
+        sign_in_people(embedded_board)
         res = CliRunner().invoke(main, ["init"], env=env, catch_exceptions=False)
         assert res.exit_code == 0, res.output
         yield World(env, memory, settings)

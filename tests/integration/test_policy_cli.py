@@ -12,6 +12,7 @@ import fabric.apps.cli.route_cmd  # noqa: F401 - registers `agap route` until th
 from fabric.apps.cli import main
 from fabric.embedded.server import EmbeddedBoard
 from tests.conftest import ROOT
+from tests.helpers import signed_in
 
 
 @pytest.fixture
@@ -21,7 +22,7 @@ def env(embedded_board: EmbeddedBoard, tmp_path: Path) -> dict[str, str]:
         "KANBOARD_API_TOKEN": embedded_board.token,
         "AGAP_CARDS_DIR": str(ROOT / "cards"),
         "XDG_CACHE_HOME": str(tmp_path / "cache"),
-        "AGAP_ACTOR": "alvis",
+        **signed_in(embedded_board, "alvis"),
     }
     assert run(e, "init").exit_code == 0
     return e

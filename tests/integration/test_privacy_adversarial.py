@@ -33,12 +33,14 @@ from fabric.apps.cli import main
 from fabric.cards import CardSet, load_cards
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
-from fabric.errors import EXIT_POLICY
+from fabric.errors import EXIT_INVALID, EXIT_POLICY
 from fabric.kanboard.client import KanboardClient
+from fabric.refusals import PrivacyViolation
 from fabric.settings.resolve import Settings
 from fabric.task import State
 from tests.conftest import ROOT
 from tests.fakes.openai_stub import OpenAIStub
+from tests.helpers import acting_as, sign_in_people
 from workers.assembly import build_worker
 from workers.loop import card_policy, no_claim_policy
 
@@ -68,7 +70,10 @@ class World:
 
     def cli(self, *args: str, actor: str = "cli") -> Result:
         return CliRunner().invoke(
-            main, list(args), env={**self.env, "AGAP_ACTOR": actor}, catch_exceptions=False
+            main,
+            list(args),
+            env={**self.env, **acting_as(actor, self.settings.cards_dir)},
+            catch_exceptions=False,
         )
 
     def submit(self, target: str, *refs: str, actor: str = "cli", parent: int | None = None) -> Result:
@@ -175,6 +180,7 @@ def world(embedded_board: EmbeddedBoard, tmp_path: Path, stub: OpenAIStub) -> Wo
         **{f"AGAP_BOARD_PASSWORD_{a.upper()}": pw for a, pw in CONFINED.items()},
     }
     w = World(base, shared, alvis, liza, results, cards, settings, None, env, stub)  # type: ignore[arg-type]
+    sign_in_people(embedded_board, cards_dir)
     assert w.cli("init").exit_code == 0
     w.fab = Fabric.connect(
         settings, cards=cards, port=KanboardClient(embedded_board.url, embedded_board.token)
@@ -418,8 +424,16 @@ def test_a2a_sync_calls_are_checked_where_the_refs_are_read(world: World) -> Non
 
 def test_a2a_async_calls_submit_as_the_caller(world: World) -> None:
     w = world
-    refused(w.submit("adolf", w.diary.as_uri(), actor="a2a:elizaveta"), "privacy.interlocutor")
-    assert w.submit("adolf", w.diary.as_uri(), actor="a2a:alvis").exit_code == 0
+    # The A2A server submits an async call as "a2a:<caller>" (in-process, after its token
+    # named the caller); a shell cannot claim that name: it names a person.
+    with pytest.raises(PrivacyViolation) as exc:
+        w.fab.submit("summarise the context", target="adolf", refs=[w.diary.as_uri()], actor="a2a:elizaveta")
+    assert exc.value.rule == "privacy.interlocutor"
+    assert w.fab.submit("summarise it", target="adolf", refs=[w.diary.as_uri()], actor="a2a:alvis").created
+    res = CliRunner().invoke(
+        main, ["submit", "--target", "adolf", "--intent", "x"], env={**w.env, "AGAP_ACTOR": "a2a:alvis"}
+    )
+    assert res.exit_code == EXIT_INVALID and "AGAP_ACTOR names alvis, a person" in res.output, res.output
 
 
 def test_a2a_server_calls_on_elizavetas_behalf_never_reach_alvis_s_text(world: World) -> None:

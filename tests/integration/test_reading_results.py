@@ -23,7 +23,7 @@ from fabric.kanboard.client import KanboardClient
 from fabric.settings.resolve import Settings
 from fabric.task import GATE_ACTOR
 from tests.conftest import ROOT, make_fabric
-from tests.helpers import cli_env
+from tests.helpers import cli_env, signed_in
 from workers.results import AttachmentStore, result_url
 
 ANSWER = "**Monday**: dentist.\n\nWednesday: the train to Berlin."
@@ -40,7 +40,13 @@ def fab(embedded_board: EmbeddedBoard, cards: CardSet) -> Fabric:
 
 @pytest.fixture
 def env(embedded_board: EmbeddedBoard, tmp_path: Path) -> dict[str, str]:
-    return cli_env(embedded_board.url, embedded_board.token, tmp_path, ROOT / "cards", AGAP_ACTOR="alvis")
+    return cli_env(
+        embedded_board.url,
+        embedded_board.token,
+        tmp_path,
+        ROOT / "cards",
+        **signed_in(embedded_board, "alvis"),
+    )
 
 
 def run(env: dict[str, str], *args: str) -> Result:

@@ -32,7 +32,7 @@ from fabric.task import State
 from tests.conftest import ROOT
 from tests.fakes.hindsight_stub import HindsightStub, Memory
 from tests.fakes.openai_stub import OpenAIStub
-from tests.helpers import board_env, drain
+from tests.helpers import acting_as, board_env, drain, sign_in_people
 from workers.assembly import build_worker
 from workers.loop import card_policy, no_claim_policy
 
@@ -60,7 +60,9 @@ class Stores:
 
     def submit(self, target: str, ref: str, actor: str = "cli") -> Result:
         args = ["submit", "--target", target, "--intent", "what do the stores say", "--ref", ref, "--json"]
-        return CliRunner().invoke(main, args, env={**self.env, "AGAP_ACTOR": actor}, catch_exceptions=False)
+        return CliRunner().invoke(
+            main, args, env={**self.env, **acting_as(actor, self.settings.cards_dir)}, catch_exceptions=False
+        )
 
     def drain_torgash(self, *, claim_check: bool = True) -> None:
         settings = dataclasses.replace(
@@ -143,6 +145,7 @@ def stores(embedded_board: EmbeddedBoard, tmp_path: Path) -> Iterator[Stores]:
             AGAP_BOARD_PASSWORD_TORGASH=TORGASH_PASSWORD,
             AGAP_BOARD_PASSWORD_RESEARCHER="researcher-board-test-password",
         )
+        sign_in_people(embedded_board, cards_dir)
         res = CliRunner().invoke(main, ["init"], env=env, catch_exceptions=False)
         assert res.exit_code == 0, res.output
         fab = Fabric.connect(

@@ -26,6 +26,7 @@ from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.layout import cron_key, park_key
 from tests.conftest import ROOT
+from tests.helpers import signed_in
 from tests.integration.zabbix_real import RealZabbix, free_port, import_rules, missing, real_zabbix, wait_for
 
 TEMPLATE = ROOT / "compose" / "zabbix" / "agap_fabric_zbx_template.yaml"
@@ -126,7 +127,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
             "KANBOARD_API_TOKEN": board.token,
             "AGAP_CARDS_DIR": str(ROOT / "cards"),
             "XDG_CACHE_HOME": str(tmp_path / "cache"),
-            "AGAP_ACTOR": "alvis",
+            **signed_in(board, "alvis"),  # alvis at the shell, as himself
         }
         assert CliRunner().invoke(main, ["init"], env=env).exit_code == 0
         api = zbx.api

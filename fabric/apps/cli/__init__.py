@@ -100,6 +100,26 @@ COMMAND_MODULES = (
 # and the worker daemon, which `agap up` starts once per queue (it must stay small).
 HOT = {name: "lease_cmd" for name in ("claim", "heartbeat", "complete", "fail", "ask")}
 HOT["worker"] = "worker_cmd"
+# A person's gestures at a shell are interactive: they skip the web view, the keeper's
+# daemon and A2A too (docs/BENCHMARKS.md: `agap approve` signed in, whole process).
+HOT.update(
+    {
+        name: "tasks_cmd"
+        for name in (
+            "submit",
+            "show",
+            "result",
+            "ls",
+            "resume",
+            "cancel",
+            "drop",
+            "approve",
+            "verify",
+            "reopen",
+            "revive",
+        )
+    }
+)
 
 
 def _register() -> None:

@@ -13,7 +13,8 @@ from fabric.apps.cli import main
 from fabric.apps.web import WebView
 from fabric.embedded.flavour import DEFAULT_FLAVOUR, FLAVOURS
 from fabric.embedded.server import EmbeddedBoard
-from fabric.errors import ConfigError
+from fabric.embedded.store import Store, new_api_token
+from fabric.errors import ConfigError, InvalidInput
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.signals import set_on_signal
@@ -89,3 +90,35 @@ def serve(db_path: Path, host: str, port: int, flavour: str, webhook_url: str) -
         srv.serve_forever()
     finally:
         srv.stop()
+
+
+@board.command("user-token")
+@click.argument("username")
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=DEFAULT_DB,
+    show_default=True,
+    help="SQLite file of the board (agap up's: $AGAP_STATE_DIR/board.sqlite3).",
+)
+def user_token(username: str, db_path: Path) -> None:
+    """Print a new personal API token for USERNAME on the embedded board (it replaces the
+    old one): what Kanboard's "My profile > API > Generate a new API token" does. A person
+    signs in with it as AGAP_USER_PASSWORD."""
+    if not db_path.is_file():
+        raise ConfigError(
+            f"{db_path} is not an embedded board's database", where="--db", hint="name the board's file"
+        )
+    store = Store(db_path)
+    try:
+        token = new_api_token(store, username)
+    finally:
+        store.close()
+    if token is None:
+        raise InvalidInput(
+            f"the board has no user {username!r}",
+            where="USERNAME",
+            hint="`agap init` makes the people's users",
+        )
+    click.echo(token)

@@ -10,6 +10,7 @@ import click
 from fabric.apps.cli import main
 from fabric.apps.cli.lease_cmd import default_owner
 from fabric.apps.mcp.agent import AgentTools
+from fabric.apps.signin import SIGN_IN, signed_in_person
 from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.durations import parse_setting_duration
@@ -93,7 +94,7 @@ def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str |
         result_dir=registry.get_str("AGAP_RESULT_DIR") or None,
         renew_for=renew_seconds,
     )
-    user = tools.user = _user(tools, registry.get_str("AGAP_MCP_USER"))
+    user = tools.user = _user(tools, settings, registry.get_str("AGAP_MCP_USER"))
     key = mcp.task_key(registry.get_str("AGAP_MCP_TASK_KEY"), token or None)
     handles = TaskHandles(tools, key, user=user, live=events is not None)
     if transport == "stdio":
@@ -115,14 +116,32 @@ def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str |
     )
 
 
-def _user(tools: AgentTools, name: str) -> str | None:
-    """AGAP_MCP_USER as a Kanboard username (a person's card id or username), or None."""
+def _user(tools: AgentTools, settings: Settings, name: str) -> str | None:
+    """AGAP_MCP_USER as a Kanboard username (a person's card id or username), or None.
+
+    The client's answers become that person's (elicitation, tasks/update): the server
+    believes the name only when AGAP_USER signs that same person in (checked once, here).
+    """
     if not name.strip():
         return None
     card = find_person(tools.fab.cards, name.strip())
     if card is None or card.human is None:
         known = ", ".join(c.id for c in tools.fab.cards.humans())
         raise ConfigError(f"unknown person {name.strip()!r}", where="AGAP_MCP_USER", hint=f"known: {known}")
+    person = signed_in_person(settings, tools.fab.cards)
+    if person is None:
+        raise ConfigError(
+            f"AGAP_MCP_USER names {card.id}, but nobody is signed in: the client's answers would "
+            f"be {card.id}'s",
+            where="AGAP_MCP_USER",
+            hint=f"{card.id} signs in: {SIGN_IN}",
+        )
+    if person.id != card.id:
+        raise ConfigError(
+            f"AGAP_MCP_USER names {card.id}, but AGAP_USER signs in {person.id}",
+            where="AGAP_MCP_USER",
+            hint="name the person who signs in, or unset AGAP_MCP_USER",
+        )
     return card.human.username
 
 

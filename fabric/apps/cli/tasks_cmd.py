@@ -20,6 +20,7 @@ import click
 from fabric.apps.cli import main
 from fabric.apps.cli.params import TASK
 from fabric.apps.leasing import RESULT_FILE_BYTES
+from fabric.apps.signin import check_may_answer, gesture_actor
 from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.errors import FabricError, InvalidInput
@@ -35,6 +36,7 @@ from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.submit import INTENT_HELP, SUBMIT_OPTIONS
 from fabric.task import PRIORITY_NAMES, State
+from keeper.acts import waits_on
 from workers.results import read_result
 
 
@@ -119,6 +121,11 @@ def _sign_in_text(report: InitReport, links: WebLinks | None) -> str:
             f"{user} already had a Kanboard user, whose password Kanboard's API cannot change: an "
             f"admin sets it in Kanboard ({CHANGE_PASSWORD.format(user=user)})."
         )
+    if lines:
+        lines.append(
+            "At a shell or an MCP client a person signs in as the same user: AGAP_USER=<username> "
+            "and AGAP_USER_PASSWORD=<password or personal API token> (docs/HOUSEHOLD.md)."
+        )
     return "".join(f"\n{line}" for line in lines)
 
 
@@ -179,7 +186,11 @@ def submit_options(fn: Any) -> Any:
 @click.option("--intent", help=INTENT_HELP)
 @click.option("--intent-file", help="The intent from a file, or - for stdin (long intents).")
 @submit_options
-@click.option("--actor", help="Who is submitting (default: AGAP_ACTOR or 'cli').")
+@click.option(
+    "--actor",
+    help="Who is submitting: an agent's card id (default: the person AGAP_USER signs in, "
+    "else AGAP_ACTOR, else 'cli'); a person submits signed in as themselves.",
+)
 @click.option("--json", "as_json", is_flag=True)
 def submit_cmd(
     intent: str | None, intent_file: str | None, actor: str | None, as_json: bool, **options: Any
@@ -190,6 +201,8 @@ def submit_cmd(
         raise InvalidInput("the actor is empty", where="--actor", hint="name who submits, or leave it out")
     check_file_refs(options["refs"])
     fab = Fabric.connect()
+    # A person's submit reaches their private domain: it is theirs only signed in as them.
+    actor = gesture_actor(fab.settings, fab.cards, actor)
     attach_submitter(fab)  # publishes "submitted" (and wakes the queue) when events are on
     receipt = fab.submit(intent, actor=actor, **options)
     data = {
@@ -416,8 +429,20 @@ def _record_out(rec: Any, as_json: bool, task_id: int) -> None:
     )
 
 
-def _by() -> str:
-    return registry.get_str("AGAP_ACTOR")
+def _by(fab: Fabric) -> str:
+    """Who this command's gesture is by: the person signed in, else a name that is no
+    person's (fabric.apps.signin)."""
+    return gesture_actor(fab.settings, fab.cards)
+
+
+def _waits_on(fab: Fabric, view: TaskView) -> str | None:
+    """The Kanboard username ``view`` waits on (a question or a card in a person's column)."""
+    cur = view.current
+    if cur is None or view.spec is None or cur.state not in (State.INPUT_REQUIRED, State.QUEUED):
+        return None
+    if cur.state == State.QUEUED and not cur.assignee:
+        return None  # queued for an agent: nobody's to answer
+    return waits_on(fab.cards, cur, view.spec)
 
 
 @main.command("resume")
@@ -427,7 +452,12 @@ def _by() -> str:
 def resume_cmd(task_id: int, answer: str | None, as_json: bool) -> None:
     """Answer an input-required task: it returns to its queue."""
     fab = Fabric.connect()
-    _record_out(fab.ledger.resume(task_id, _by(), answer), as_json, task_id)
+    by = _by(fab)
+    view = fab.ledger.read(task_id)
+    # The operator (`cli`) or an agent answers under its own name; a person only what waits
+    # on them (or on whom they deputise for).
+    check_may_answer(fab.cards, _waits_on(fab, view), by, "answer", task_id, people_only=True)
+    _record_out(fab.ledger.resume(task_id, by, answer, view=view), as_json, task_id)
 
 
 @main.command("cancel")
@@ -437,12 +467,15 @@ def resume_cmd(task_id: int, answer: str | None, as_json: bool) -> None:
 def cancel_cmd(task_id: int, reason: str, as_json: bool) -> None:
     """Cancel a task (a working owner is fenced); a dead letter is dropped."""
     fab = Fabric.connect()
+    by = _by(fab)
     view = fab.ledger.read(task_id)
     if view.current is not None and view.current.state == State.DEAD:
-        _record_out(fab.ledger.drop(task_id, _by(), reason, view=view), as_json, task_id)
+        _record_out(fab.ledger.drop(task_id, by, reason, view=view), as_json, task_id)
         return
+    # Canceling what waits on a person refuses it: a person refuses only what is theirs.
+    check_may_answer(fab.cards, _waits_on(fab, view), by, "refuse", task_id, people_only=True)
     attach_submitter(fab)  # publishes "canceled" after the cancel is recorded
-    _record_out(fab.ledger.cancel(task_id, _by(), reason, view=view), as_json, task_id)
+    _record_out(fab.ledger.cancel(task_id, by, reason, view=view), as_json, task_id)
 
 
 @main.command("drop")
@@ -452,7 +485,7 @@ def cancel_cmd(task_id: int, reason: str, as_json: bool) -> None:
 def drop_cmd(task_id: int, reason: str, as_json: bool) -> None:
     """Give up on a dead letter for good (closed, state dropped)."""
     fab = Fabric.connect()
-    _record_out(fab.ledger.drop(task_id, _by(), reason), as_json, task_id)
+    _record_out(fab.ledger.drop(task_id, _by(fab), reason), as_json, task_id)
 
 
 @main.command("approve")
@@ -461,8 +494,10 @@ def drop_cmd(task_id: int, reason: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def approve_cmd(task_id: int, note: str, as_json: bool) -> None:
     """Approve a task waiting on you (a gate, a promotion, a decision, a task for you): done
-    by you, as moving its card to Done in Kanboard is."""
+    by you, as moving its card to Done in Kanboard is. You sign in as yourself (AGAP_USER,
+    AGAP_USER_PASSWORD); only the person it waits on, or their deputy, approves it."""
     fab = Fabric.connect()
+    by = _by(fab)
     view = fab.show(task_id)
     cur = view.current
     if cur is None or cur.state != State.QUEUED or not cur.assignee:
@@ -472,7 +507,7 @@ def approve_cmd(task_id: int, note: str, as_json: bool) -> None:
             where=f"task #{task_id}",
             hint="approve what waits in a person's column: agap ls shows it",
         )
-    by = _by()
+    check_may_answer(fab.cards, cur.assignee, by, "approve", task_id)
     lease = fab.ledger.claim(view, by, lease_seconds=600)
     text = note.strip() or f"Approved by {by} from the command line."
     _record_out(fab.ledger.complete(lease, APPROVAL_REF, note=text), as_json, task_id)
@@ -485,7 +520,7 @@ def approve_cmd(task_id: int, note: str, as_json: bool) -> None:
 def verify_cmd(task_id: int, note: str, as_json: bool) -> None:
     """Verify a done task: it is closed (the producer may not verify its own work)."""
     fab = Fabric.connect()
-    _record_out(fab.ledger.verify(task_id, _by(), note), as_json, task_id)
+    _record_out(fab.ledger.verify(task_id, _by(fab), note), as_json, task_id)
 
 
 @main.command("reopen")
@@ -497,7 +532,7 @@ def reopen_cmd(task_id: int, reason: str, as_json: bool) -> None:
     if not reason.strip():
         raise InvalidInput("the reason is empty", where="--reason", hint="say what is wrong with the result")
     fab = Fabric.connect()
-    _record_out(fab.ledger.reopen(task_id, _by(), reason), as_json, task_id)
+    _record_out(fab.ledger.reopen(task_id, _by(fab), reason), as_json, task_id)
 
 
 @main.command("revive")
@@ -507,7 +542,7 @@ def reopen_cmd(task_id: int, reason: str, as_json: bool) -> None:
 def revive_cmd(task_id: int, reason: str, as_json: bool) -> None:
     """Give a dead-lettered task a fresh set of attempts."""
     fab = Fabric.connect()
-    _record_out(fab.ledger.revive(task_id, _by(), reason), as_json, task_id)
+    _record_out(fab.ledger.revive(task_id, _by(fab), reason), as_json, task_id)
 
 
 __all__ = ["read_text_arg", "view_json"]
