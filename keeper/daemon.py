@@ -175,6 +175,10 @@ class Keeper:
         fab = self.fab()
         snap = snapshot.take(fab, with_done=True, with_activity=True)
         report = gestures.sweep_gestures(fab, snap, tolerance=self.config.move_tolerance)
+        # The cards whose worker could not draw them (a confined agent's: no seal key), as
+        # any other card of their state reads; the ones just acted on are read next time.
+        touched = {*report.acted, *report.explained, *report.refused, *report.repaired}
+        report.redrawn = fab.board.redraw(v for v in snap.views if v.id not in touched)
         snapshot.save_watch(fab, snap)
         with self.metrics.lock:
             self.metrics.gestures_total += len(report.acted)
