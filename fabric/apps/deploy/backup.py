@@ -68,6 +68,7 @@ from fabric.kanboard.backup import (
     restore_members,
     restore_quota,
 )
+from fabric.kanboard.bootstrap import forget_layout_cache
 from fabric.kanboard.layout import (
     COLUMN_ORDER,
     META_SPEC,
@@ -362,6 +363,10 @@ def restore(port: RpcPort, settings: Settings, cards: CardSet, doc: dict[str, An
         restore_quota(port, settings.quota_project, slots)
         report.quota_tags = len(slots)
     _restore_members(port, parts, report)
+    # This host's cached layouts name the projects as they were before (a board reset
+    # under the same address): the next process reads the restored ones.
+    for part in parts:
+        forget_layout_cache(replace(settings, project=part.target.layout.project_name))
     return report
 
 
