@@ -37,6 +37,7 @@ import fabric.apps.cli.backup_cmd  # noqa: F401  (registers `agap backup` / `aga
 from fabric.apps.cli import main
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
+from fabric.settings.resolve import Settings
 from tests.conftest import REAL_FLAVOUR, REAL_SKIP, real_kanboard, scratch_board
 from tests.integration import backup_drill as drill
 
@@ -69,7 +70,7 @@ def boards(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Boards]:
     yield Boards(*real, reset=os.environ.get(RESET, ""))
 
 
-def empty(boards: Boards, settings: drill.Settings) -> None:
+def empty(boards: Boards, settings: Settings) -> None:
     """Empty the real board between backup and restore (see the module doc)."""
     if boards.reset:
         done = subprocess.run(boards.reset, shell=True, capture_output=True, text=True, timeout=300)
