@@ -6,6 +6,10 @@ webhook only the gesture sweep sees it (on average half its interval later); wit
 board POSTs the event to the keeper's receiver, which pokes the sweep at once. Gestures are
 spread at random over the sweep's phase. Embedded board over HTTP, keeper daemon in process.
 
+The same with the card in a confined agent's home (torgash's), which has a keeper of its
+own: Kanboard's one webhook goes to the main keeper's receiver, which forwards the event
+to the receiver the home's keeper published (keeper.hook.HomeRoutes).
+
 Run alone: ``python -m bench.gestures [--quick]``.
 """
 
@@ -26,33 +30,38 @@ from bench.keeper_sweep import fabric_on
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.keeperstore import published_hooks
 from fabric.kanboard.layout import Column
+from fabric.kanboard.principals import home_settings
 from fabric.settings.keeper import KeeperConfig
 from fabric.task import State
 from keeper.daemon import Keeper
-from keeper.hook import HookServer
+from keeper.hook import HomeRoutes, HookServer
 
 SWEEP = 4.0  # the gesture job's interval here (20 s by default)
+HOME = "torgash"  # a confined agent: its queue lives in its home, which has a keeper of its own
 TOKEN = "bench-hook-token"
 PASSWORD = "bench-person"
 
 
 def _person(fab: Fabric, board: EmbeddedBoard) -> KanboardClient:
     uid = fab.port.call("createUser", {"username": "bench_person", "password": PASSWORD, "name": "B"})
-    fab.port.call("addProjectUser", {"project_id": fab.board.layout.project_id, "user_id": uid})
+    for layout in (fab.board.layout, *fab.board.layout.homes.values()):
+        fab.port.call("addProjectUser", {"project_id": layout.project_id, "user_id": uid})
     return KanboardClient(board.url, PASSWORD, user="bench_person")
 
 
-def _dead_letter(fab: Fabric) -> int:
-    tid = fab.submit("a task that died", target="kimi").task_id
+def _dead_letter(fab: Fabric, target: str) -> int:
+    tid = fab.submit("a task that died", target=target).task_id
     lease = fab.ledger.claim(fab.board.read(tid), "bench", lease_seconds=300)
     fab.ledger.fail(lease, "poison", poison=True)
     return tid
 
 
-def _one(fab: Fabric, person: KanboardClient, rng: random.Random) -> float:
-    """Seconds from a person's move of a dead letter to Queued to its revive record."""
-    tid = _dead_letter(fab)
+def _one(fab: Fabric, person: KanboardClient, rng: random.Random, target: str = "kimi") -> float:
+    """Seconds from a person's move of a dead letter to Queued to its revive record
+    (``fab``: the fabric of the project ``target``'s queue lives in)."""
+    tid = _dead_letter(fab, target)
     time.sleep(rng.uniform(0, SWEEP))  # a person acts at any phase of the sweep
     layout = fab.board.layout
     start = time.monotonic()
@@ -63,7 +72,7 @@ def _one(fab: Fabric, person: KanboardClient, rng: random.Random) -> float:
             "task_id": tid,
             "column_id": layout.columns[Column.QUEUED],
             "position": 1,
-            "swimlane_id": layout.swimlanes["kimi"],
+            "swimlane_id": layout.swimlanes[target],
         },
     )
     deadline = start + 3 * SWEEP
@@ -93,31 +102,57 @@ def run(quick: bool) -> dict[str, Any]:
         person = _person(fab, board)
         cfg = KeeperConfig()
         intervals = {job: 3600.0 for job in cfg.intervals} | {"gestures": SWEEP}
-        keeper = Keeper.for_fabric(fabric_on(board), replace(cfg, intervals=intervals))
+        config = replace(cfg, intervals=intervals)
+        keeper = Keeper.for_fabric(fabric_on(board), config)
+        home_settings_ = home_settings(fab.settings, fab.cards.get(HOME))
+        home_keeper = Keeper(config, lambda: Fabric.connect(home_settings_, cards=fab.cards))
+        home = Fabric.connect(home_settings_, cards=fab.cards)  # the bench's own (one thread each)
+        lookup = KanboardClient(board.url, board.token)
+        routes = HomeRoutes(
+            lambda: published_hooks(lookup, fab.board.layout),
+            token=TOKEN,
+            main_project=lambda: fab.board.layout.project_id,
+        )
         stop = threading.Event()
-        with HookServer(keeper.poke, token=TOKEN) as hook:
-            thread = threading.Thread(target=keeper.serve, args=(stop,), daemon=True)
-            thread.start()
+        with (
+            HookServer(keeper.poke, token=TOKEN, route=routes) as hook,
+            HookServer(home_keeper.poke, token=TOKEN) as home_hook,
+        ):
+            home_keeper.hook_url = home_hook.url
+            threads = [
+                threading.Thread(target=k.serve, args=(stop,), daemon=True) for k in (keeper, home_keeper)
+            ]
+            for t in threads:
+                t.start()
             sweep_only = [_one(fab, person, rng) for _ in range(n)]
             board.set_webhook(hook.url, TOKEN)
             webhook = [_one(fab, person, rng) for _ in range(n)]
+            at_home = [_one(home, person, rng, HOME) for _ in range(n)]
             stop.set()
-            thread.join(10)
-    without, with_hook = _stats(sweep_only), _stats(webhook)
+            for t in threads:
+                t.join(10)
+        forwarded = hook.forwarded
+    without, with_hook, home_hook_s = _stats(sweep_only), _stats(webhook), _stats(at_home)
     return {
         "name": "gestures",
         "sweep_seconds": SWEEP,
         "without_webhook": without,
         "with_webhook": with_hook,
+        "home_with_webhook": home_hook_s,
+        "home_events_forwarded": forwarded,
         "title": f"A person's gesture → the fabric's reaction (gesture sweep every {SWEEP:g} s)",
-        "rows": _rows(without, with_hook),
+        "rows": _rows(without, with_hook, home_hook_s),
     }
 
 
-def _rows(without: dict[str, float], with_hook: dict[str, float]) -> list[list[str]]:
+def _rows(without: dict[str, float], with_hook: dict[str, float], home: dict[str, float]) -> list[list[str]]:
     per = SWEEP * 1000
     rows = []
-    for label, s in (("sweep only", without), ("with Kanboard's webhook", with_hook)):
+    for label, s in (
+        ("sweep only", without),
+        ("with Kanboard's webhook", with_hook),
+        (f"with the webhook, a card in {HOME}'s home (forwarded to its keeper)", home),
+    ):
         rows.append(
             [
                 f"{label}: p50 / p95 / max ms (x sweep interval), {s['n']} gestures",
@@ -126,6 +161,7 @@ def _rows(without: dict[str, float], with_hook: dict[str, float]) -> list[list[s
             ]
         )
     rows.append(["webhook speed-up, p50", f"{without['p50_ms'] / with_hook['p50_ms']:.0f}x"])
+    rows.append([f"webhook speed-up, p50, {HOME}'s home", f"{without['p50_ms'] / home['p50_ms']:.0f}x"])
     return rows
 
 

@@ -32,6 +32,7 @@ from fabric.constraints import is_routed
 from fabric.core import Fabric
 from fabric.degraded import Backoff, BoardWait, transient
 from fabric.errors import ConfigError
+from fabric.kanboard.layout import META_HOOK
 from fabric.kanboard.port import BoardError
 from fabric.kanboard.quotas import QuotaStore
 from fabric.settings.keeper import JOBS, KeeperConfig
@@ -87,6 +88,10 @@ class Keeper:
     # Clear while a job runs (jobs never overlap: one executor thread).
     _idle: threading.Event = field(default_factory=_set_event)
     _sched: Any = None
+    # A home's keeper: where its webhook receiver listens, published in the home's project
+    # metadata for the main keeper's receiver to forward that home's events to (keeper.hook).
+    hook_url: str = ""
+    _hook_published: bool = False
 
     @classmethod
     def for_fabric(cls, fab: Fabric, config: KeeperConfig | None = None, **kw: Any) -> Keeper:
@@ -170,11 +175,23 @@ class Keeper:
             report = self._gestures_once()
         return report
 
+    def publish_hook(self) -> None:
+        """Tell the main keeper's receiver where this home's keeper receives (once)."""
+        fab = self.fab()
+        if self.hook_url and fab.home_of and not self._hook_published:
+            fab.board.save_project_meta({META_HOOK: self.hook_url})
+            self._hook_published = True
+
     def _gestures_once(self) -> gestures.GestureReport:
         self._poked.clear()
         fab = self.fab()
+        self.publish_hook()  # again, when the board was away at start
         snap = snapshot.take(fab, with_done=True, with_activity=True)
         report = gestures.sweep_gestures(fab, snap, tolerance=self.config.move_tolerance)
+        # The cards whose worker could not draw them (a confined agent's: no seal key), as
+        # any other card of their state reads; the ones just acted on are read next time.
+        touched = {*report.acted, *report.explained, *report.refused, *report.repaired}
+        report.redrawn = fab.board.redraw(v for v in snap.views if v.id not in touched)
         snapshot.save_watch(fab, snap)
         with self.metrics.lock:
             self.metrics.gestures_total += len(report.acted)
@@ -358,6 +375,10 @@ class Keeper:
         if not self.wait_for_board(stop.wait):
             log.info("keeper stopping (the board never answered)")
             return
+        try:
+            self.publish_hook()
+        except (BoardError, ConfigError) as exc:
+            log.warning("keeper: could not publish the webhook receiver (%s); the gesture job retries", exc)
         sched = self._sched = self.scheduler()
         sched.start()
         for name in ("gaps", "leases"):  # first look at once, not one interval later

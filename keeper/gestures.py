@@ -56,6 +56,9 @@ class GestureReport(SweepReport):
     by: dict[int, str] = field(default_factory=dict)  # task id -> who made the gesture
     decisions_closed: list[int] = field(default_factory=list)
     submitted: dict[int, int] = field(default_factory=dict)  # hand-made card -> its task
+    # Cards drawn again because they lagged their record (a confined agent's worker has
+    # no seal key: TaskBoard.redraw).
+    redrawn: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

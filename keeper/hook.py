@@ -10,6 +10,13 @@ webhook that was lost or never configured.
 A request without the token is refused (401) before its body is read. Events without an
 author (the fabric's own calls, made with the application token) and events by an
 agent's own Kanboard user are not a person's: they poke nothing.
+
+Kanboard has one webhook URL, and a confined agent's home has a keeper of its own. So the
+main keeper's receiver routes (:class:`HomeRoutes`): a person's event on a home's card
+is forwarded, with the same token, to the receiver that home's keeper published in its
+project's metadata (loopback unless told otherwise), which pokes that keeper's gesture
+job. A forward that fails pokes the main keeper instead (harmless: it never looks into a
+home) and the home's own sweep stays the safety net.
 """
 
 from __future__ import annotations
@@ -17,6 +24,10 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import threading
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -47,6 +58,7 @@ class HookServer(BackgroundServer):
         host: str = "127.0.0.1",
         port: int = 0,
         ignore: Iterable[str] = (),
+        route: Callable[[Any], bool] | None = None,
     ) -> None:
         if not token:
             raise ConfigError(
@@ -56,7 +68,9 @@ class HookServer(BackgroundServer):
             )
         self.events = 0  # events received from a person
         self.ignored = 0  # authenticated events that were not a person's
+        self.forwarded = 0  # a person's events sent on to the keeper of their project
         self._poke = poke
+        self._route = route
         self._ignore = frozenset(ignore)
         super().__init__(ThreadingHTTPServer((host, port), _handler(self, token)))
 
@@ -73,7 +87,88 @@ class HookServer(BackgroundServer):
             return
         self.events += 1
         log.debug("webhook: %s by %s", payload.get("event_name"), author)
+        if self._route is not None and self._route(payload):
+            self.forwarded += 1
+            return
         self._poke()
+
+
+def project_of(payload: Any) -> int | None:
+    """The project a webhook event is about (its task's, as Kanboard sends it)."""
+    data = payload.get("event_data") if isinstance(payload, dict) else None
+    task = data.get("task") if isinstance(data, dict) else None
+    for where in (task, data):
+        if isinstance(where, dict) and where.get("project_id") is not None:
+            try:
+                return int(where["project_id"])
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+class HomeRoutes:
+    """Sends a home project's events on to that home keeper's receiver.
+
+    ``lookup()`` reads the receivers the homes' keepers published (project id -> URL); it
+    is called again for a project it did not name, or after a forward failed, at most
+    once per ``refresh`` seconds (an event for the work project never calls it).
+    """
+
+    def __init__(
+        self,
+        lookup: Callable[[], dict[int, str]],
+        *,
+        token: str,
+        main_project: Callable[[], int | None],
+        timeout: float = 2.0,
+        refresh: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._lookup = lookup
+        self._token = token
+        self._main = main_project
+        self._timeout = timeout
+        self._refresh = refresh
+        self._clock = clock
+        self._hooks: dict[int, str] = {}
+        self._looked = -float("inf")
+        self._lock = threading.Lock()
+
+    def _url(self, pid: int, *, again: bool = False) -> str | None:
+        with self._lock:
+            stale = again or pid not in self._hooks
+            if stale and self._clock() - self._looked >= self._refresh:
+                self._looked = self._clock()
+                try:
+                    self._hooks = dict(self._lookup())
+                except Exception:  # the board is away: the sweeps are the safety net
+                    log.warning("webhook: cannot read the homes' receivers", exc_info=True)
+            return self._hooks.get(pid)
+
+    def __call__(self, payload: Any) -> bool:
+        """True when the event went to a home's keeper (else the caller pokes its own)."""
+        pid = project_of(payload)
+        if pid is None or pid == self._main():
+            return False
+        for again in (False, True):
+            url = self._url(pid, again=again)
+            if url is None:
+                return False
+            if self._send(url, payload):
+                return True
+        return False
+
+    def _send(self, url: str, payload: Any) -> bool:
+        target = url + ("&" if "?" in url else "?") + "token=" + self._token
+        body = json.dumps(payload).encode()
+        req = urllib.request.Request(target, body, {"Content-Type": "application/json"}, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self._timeout) as reply:
+                reply.read()
+                return bool(reply.status == 200)
+        except (urllib.error.URLError, OSError) as exc:
+            log.warning("webhook: the home keeper at %s did not take the event (%s)", url, exc)
+            return False
 
 
 def _handler(server: HookServer, token: str) -> type[BaseHTTPRequestHandler]:
@@ -121,4 +216,4 @@ def _handler(server: HookServer, token: str) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-__all__ = ["HookServer"]
+__all__ = ["HomeRoutes", "HookServer", "project_of"]

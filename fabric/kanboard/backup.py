@@ -83,24 +83,73 @@ class TaskExport:
 
 
 @dataclass(frozen=True)
-class BoardExport:
-    """Every task of the work project, with the layout it lives in."""
+class ProjectExport:
+    """One work project the fabric made, its locks project, and every task in it."""
 
     project: str
+    locks_project: str
     columns: list[str]  # titles, in board order
     swimlanes: list[str]
     project_meta: dict[str, Any]
     lock_tags: list[str]
     locks_meta: dict[str, Any]
-    users: dict[int, str]  # id -> username
+    members: dict[str, str]  # username -> project role, of the work project
+    locks_members: dict[str, str]
     tasks: list[TaskExport]
 
 
+@dataclass(frozen=True)
+class QuotaExport:
+    """The quota project's slot tags, with the colours that name their holders."""
+
+    name: str
+    tags: list[tuple[str, str]]  # (name, colour)
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BoardExport:
+    """Every project the fabric made: the work project, the confined agents' homes (each a
+    work and a locks project), the quota project when there is one."""
+
+    work: ProjectExport
+    homes: dict[str, ProjectExport]  # agent id -> its home
+    quota: QuotaExport | None
+    users: dict[int, str]  # id -> username, every user of the board
+
+
 def read_board(port: RpcPort, settings: Settings) -> BoardExport:
-    """Everything an export holds: one round trip for the layout and the rows, then one
-    per CHUNK tasks (metadata, comments, files, tags) and per CHUNK file downloads."""
+    """Everything an export holds: a round trip for the users and the quota project, one
+    per project for its layout, members and rows, then one per CHUNK tasks (metadata,
+    comments, files, tags) and per CHUNK file downloads."""
     port = fit(port)  # metadata comes back whole, however it is chunked on the board
     layout = load_layout(port, settings)
+    out = port.batch([Call("getAllUsers"), Call("getProjectByName", {"name": settings.quota_project})])
+    users = {as_int(u["id"]): str(u["username"]) for u in out[0].unwrap() or []}
+    quota = out[1].unwrap()
+    homes = {
+        agent: _read_project(port, home, f"{settings.locks_project}: {agent}", users)
+        for agent, home in sorted(layout.homes.items())
+    }
+    return BoardExport(
+        work=_read_project(port, layout, settings.locks_project, users),
+        homes=homes,
+        quota=_read_quota(port, str(quota["name"]), as_int(quota["id"])) if isinstance(quota, dict) else None,
+        users=users,
+    )
+
+
+def _read_quota(port: RpcPort, name: str, pid: int) -> QuotaExport:
+    out = port.batch(
+        [Call("getTagsByProject", {"project_id": pid}), Call("getProjectMetadata", {"project_id": pid})]
+    )
+    tags = sorted((t.name, t.color) for t in tag_rows(out[0].unwrap()))
+    return QuotaExport(name, tags, dict(out[1].unwrap() or {}))
+
+
+def _read_project(
+    port: RpcPort, layout: BoardLayout, locks_name: str, users: dict[int, str]
+) -> ProjectExport:
     pid, lpid = layout.project_id, layout.locks_project_id
     out = port.batch(
         [
@@ -109,28 +158,41 @@ def read_board(port: RpcPort, settings: Settings) -> BoardExport:
             Call("getProjectMetadata", {"project_id": pid}),
             Call("getTagsByProject", {"project_id": lpid}),
             Call("getProjectMetadata", {"project_id": lpid}),
-            Call("getAllUsers"),
             Call("getAllTasks", {"project_id": pid, "status_id": 1}),
             Call("getAllTasks", {"project_id": pid, "status_id": 0}),
+            Call("getProjectUsers", {"project_id": pid}),
+            Call("getProjectUsers", {"project_id": lpid}),
         ]
     )
     columns = dict(_names(out[0].unwrap(), "title"))
     lanes = dict(_names(out[1].unwrap(), "name"))
-    users = {as_int(u["id"]): str(u["username"]) for u in out[5].unwrap() or []}
-    rows = sorted([*task_rows(out[6].unwrap()), *task_rows(out[7].unwrap())], key=lambda r: r.id)
+    rows = sorted([*task_rows(out[5].unwrap()), *task_rows(out[6].unwrap())], key=lambda r: r.id)
+    members = _roles(port, pid, out[7].unwrap(), users)
+    locks_members = _roles(port, lpid, out[8].unwrap(), users)
     tasks: list[TaskExport] = []
     for chunk in _chunks(rows, CHUNK):
         tasks += _read_tasks(port, chunk, columns, lanes, users)
-    return BoardExport(
+    return ProjectExport(
         project=layout.project_name,
+        locks_project=locks_name,
         columns=list(columns.values()),
         swimlanes=list(lanes.values()),
         project_meta=dict(out[2].unwrap() or {}),
         lock_tags=sorted(t.name for t in tag_rows(out[3].unwrap())),
         locks_meta=dict(out[4].unwrap() or {}),
-        users=users,
+        members=members,
+        locks_members=locks_members,
         tasks=tasks,
     )
+
+
+def _roles(port: RpcPort, pid: int, members: Any, users: dict[int, str]) -> dict[str, str]:
+    """username -> role of a project's members (one round trip, none without members)."""
+    ids = sorted(as_int(k) for k in (members or {}) if as_int(k) in users)
+    if not ids:
+        return {}
+    out = port.batch([Call("getProjectUserRole", {"project_id": pid, "user_id": u}) for u in ids])
+    return {users[u]: str(o.unwrap() or "project-member") for u, o in zip(ids, out, strict=True)}
 
 
 def _read_tasks(
@@ -185,26 +247,40 @@ def _download(port: RpcPort, files: Sequence[BoardFile]) -> dict[int, str]:
 # Restore
 
 
-def board_holdings(port: RpcPort, settings: Settings) -> tuple[int, bool]:
-    """How many tasks the work project holds, and whether the locks project holds lock
-    tags (0 and False for projects not on the board): two round trips."""
+def board_holdings(
+    port: RpcPort, pairs: Sequence[tuple[str, str]], tag_projects: Sequence[str] = ()
+) -> list[str]:
+    """What the named projects already hold, one line each ([] when empty): tasks in
+    each (work, locks) pair's work project, tags in its locks project and in each of
+    ``tag_projects`` (projects not on the board hold nothing). Two round trips."""
     port = fit(port)
-    out = port.batch(
-        [
-            Call("getProjectByName", {"name": settings.project}),
-            Call("getProjectByName", {"name": settings.locks_project}),
-        ]
-    )
-    work, locks = out[0].unwrap(), out[1].unwrap()
-    checks: list[Call] = []
-    if isinstance(work, dict):
-        for status in (1, 0):
-            checks.append(Call("getAllTasks", {"project_id": as_int(work["id"]), "status_id": status}))
-    if isinstance(locks, dict):
-        checks.append(Call("getTagsByProject", {"project_id": as_int(locks["id"])}))
-    res = port.batch(checks) if checks else []
-    tasks = sum(len(o.unwrap() or []) for o in res[:2]) if isinstance(work, dict) else 0
-    return tasks, isinstance(locks, dict) and bool(res[-1].unwrap())
+    works = [w for w, _ in pairs]
+    tagged = [*(lk for _, lk in pairs), *tag_projects]
+    names = [*works, *tagged]
+    found = port.batch([Call("getProjectByName", {"name": n}) for n in names])
+    ids = {
+        n: as_int(o.unwrap()["id"]) for n, o in zip(names, found, strict=True) if isinstance(o.unwrap(), dict)
+    }
+    checks: list[tuple[str, str, Call]] = []
+    for n in works:
+        if n in ids:
+            checks += [
+                ("tasks", n, Call("getAllTasks", {"project_id": ids[n], "status_id": s})) for s in (1, 0)
+            ]
+    for n in tagged:
+        if n in ids:
+            checks.append(("tags", n, Call("getTagsByProject", {"project_id": ids[n]})))
+    res = port.batch([c for _, _, c in checks]) if checks else []
+    count: dict[tuple[str, str], int] = {}
+    for (kind, n, _), o in zip(checks, res, strict=True):
+        count[kind, n] = count.get((kind, n), 0) + len(o.unwrap() or [])
+    lines = []
+    for (kind, n), k in count.items():
+        if k:
+            lines.append(
+                f"project {n!r} holds {k} task(s)" if kind == "tasks" else f"project {n!r} holds lock tags"
+            )
+    return lines
 
 
 @dataclass(frozen=True)
@@ -244,34 +320,44 @@ class TaskContent:
 
 
 class RestoreTarget:
-    """The board a backup is restored onto, its layout created by ``init_board``."""
+    """A project a backup is restored into (the work project or a home), its layout
+    created by ``init_board``."""
 
-    def __init__(self, port: RpcPort, layout: BoardLayout, swimlanes: dict[str, int]) -> None:
+    def __init__(
+        self,
+        port: RpcPort,
+        layout: BoardLayout,
+        swimlanes: dict[str, int],
+        *,
+        board_users: dict[str, int] | None = None,
+    ) -> None:
         self.port = port
         self.layout = layout
         self.swimlanes = swimlanes  # name -> id, every swimlane the backup names
+        # Every user of the board by username: a comment keeps its author (a person, or a
+        # confined agent's own user in its home); an owner must be a member (layout.users).
+        self.board_users = board_users if board_users is not None else dict(layout.users)
 
     @classmethod
     def prepare(
         cls, port: RpcPort, settings: Settings, cards: CardSet, swimlanes: Sequence[str]
     ) -> RestoreTarget:
-        """Create the layout, plus the swimlanes the backup has and the cards no longer name."""
+        """Create the layout (the homes and the quota project too, as ``agap init`` does),
+        plus the swimlanes the backup has and the cards no longer name."""
         port = fit(port)  # a backup made on SQLite may hold values PostgreSQL cannot
         layout = init_board(port, settings, cards).layout
         assert layout is not None
-        lanes = {
-            str(s["name"]): as_int(s["id"])
-            for s in port.call("getAllSwimlanes", {"project_id": layout.project_id}) or []
-        }
-        for name in swimlanes:
-            if name not in lanes:
-                lanes[name] = int(
-                    _unwrap(
-                        port.batch([Call("addSwimlane", {"project_id": layout.project_id, "name": name})])[0],
-                        f"add swimlane {name!r}",
-                    )
-                )
-        return cls(port, layout, lanes)
+        users = {str(u["username"]): as_int(u["id"]) for u in port.call("getAllUsers") or []}
+        return cls(port, layout, _lanes(port, layout.project_id, swimlanes), board_users=users)
+
+    def home(self, agent: str, swimlanes: Sequence[str]) -> RestoreTarget | None:
+        """The target for ``agent``'s home (None: ``init_board`` made none for it)."""
+        layout = self.layout.homes.get(agent)
+        if layout is None:
+            return None
+        return RestoreTarget(
+            self.port, layout, _lanes(self.port, layout.project_id, swimlanes), board_users=self.board_users
+        )
 
     def create_task(self, task: NewTask, *, doing: str) -> int:
         """Create a task in its column and swimlane; its new id (one round trip)."""
@@ -305,7 +391,7 @@ class RestoreTarget:
                 "createComment",
                 {
                     "task_id": task_id,
-                    "user_id": self.layout.users.get(c.user, 0),
+                    "user_id": self.board_users.get(c.user, 0),
                     "content": c.content,
                     "visibility": c.visibility,
                 },
@@ -347,6 +433,59 @@ class RestoreTarget:
                 _unwrap(o, f"recreate lock tag {name!r}")
 
 
+def _lanes(port: RpcPort, pid: int, wanted: Sequence[str]) -> dict[str, int]:
+    """A project's swimlanes by name, adding the ones in ``wanted`` it lacks."""
+    lanes = {str(r["name"]): as_int(r["id"]) for r in port.call("getAllSwimlanes", {"project_id": pid}) or []}
+    for name in wanted:
+        if name not in lanes:
+            lanes[name] = int(
+                _unwrap(
+                    port.batch([Call("addSwimlane", {"project_id": pid, "name": name})])[0],
+                    f"add swimlane {name!r}",
+                )
+            )
+    return lanes
+
+
+def restore_quota(port: RpcPort, name: str, tags: Sequence[tuple[str, str]]) -> None:
+    """The quota project (made when ``agap init`` did not) and its slot tags with their
+    colours (who held each slot, and when), TAG_CHUNK per round trip."""
+    port = fit(port)
+    project = port.call("getProjectByName", {"name": name})
+    if isinstance(project, dict):
+        pid = as_int(project["id"])
+    else:
+        pid = int(_unwrap(port.batch([Call("createProject", {"name": name})])[0], f"create project {name!r}"))
+    for part in _chunks(tags, TAG_CHUNK):
+        got = port.batch([Call("createTag", {"project_id": pid, "tag": n, "color_id": c}) for n, c in part])
+        for (n, _), o in zip(part, got, strict=True):
+            _unwrap(o, f"recreate quota slot tag {n!r}")
+
+
+def restore_members(port: RpcPort, project: str, members: Mapping[str, str]) -> tuple[int, list[str]]:
+    """Give ``project`` the members the backup names that it lacks, each with its role:
+    how many were added, and the usernames not on the board (two round trips, and one
+    per member added)."""
+    port = fit(port)
+    out = port.batch([Call("getProjectByName", {"name": project}), Call("getAllUsers")])
+    row = out[0].unwrap()
+    if not isinstance(row, dict) or not members:
+        return 0, []
+    pid = as_int(row["id"])
+    users = {str(u["username"]): as_int(u["id"]) for u in out[1].unwrap() or []}
+    have = {as_int(k) for k in (port.call("getProjectUsers", {"project_id": pid}) or {})}
+    added, missing = 0, []
+    for username, role in sorted(members.items()):
+        uid = users.get(username)
+        if uid is None:
+            missing.append(username)
+        elif uid not in have:
+            call = Call("addProjectUser", {"project_id": pid, "user_id": uid, "role": role})
+            _unwrap(port.batch([call])[0], f"add {username!r} to {project!r}")
+            added += 1
+    return added, missing
+
+
 __all__ = [
     "CHUNK",
     "RESTORED_NONCE",
@@ -355,9 +494,13 @@ __all__ = [
     "FileCopy",
     "JournalLine",
     "NewTask",
+    "ProjectExport",
+    "QuotaExport",
     "RestoreTarget",
     "TaskContent",
     "TaskExport",
     "board_holdings",
     "read_board",
+    "restore_members",
+    "restore_quota",
 ]

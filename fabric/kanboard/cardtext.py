@@ -158,6 +158,25 @@ def result_link_in(text: str, result_ref: str) -> str | None:
     return None
 
 
+def result_file(result_ref: str, task_id: int) -> str | None:
+    """The name of the task's own attachment ``result_ref`` names (``kanboard://task/<id>/
+    file/<name>``), or None for any other ref."""
+    m = _FILE_REF.match(result_ref)
+    return m.group(2) if m and int(m.group(1)) == task_id else None
+
+
+def shows(spec: TaskSpec, record: Record, text: str) -> bool:
+    """Whether a description already shows what ``record`` asks of a person (at its top)
+    and the result it names. False for a card whose writer could not rewrite it (a
+    confined agent's worker has no seal key): the keeper redraws those."""
+    ask = asked(spec, record)
+    if ask and not (text or "").startswith("\n".join(ask)):
+        return False
+    ref = record.result_ref
+    lines = (text or "").splitlines()
+    return not ref or any(line.startswith("**Result:** ") and ref in line for line in lines)
+
+
 def needs_rewrite(spec: TaskSpec, before: Record | None, after: Record) -> bool:
     """Whether a transition changes what the card asks (so its description is rewritten)."""
     return asked(spec, before) != asked(spec, after) or (

@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fabric.kanboard.port import Call
+from fabric.kanboard.fit import fit
+from fabric.kanboard.layout import META_HOOK
+from fabric.kanboard.port import Call, RpcPort
 from fabric.kanboard.resend import send
 from fabric.kanboard.rows import (
     BoardActivity,
@@ -25,7 +27,7 @@ from fabric.kanboard.rows import (
     task_rows,
 )
 from fabric.kanboard.taskboard import TaskBoard
-from fabric.kanboard.views import TaskView, parse_view
+from fabric.kanboard.views import BoardLayout, TaskView, parse_view
 
 
 @dataclass(frozen=True)
@@ -114,4 +116,19 @@ class KeeperStore:
         return [t for t, o in zip(tags, out, strict=False) if o.error is None and o.value]
 
 
-__all__ = ["KeeperStore", "LockInventory"]
+def published_hooks(port: RpcPort, layout: BoardLayout) -> dict[int, str]:
+    """project id -> the receiver its home's keeper published (META_HOOK), for the homes
+    of ``layout`` that published one (one round trip, none without homes)."""
+    homes = list(layout.homes.values())
+    if not homes:
+        return {}
+    out = fit(port).batch([Call("getProjectMetadata", {"project_id": h.project_id}) for h in homes])
+    hooks = {}
+    for home, o in zip(homes, out, strict=True):
+        url = str((o.unwrap() or {}).get(META_HOOK) or "")
+        if url.startswith(("http://", "https://")):
+            hooks[home.project_id] = url
+    return hooks
+
+
+__all__ = ["KeeperStore", "LockInventory", "published_hooks"]

@@ -71,6 +71,8 @@ META_HINTED = "fabric.hinted"
 META_PARK_PREFIX = "fabric.park."  # work project: fabric.park.<queue> = park state (JSON)
 META_CRON_PREFIX = "fabric.cron."  # work project: fabric.cron.<schedule> = its firings
 META_WATCH = "fabric.keeper.watch"  # work project: the ids the keeper watches for gestures
+# A home's project: where its keeper receives the webhook events the main keeper forwards.
+META_HOOK = "fabric.keeper.hook"
 META_MATRIX_SINCE_PREFIX = "fabric.keeper.matrix."  # + a bot's hash: its Matrix sync token
 META_LAYOUT = "fabric.layout"  # work project: the storage layout version (see LAYOUT_VERSION)
 META_ORPHANS = "fabric.gc.orphans"  # locks project: {tag name: first seen orphaned}

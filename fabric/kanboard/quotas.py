@@ -42,6 +42,7 @@ __all__ = [
     "SlotRef",
     "SlotTag",
     "model_key",
+    "moved_holder",
     "parse_slot_tags",
 ]
 
@@ -114,6 +115,16 @@ def _parse_color(color: str) -> tuple[float, QuotaHolder | None] | None:
     except ValueError:
         return None
     return None
+
+
+def moved_holder(color: str, id_map: dict[int, int]) -> str:
+    """A reservation's colour with its task's new id (a restore renumbers tasks; the uid
+    and epoch stay). Other colours are returned as they are."""
+    parsed = _parse_color(color)
+    if parsed is None or parsed[1] is None or parsed[1].task_id not in id_map:
+        return color
+    uid, epoch, _, ms = color.split(".")
+    return f"{uid}.{epoch}.{id_map[parsed[1].task_id]}.{ms}"
 
 
 def parse_slot_tags(tags: Sequence[BoardTag]) -> dict[str, list[SlotTag]]:

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from fabric.errors import ConfigError, InvalidInput
 from fabric.kanboard.card import Sealed, derive_seal_key, parse_description, readable, render_description
-from fabric.kanboard.cardtext import human_text, needs_rewrite, result_link_in
+from fabric.kanboard.cardtext import human_text, needs_rewrite, result_file, result_link_in, shows
 from fabric.kanboard.dates import format_input_date
 from fabric.kanboard.fit import fit
 from fabric.kanboard.layout import (
@@ -83,6 +83,11 @@ class TaskNotFound(InvalidInput):
 
 
 BOTTOM = 1_000_000  # Kanboard clamps a too-large position to the bottom of the cell
+
+
+#: The states whose card the keeper redraws when it lags its record (TaskBoard.redraw):
+#: the ones a worker's own transition reaches that ask something of a person.
+REDRAWN = frozenset({State.DONE, State.INPUT_REQUIRED})
 
 
 class TaskBoard:
@@ -173,6 +178,80 @@ class TaskBoard:
         return self.describe(
             spec, uid, assignee=first.assignee if first else None, record=record, result_url=result_url
         )
+
+    def redraw(self, views: Iterable[TaskView]) -> list[int]:
+        """Rewrite the description of each open card that does not show what its record
+        asks (:data:`REDRAWN`: a result to verify, a question): the ids redrawn.
+
+        A confined agent's worker signs in as its own user and has no seal key, so it
+        writes its records but leaves the card as it was submitted; the keeper, which has
+        the key, draws it as any other card of that state reads. Nothing is read when no
+        card lags; else one round trip for the result files' ids (for the viewer link) and
+        one for the rewrites, each re-reading its task: a transition that landed meanwhile
+        is drawn at once (a rewrite of ours must never stand for an older state).
+        """
+        if not self._seal:
+            return []
+        stale = [
+            v
+            for v in views
+            if v.is_open
+            and v.spec is not None
+            and v.uid is not None
+            and v.current is not None
+            and v.current.state in REDRAWN
+            and not shows(v.spec, v.current, v.task.description)
+        ]
+        if not stale:
+            return []
+        urls = self._result_urls(stale)
+        calls = [c for v in stale for c in (self._redraw_call(v, urls.get(v.id)), *self.read_calls([v.id]))]
+        out = self._batch(calls)
+        moved = []
+        for i, v in enumerate(stale):
+            row, meta = out[3 * i + 1].unwrap(), out[3 * i + 2].unwrap()
+            if row:
+                now = parse_view(v.id, row, meta, self.clock())
+                if now.epoch != v.epoch and now.spec is not None and now.uid is not None:
+                    moved.append(now)
+        if moved:
+            urls = self._result_urls(moved)
+            self._batch([self._redraw_call(v, urls.get(v.id)) for v in moved])
+        return [v.id for v in stale]
+
+    def _redraw_call(self, view: TaskView, result_url: str | None) -> Call:
+        assert view.spec is not None and view.uid is not None
+        first = view.records.get(0)
+        text = self.describe(
+            view.spec,
+            view.uid,
+            assignee=first.assignee if first else None,
+            record=view.current,
+            result_url=result_url,
+        )
+        return Call("updateTask", {"id": view.id, "description": text})
+
+    def _result_urls(self, views: Sequence[TaskView]) -> dict[int, str]:
+        """The viewer links of the views' results attached to their own tasks (one round
+        trip, none when there is nothing to link)."""
+        urls: dict[int, str] = {}
+        wanted: dict[int, str] = {}  # task id -> the attachment whose file id is needed
+        for v in views:
+            ref = v.current.result_ref if v.current else None
+            if not ref or self.links is None:
+                continue
+            if kept := result_link_in(v.task.description, ref):
+                urls[v.id] = kept
+            elif (name := result_file(ref, v.id)) is not None:
+                wanted[v.id] = name
+        if not wanted or self.links is None:
+            return urls
+        out = self.port.batch([Call("getAllTaskFiles", {"task_id": t}) for t in wanted])
+        for (tid, name), o in zip(wanted.items(), out, strict=True):
+            ids = [f.id for f in file_rows(o.unwrap()) if f.name == name]
+            if ids:
+                urls[tid] = self.links.file(tid, max(ids))  # the newest of that name
+        return urls
 
     # -- reading --------------------------------------------------------------------
 

@@ -287,3 +287,63 @@ def test_backup_to_stdout_restores_from_stdin_and_an_unwritable_folder_is_one_li
     assert bad.exit_code == 2, bad.output
     assert bad.output.startswith("agap: error: ") and "agap backup - > FILE" in bad.output
     assert len(bad.output.strip().splitlines()) == 1
+
+
+def test_restore_refuses_a_board_whose_home_holds_a_task_and_writes_nothing(
+    embedded_board: EmbeddedBoard, fresh_board: EmbeddedBoard, cards: CardSet, tmp_path: Path
+) -> None:
+    """The rule of the work project holds for every project the backup has: a home (or a
+    quota project) that holds tasks or tags is refused before anything is written."""
+    src = fabric_on(embedded_board, cards)
+    src.submit("Price a kettle", target="torgash")
+    path = tmp_path / "b.json"
+    assert run(env_for(embedded_board, tmp_path), "backup", str(path)).exit_code == 0
+    doc = json.loads(path.read_text())
+    assert len(doc["homes"]["torgash"]["tasks"]) == 1 and doc["tasks"] == []
+    # The fresh board already has torgash's home, holding a task.
+    other = fabric_on(fresh_board, cards)
+    other.submit("Already here", target="torgash")
+    before = other.port.call("getAllProjects")
+    res = run(env_for(fresh_board, tmp_path / "b"), "restore", str(path))
+    assert res.exit_code == 2, res.output
+    assert "not empty" in res.output and "'Agent Fabric: torgash' holds 1 task" in res.output
+    assert other.port.call("getAllProjects") == before
+    assert len(other.listing()) == 1, "nothing was added"
+
+
+def test_restore_refuses_a_home_the_cards_do_not_make(
+    embedded_board: EmbeddedBoard, fresh_board: EmbeddedBoard, cards: CardSet, tmp_path: Path
+) -> None:
+    fabric_on(embedded_board, cards)
+    path = tmp_path / "b.json"
+    assert run(env_for(embedded_board, tmp_path), "backup", str(path)).exit_code == 0
+    doc = json.loads(path.read_text())
+    doc["homes"]["kimi"] = doc["homes"]["torgash"]  # kimi is trusted: it has no home
+    path.write_text(json.dumps(doc))
+    res = run(env_for(fresh_board, tmp_path / "b"), "restore", str(path))
+    assert res.exit_code == 2 and "the home of 'kimi'" in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1
+    client = KanboardClient(fresh_board.url, fresh_board.token)
+    assert client.call("getAllProjects") == [], "nothing was written"
+
+
+def test_a_version_1_backup_still_restores(
+    embedded_board: EmbeddedBoard, fresh_board: EmbeddedBoard, cards: CardSet, tmp_path: Path
+) -> None:
+    """A file written before homes were backed up: the work project alone comes back."""
+    src = fabric_on(embedded_board, cards)
+    tid = src.submit("Water the plants", target="gemma-local").task_id
+    path = tmp_path / "b.json"
+    assert run(env_for(embedded_board, tmp_path), "backup", str(path)).exit_code == 0
+    doc = json.loads(path.read_text())
+    doc["version"] = 1
+    del doc["homes"]
+    for key in ("work", "locks"):
+        del doc["projects"][key]["members"]
+    path.write_text(json.dumps(doc))
+    res = run(env_for(fresh_board, tmp_path / "b"), "restore", str(path), "--json")
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output[res.output.index("{") :])
+    assert report["tasks"] == 1 and report["homes"] == {}
+    dst = fabric_on(fresh_board, cards)
+    assert dst.board.read(report["id_map"][str(tid)]).spec.intent == "Water the plants"  # type: ignore[union-attr]

@@ -10,6 +10,7 @@ assigned to the person who verifies it; the embedded board serves the links it w
 from __future__ import annotations
 
 import base64
+import dataclasses
 import re
 from pathlib import Path
 
@@ -20,10 +21,13 @@ from fabric.apps.web import WebView
 from fabric.cards import CardSet, load_cards
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
+from fabric.kanboard.bootstrap import init_board
 from fabric.kanboard.card import SPEC_LINE
 from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.principals import home_settings
 from fabric.settings.resolve import Settings
 from fabric.task import GATE_ACTOR, State
+from keeper.daemon import Keeper
 from keeper.decisions import escalate_dead_letter
 from tests.conftest import ROOT, make_fabric
 from tests.fakes.openai_stub import OpenAIStub
@@ -32,6 +36,7 @@ from workers.assembly import build_worker
 
 CARDS = Path(__file__).parent / "cards_worker"
 TAG = re.compile(r"</?[a-zA-Z][^>]*>")
+PASSWORD = "torgash-board-password-0123456789"
 
 
 def description(fab: Fabric, tid: int) -> str:
@@ -190,3 +195,52 @@ def test_cards_made_before_keep_working(fab: Fabric) -> None:
         + "\n```\n</details>",
     )
     assert fab.board.sealed(old) == fab.board.sealed(text)
+
+
+def test_a_confined_agents_done_card_is_drawn_by_its_homes_keeper(
+    embedded_board: EmbeddedBoard, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torgash (sandboxed) works its home as its own board user, without the seal key: its
+    done card keeps the text it was submitted with. The home's keeper (the app token, the
+    home's projects, as `agap up` runs it) draws it as any done card reads: what is asked,
+    the result linked in the file viewer, the sealed spec; once, then it is left alone."""
+    monkeypatch.setenv("AGAP_BOARD_PASSWORD_TORGASH", PASSWORD)
+    cards = load_cards(ROOT / "cards", base_dir=ROOT)
+    app = Settings(
+        board_url=embedded_board.url,
+        board_token=embedded_board.token,
+        cards_dir=ROOT / "cards",
+        state_dir=tmp_path / "state",
+    )
+    client = KanboardClient(app.board_url, app.board_token)
+    init_board(client, app, cards)
+    fab = Fabric.connect(app, cards=cards)
+    tid = fab.submit("Price a heat pump", target="torgash").task_id
+    submitted = description(fab, tid)
+    own = dataclasses.replace(app, board_token="", board_user="agap-torgash", board_password=PASSWORD)
+    env = {"AGAP_MODEL_MODE": "demo", "AGAP_POLL_SECONDS": "0.2"}
+    with Running(build_worker("torgash", own, cards, env=env)):
+        wait_until(lambda: _state(fab, tid) == State.DONE, what="torgash's task done")
+    assert description(fab, tid) == submitted, "the confined worker could not draw it"
+    assert "please verify" not in submitted
+
+    home = Keeper.for_fabric(Fabric.connect(home_settings(app, cards.get("torgash")), cards=cards))
+    assert home.run_job("gestures") and home.last["gestures"].redrawn == [tid]
+    (file,) = fab.board.files(tid)
+    url = (
+        f"{base(embedded_board)}?controller=FileViewerController&action=show&task_id={tid}&file_id={file.id}"
+    )
+    text = readable(fab, tid)
+    assert text.startswith("**Done: please verify, @alvis.**")
+    assert "Accept the result: close this card (**Close this task**" in text
+    assert f"**Result:** [result-e1.md]({url}) (`kanboard://task/{tid}/file/result-e1.md`)" in text
+    sealed = fab.board.sealed(description(fab, tid))
+    assert sealed is not None and sealed.uid == fab.board.read(tid).uid
+    # Drawn once: the next sweep finds nothing to draw, and the main keeper none of it.
+    assert home.run_job("gestures") and home.last["gestures"].redrawn == []
+    main = Keeper.for_fabric(fab)
+    assert main.run_job("gestures") and main.last["gestures"].redrawn == []
+    # Verified from its home: the card asks nothing any more and keeps its result's link.
+    Fabric.connect(home_settings(app, cards.get("torgash")), cards=cards).ledger.verify(tid, "alvis")
+    after = readable(fab, tid)
+    assert "please verify" not in after and f"({url})" in after

@@ -20,11 +20,13 @@ from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.errors import ConfigError
 from fabric.kanboard.client import KanboardClient
-from fabric.kanboard.layout import Column
+from fabric.kanboard.keeperstore import published_hooks
+from fabric.kanboard.layout import META_HOOK, Column
+from fabric.kanboard.principals import home_settings
 from fabric.settings.keeper import KeeperConfig
 from fabric.task import State
 from keeper.daemon import Keeper
-from keeper.hook import HookServer
+from keeper.hook import HomeRoutes, HookServer
 from tests.helpers import wait_until
 
 TOKEN = "hook-secret-1"
@@ -147,3 +149,95 @@ def test_the_embedded_board_posts_what_kanboard_posts(
     assert close["event_data"]["task_id"] == tid and close["event_data"]["task"]["id"] == tid
     create = next(p for p in seen if p["event_name"] == "task.create")
     assert create["event_author"] is None, "the application token has no author"
+
+
+def test_a_home_projects_gesture_is_forwarded_to_its_keeper_and_acted_on_at_once(
+    http_fabric: Fabric, embedded_board: EmbeddedBoard
+) -> None:
+    """Kanboard has one webhook URL: the main keeper's receiver. A person's move on a card
+    in torgash's home is forwarded to the home's keeper (at the receiver it published),
+    whose sweeps are an hour apart here: only the forward can have acted in time."""
+    fab = http_fabric
+    card = fab.cards.get("torgash")
+    cfg = KeeperConfig()
+    slow = replace(cfg, intervals={job: 3600.0 for job in cfg.intervals}, move_tolerance=5.0)
+    home_fab = Fabric.connect(home_settings(fab.settings, card), cards=fab.cards)
+    home_keeper = Keeper(slow, lambda: home_fab)
+    main_keeper = Keeper.for_fabric(fab, slow)
+    main_pokes = Recorder()
+    lookups: list[int] = []
+
+    def lookup() -> dict[int, str]:
+        lookups.append(1)
+        return published_hooks(KanboardClient(embedded_board.url, embedded_board.token), fab.board.layout)
+
+    routes = HomeRoutes(lookup, token=TOKEN, main_project=lambda: fab.board.layout.project_id, refresh=0.0)
+    stop = threading.Event()
+    with (
+        HookServer(home_keeper.poke, token=TOKEN) as home_hook,
+        HookServer(main_pokes, token=TOKEN, route=routes) as main_hook,
+    ):
+        home_keeper.hook_url = home_hook.url
+        embedded_board.set_webhook(main_hook.url, TOKEN)
+        t = threading.Thread(target=home_keeper.serve, args=(stop,), daemon=True)
+        t.start()
+        try:
+            wait_until(lambda: home_keeper._sched is not None, timeout=10, what="the home keeper's scheduler")
+            assert home_fab.board.project_meta().get(META_HOOK) == home_hook.url, "published"
+            tid = fab.submit("price a kettle", target="torgash").task_id
+            lease = home_fab.ledger.claim(home_fab.board.read(tid), "w1", lease_seconds=300)
+            home_fab.ledger.fail(lease, "it broke", poison=True)
+            home = fab.board.layout.homes["torgash"]
+            g = person(fab, embedded_board, "g_home")
+            assert fab.port.call(
+                "addProjectUser", {"project_id": home.project_id, "user_id": g.call("getMe")["id"]}
+            )
+            assert g.call(
+                "moveTaskPosition",
+                {
+                    "project_id": home.project_id,
+                    "task_id": tid,
+                    "column_id": home.columns[Column.QUEUED],
+                    "position": 1,
+                    "swimlane_id": home.swimlanes["torgash"],
+                },
+            )
+
+            def revived() -> Any:
+                cur = fab.board.read(tid).current
+                return cur is not None and cur.state == State.QUEUED and cur.op == "revive"
+
+            wait_until(revived, timeout=30, what="the home's keeper to revive the task")
+            assert main_hook.forwarded >= 1 and home_hook.events >= 1
+            assert main_pokes.pokes == 0, "the main keeper was not woken for a home's card"
+            cur = fab.board.read(tid).current
+            assert cur is not None and cur.by == "g_home"
+            # A card of the work project still pokes the main keeper, and looks nothing up.
+            seen = len(lookups)
+            other = fab.submit("summarise the week", target="kimi").task_id
+            fab.port.call(
+                "addProjectUser",
+                {"project_id": fab.board.layout.project_id, "user_id": g.call("getMe")["id"]},
+            )
+            assert g.call("closeTask", {"task_id": other})
+            wait_until(lambda: main_pokes.pokes >= 1, timeout=10, what="the main keeper poked")
+            assert len(lookups) == seen
+        finally:
+            stop.set()
+            t.join(10)
+    del main_keeper
+
+
+def test_a_forward_to_a_home_keeper_that_is_gone_pokes_the_main_keeper() -> None:
+    pokes = Recorder()
+    dead = "http://127.0.0.1:9/"  # nothing listens on the discard port
+    routes = HomeRoutes(lambda: {7: dead}, token=TOKEN, main_project=lambda: 1, timeout=1.0, refresh=0.0)
+    with HookServer(pokes, token=TOKEN, route=routes) as hook:
+        body = {
+            "event_name": "task.close",
+            "event_data": {"task": {"project_id": 7}},
+            "event_author": "alvis",
+        }
+        assert requests.post(hook.url + "?token=" + TOKEN, json=body, timeout=5).status_code == 200
+        wait_until(lambda: pokes.pokes == 1, timeout=10, what="the main keeper poked instead")
+        assert hook.forwarded == 0

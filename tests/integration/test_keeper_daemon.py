@@ -209,3 +209,69 @@ def test_sigterm_stops_the_daemon_cleanly(env: dict[str, str]) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_homes_keeper_publishes_its_receiver_beside_the_main_ones(
+    env: dict[str, str], embedded_board: EmbeddedBoard, tmp_path: Path
+) -> None:
+    """`agap keeper` on torgash's home (as `agap up` runs it) with a hook token listens on a
+    free port (never the main keeper's, which the same environment names) and publishes it
+    in the home's metadata, token-checked; the main keeper's receiver takes a home's event.
+    The forward itself: tests/integration/test_gesture_webhook.py."""
+    import os
+    import signal
+    import socket
+
+    import requests
+
+    from fabric.kanboard.layout import META_HOOK
+    from tests.helpers import wait_until
+
+    token = "daemon-hook-token"
+    env = {**env, "AGAP_BOARD_PASSWORD_TORGASH": "torgash-board-password-0123456789"}
+    assert run(env, "init").exit_code == 0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        main_port = s.getsockname()[1]
+    common = {**os.environ, **env, "AGAP_KEEPER_HOOK_TOKEN": token, "AGAP_KEEPER_HOOK_PORT": str(main_port)}
+    home_env = {
+        **common,
+        "AGAP_PROJECT": "Agent Fabric: torgash",
+        "AGAP_LOCKS_PROJECT": "Agent Fabric Locks: torgash",
+    }
+    cmd = [sys.executable, "-c", "from fabric.apps.cli import main; main()", "keeper"]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=e, stderr=subprocess.DEVNULL) for e in (home_env, common)]
+    try:
+        client = KanboardClient(embedded_board.url, embedded_board.token)
+        home = client.call("getProjectByName", {"name": "Agent Fabric: torgash"})
+
+        def published() -> str:
+            return str(
+                (client.call("getProjectMetadata", {"project_id": int(home["id"])}) or {}).get(META_HOOK, "")
+            )
+
+        wait_until(published, timeout=60, what="the home's keeper to publish its receiver")
+        assert published().startswith("http://127.0.0.1:") and f":{main_port}/" not in published()
+        body = {
+            "event_name": "task.move.column",
+            "event_data": {"task": {"project_id": int(home["id"])}},
+            "event_author": "alvis",
+        }
+
+        def main_up() -> bool:
+            try:
+                return requests.post(f"http://127.0.0.1:{main_port}/?token={token}", json=body, timeout=5).ok
+            except requests.RequestException:
+                return False
+
+        wait_until(main_up, timeout=60, what="the main keeper's receiver")
+        assert requests.post(published() + "?token=wrong", json=body, timeout=5).status_code == 401
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                assert p.wait(30) == 0
+            finally:
+                if p.poll() is None:
+                    p.kill()

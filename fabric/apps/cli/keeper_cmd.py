@@ -9,16 +9,23 @@ from dataclasses import replace
 import click
 
 from fabric.apps.cli import logs, main
+from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.degraded import Backoff
-from fabric.errors import EXIT_UNREACHABLE
+from fabric.errors import EXIT_UNREACHABLE, ConfigError
+from fabric.kanboard.bootstrap import load_layout
+from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.keeperstore import published_hooks
+from fabric.kanboard.port import BoardError
+from fabric.kanboard.principals import confined, home_work_settings
+from fabric.kanboard.views import BoardLayout
 from fabric.settings import registry
 from fabric.settings.keeper import KeeperConfig
 from fabric.settings.resolve import Settings
 from fabric.signals import exit_on_signal
 from keeper.acts import agent_usernames
 from keeper.daemon import Keeper
-from keeper.hook import HookServer
+from keeper.hook import HomeRoutes, HookServer
 from keeper.metrics import MetricsServer
 
 
@@ -81,7 +88,11 @@ def keeper_cmd(
             allow=config.metrics_allow,
         ).start()
         click.echo(f"keeper metrics on {server.url}/metrics and /metrics.json", err=True)
-    hook = _hook(keeper, config, settings) if config.hook_port and not once else None
+    home = _home_of(settings, cards)
+    # A home's keeper receives what the main keeper's receiver forwards: on a port of its
+    # own (any free one, on the hook host), whenever a hook token is set.
+    wanted = bool(config.hook_token) if home else bool(config.hook_port)
+    hook = _hook(keeper, config, settings, home=home) if wanted and not once else None
     try:
         if once:
             results = keeper.run_once()
@@ -101,11 +112,58 @@ def keeper_cmd(
             hook.stop()
 
 
-def _hook(keeper: Keeper, config: KeeperConfig, settings: Settings) -> HookServer:
-    """Kanboard's webhook receiver, poking the gesture job (refuses to start without a token)."""
+def _home_of(settings: Settings, cards: CardSet) -> str:
+    """The confined agent whose home ``settings`` name ("" for the work project)."""
+    for card in cards:
+        if confined(card) and home_work_settings(settings, card) is not settings:
+            return card.id
+    return ""
+
+
+def _hook(keeper: Keeper, config: KeeperConfig, settings: Settings, *, home: str) -> HookServer:
+    """Kanboard's webhook receiver, poking the gesture job (refuses to start without a
+    token). The main keeper's routes a home's events to that home's keeper; a home's
+    keeper listens on a free port and publishes it (keeper.hook)."""
     agents = agent_usernames(logs.daemon_cards(settings.cards_dir))
+    route = None if home else _routes(settings, config)
     hook = HookServer(
-        keeper.poke, token=config.hook_token, host=config.hook_host, port=config.hook_port, ignore=agents
+        keeper.poke,
+        token=config.hook_token,
+        host=config.hook_host,
+        port=0 if home else config.hook_port,
+        ignore=agents,
+        route=route,
     ).start()
-    click.echo(f"keeper webhook receiver on {hook.url}?token=… (Kanboard: Settings > Webhooks)", err=True)
+    if home:
+        keeper.hook_url = hook.url
+        click.echo(
+            f"keeper webhook receiver of {home!r}'s home on {hook.url} (the main keeper forwards)", err=True
+        )
+    else:
+        click.echo(f"keeper webhook receiver on {hook.url}?token=… (Kanboard: Settings > Webhooks)", err=True)
     return hook
+
+
+def _routes(settings: Settings, config: KeeperConfig) -> HomeRoutes:
+    """The main receiver's routes to the homes' keepers, over a connection of its own
+    (the keeper's jobs use theirs from one thread)."""
+    url, token = settings.require_board()
+    client = KanboardClient(url, token)
+    layout: list[BoardLayout] = []
+
+    def current() -> BoardLayout:
+        if not layout:
+            layout.append(load_layout(client, settings))
+        return layout[0]
+
+    def lookup() -> dict[int, str]:
+        layout.clear()  # a home added since (`agap init`) is found too
+        return published_hooks(client, current())
+
+    def main_project() -> int | None:
+        try:
+            return current().project_id
+        except (BoardError, ConfigError):
+            return None
+
+    return HomeRoutes(lookup, token=config.hook_token, main_project=main_project)

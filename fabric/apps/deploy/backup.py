@@ -3,30 +3,44 @@
 Kanboard is tier 0: the database dump (``pg_dump``) and the files volume are the primary
 backup (docs/OPERATIONS.md). This export is the fabric-level one: it goes through the API,
 so it restores onto any Kanboard (PostgreSQL, SQLite, the embedded board) and survives a
-Kanboard upgrade. The file is one JSON document::
+Kanboard upgrade. It holds every project the fabric made: the work project and its locks
+project, each confined agent's home (its own pair, :mod:`fabric.kanboard.principals`), and
+the quota project when there is one (:mod:`fabric.kanboard.quotas`). The file is one JSON
+document::
 
-    {"format": "agap-fabric-backup", "version": 1, "created_at": …,
-     "projects": {"work": {"name", "columns", "swimlanes", "metadata"},
-                  "locks": {"name", "tags", "metadata"}},
+    {"format": "agap-fabric-backup", "version": 2, "created_at": …,
+     "projects": {"work": {"name", "columns", "swimlanes", "metadata", "members"},
+                  "locks": {"name", "tags", "metadata", "members"},
+                  "quota": {"name", "tags": [{"name", "color"}], "metadata"}},  (if any)
+     "homes": {"<agent>": {"projects": {"work": …, "locks": …}, "tasks": […]}},
      "users": {"<old id>": "<username>"},
      "tasks": [{"id", "uid", "column", "swimlane", "owner", "row", "metadata",
                 "comments": [{"user", "content", "visibility", "date_creation"}],
                 "files": [{"name", "size", "blob": "<base64>"}], "tags"}]}
 
+``members`` maps each member's username to its project role. Version 1 files (the work
+project alone) still restore.
+
 This module owns the file; every read and write on the board is
-:mod:`fabric.kanboard.backup`'s. :func:`restore` refuses a board that already holds fabric
-tasks or lock tags. It creates the layout with :func:`fabric.kanboard.bootstrap.init_board`
-(plus any swimlane the backup has and the cards no longer name), recreates every task in
-its column and swimlane, with all its metadata, comments (in order; their dates are not
-settable through the API) and files, closes the closed ones, and recreates the lock tags:
-every tag the backup held, and for each task ``<uid>/e1 … <uid>/e<n>`` up to its highest
-epoch and its submit receipt — so no transition can win an epoch that already has a record,
-and a resubmit with the same action id still finds its task. Task uids are kept; numeric
-ids change, and every reference to a restored task (``task:<id>``,
-``kanboard://task/<id>/…``) in descriptions, metadata and comments is rewritten to the new
-id. Project metadata (queue park states, the keeper's watch list, GC sightings) is saved
-for the record but not restored: those are projections that the workers and the keeper
-rebuild.
+:mod:`fabric.kanboard.backup`'s. :func:`restore` refuses a board where any of the backup's
+projects already holds tasks or tags, and a backup with a home these cards do not make,
+before it writes anything. It creates the layout with
+:func:`fabric.kanboard.bootstrap.init_board` (the homes, their users and memberships too;
+plus any swimlane the backup has and the cards no longer name), recreates every task in
+its own project, column and swimlane, with all its metadata, comments (in order, by their
+authors; their dates are not settable through the API) and files, closes the closed ones,
+and recreates each locks project's tags: every tag the backup held, and for each task
+``<uid>/e1 … <uid>/e<n>`` up to its highest epoch and its submit receipt — so no
+transition can win an epoch that already has a record, and a resubmit with the same
+action id still finds its task. The quota project's slot tags come back with their
+colours (their holders' task ids renumbered). Members the backup names that ``agap init``
+did not make again are added with their roles (a user not on the board is a warning:
+Kanboard's API cannot give it its password). Task uids are kept; numeric ids change
+(they are the board's, across projects), and every reference to a restored task
+(``task:<id>``, ``kanboard://task/<id>/…``) in descriptions, metadata and comments is
+rewritten to the new id. Project metadata (queue park states, the keeper's watch list,
+GC sightings) is saved for the record but not restored: those are projections that the
+workers and the keeper rebuild.
 """
 
 from __future__ import annotations
@@ -43,15 +57,18 @@ from typing import Any
 from fabric.cards import CardSet
 from fabric.errors import EXIT_INVALID, FabricError, InvalidInput
 from fabric.kanboard.backup import (
-    BoardExport,
     JournalLine,
     NewTask,
+    ProjectExport,
     RestoreTarget,
     TaskContent,
     TaskExport,
     board_holdings,
     read_board,
+    restore_members,
+    restore_quota,
 )
+from fabric.kanboard.bootstrap import forget_layout_cache
 from fabric.kanboard.layout import (
     COLUMN_ORDER,
     META_SPEC,
@@ -62,12 +79,15 @@ from fabric.kanboard.layout import (
     record_epoch,
 )
 from fabric.kanboard.port import RpcPort
+from fabric.kanboard.principals import confined, home_names
+from fabric.kanboard.quotas import moved_holder
 from fabric.kanboard.rows import BoardTask
 from fabric.settings.resolve import Settings
 from fabric.task import TaskSpec
 
 FORMAT = "agap-fabric-backup"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)  # version 1: the work project only (no homes, quota project or members)
 
 # A reference to a task by its numeric id: task:12, task:#12, kanboard://task/12/file/x.md
 _TASK_REF = re.compile(r"(?<![A-Za-z0-9_])(kanboard://task/|task:)(#?)(\d+)(?!\d)")
@@ -103,6 +123,9 @@ class RestoreReport:
     comments: int = 0
     files: int = 0
     lock_tags: int = 0
+    homes: dict[str, int] = field(default_factory=dict)  # agent -> tasks restored in its home
+    quota_tags: int = 0
+    members: int = 0  # memberships added beyond the ones `agap init` makes
     id_map: dict[int, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -114,31 +137,52 @@ class RestoreReport:
 def export_board(
     port: RpcPort, settings: Settings, *, clock: Callable[[], float] = time.time
 ) -> dict[str, Any]:
-    """Every fabric task on the board, with the layout it lives in (see the module doc)."""
+    """Every project the fabric made, with every task in it (see the module doc)."""
     board = read_board(port, settings)
+    projects = _pair_entry(board.work, board.users)
+    if board.quota is not None:
+        projects["quota"] = {
+            "name": board.quota.name,
+            "tags": [{"name": n, "color": c} for n, c in board.quota.tags],
+            "metadata": board.quota.metadata,
+        }
     return {
         "format": FORMAT,
         "version": VERSION,
         "created_at": clock(),
-        "projects": {
-            "work": {
-                "name": board.project,
-                "columns": board.columns,
-                "swimlanes": board.swimlanes,
-                "metadata": board.project_meta,
-            },
-            "locks": {
-                "name": settings.locks_project,
-                "tags": board.lock_tags,
-                "metadata": board.locks_meta,
-            },
+        "projects": projects,
+        "homes": {
+            agent: {
+                "projects": _pair_entry(home, board.users),
+                "tasks": [_task_entry(t, board.users) for t in home.tasks],
+            }
+            for agent, home in board.homes.items()
         },
         "users": {str(k): v for k, v in sorted(board.users.items())},
-        "tasks": [_task_entry(t, board) for t in board.tasks],
+        "tasks": [_task_entry(t, board.users) for t in board.work.tasks],
     }
 
 
-def _task_entry(t: TaskExport, board: BoardExport) -> dict[str, Any]:
+def _pair_entry(p: ProjectExport, users: dict[int, str]) -> dict[str, Any]:
+    """A work project and its locks project as the file holds them (without the tasks)."""
+    return {
+        "work": {
+            "name": p.project,
+            "columns": p.columns,
+            "swimlanes": p.swimlanes,
+            "metadata": p.project_meta,
+            "members": p.members,
+        },
+        "locks": {
+            "name": p.locks_project,
+            "tags": p.lock_tags,
+            "metadata": p.locks_meta,
+            "members": p.locks_members,
+        },
+    }
+
+
+def _task_entry(t: TaskExport, users: dict[int, str]) -> dict[str, Any]:
     """One task as the file holds it: the board's own row, names rather than ids."""
     return {
         "id": t.task.id,
@@ -150,7 +194,7 @@ def _task_entry(t: TaskExport, board: BoardExport) -> dict[str, Any]:
         "metadata": t.metadata,
         "comments": [
             {
-                "user": c.username or board.users.get(c.user_id),
+                "user": c.username or users.get(c.user_id),
                 "content": c.text,
                 "visibility": c.visibility or "app-user",
                 # Kept for the record: a restore cannot set a comment's date.
@@ -202,9 +246,10 @@ def read_backup(path: Path, text: str | None = None) -> dict[str, Any]:
             where="agap restore",
             hint="make one with `agap backup FILE`",
         )
-    if doc.get("version") != VERSION:
+    if doc.get("version") not in READS:
         raise InvalidInput(
-            f"{path} is backup format version {doc.get('version')!r}; this agap reads version {VERSION}",
+            f"{path} is backup format version {doc.get('version')!r}; this agap reads versions "
+            + ", ".join(map(str, READS)),
             where="agap restore",
             hint="restore it with the agap release that wrote it",
         )
@@ -234,15 +279,15 @@ def map_refs(text: str, id_map: dict[int, int]) -> str:
     return _PAGE_LINK.sub(page, _TASK_REF.sub(sub, text))
 
 
-def _lock_names(doc: dict[str, Any]) -> list[str]:
-    """Every lock tag the restored board needs: the backup's, each task's epochs up to its
-    highest (record or tag), and each task's submit receipt."""
-    names: set[str] = {str(n) for n in doc["projects"].get("locks", {}).get("tags", [])}
+def _lock_names(tags: list[Any], tasks: list[dict[str, Any]]) -> list[str]:
+    """Every lock tag a restored locks project needs: the backup's, each task's epochs up
+    to its highest (record or tag), and each task's submit receipt."""
+    names: set[str] = {str(n) for n in tags}
     highest: dict[str, int] = {}
     for name in names:
         if m := _EPOCH_TAG.match(name):
             highest[m.group(1)] = max(highest.get(m.group(1), 0), int(m.group(2)))
-    for task in doc["tasks"]:
+    for task in tasks:
         uid = task.get("uid")
         meta: dict[str, str] = task.get("metadata") or {}
         if not uid:
@@ -260,42 +305,128 @@ def _lock_names(doc: dict[str, Any]) -> list[str]:
     return sorted(names)
 
 
+@dataclass
+class _Part:
+    """One (work, locks) pair of the backup: the work project's or a home's."""
+
+    agent: str  # "" for the work project
+    projects: dict[str, Any]  # {"work": …, "locks": …}
+    tasks: list[dict[str, Any]]
+    target: RestoreTarget
+
+
 def restore(port: RpcPort, settings: Settings, cards: CardSet, doc: dict[str, Any]) -> RestoreReport:
-    """Recreate a backup on an EMPTY board (see the module doc); raises :class:`BoardNotEmpty`."""
-    work = doc["projects"]["work"]
+    """Recreate a backup on a board that holds none of its projects' tasks or tags (see
+    the module doc); raises :class:`BoardNotEmpty`, or :class:`InvalidInput` for a home
+    the cards do not make, before anything is written."""
+    projects = doc["projects"]
+    quota = projects.get("quota")
     settings = replace(
-        settings, project=str(work["name"]), locks_project=str(doc["projects"]["locks"]["name"])
+        settings,
+        project=str(projects["work"]["name"]),
+        locks_project=str(projects["locks"]["name"]),
+        quota_project=str(quota["name"]) if quota else settings.quota_project,
     )
-    _ensure_empty(port, settings)
-    missing_cols = [c for c in work.get("columns", []) if c not in _COLUMNS]
-    target = RestoreTarget.prepare(port, settings, cards, work.get("swimlanes", []))
-    report = RestoreReport()
-    if missing_cols:
-        report.warnings.append(
-            "columns not in the fabric's layout, tasks in them go to Queued: " + ", ".join(missing_cols)
-        )
-    tasks = sorted(doc["tasks"], key=lambda t: int(t["id"]))
-    # Pass 1: the tasks themselves (ids are needed before references can be rewritten).
-    for task in tasks:
-        new_id = target.create_task(_new_task(task), doing=f"recreate task #{task['id']}")
-        report.id_map[int(task["id"])] = new_id
+    homes: dict[str, Any] = doc.get("homes") or {}
+    _check_homes(settings, cards, homes)
+    pairs = [(settings.project, settings.locks_project)]
+    pairs += [
+        (str(h["projects"]["work"]["name"]), str(h["projects"]["locks"]["name"])) for h in homes.values()
+    ]
+    held = board_holdings(port, pairs, [settings.quota_project] if quota else [])
+    if held:
+        raise BoardNotEmpty("; ".join(held))
+    parts = _prepare(port, settings, cards, doc)
+    report = RestoreReport(warnings=_unknown_columns(parts))
+    # Ids are the board's, across projects (a ref in a home may name a work task): every
+    # task is created first, in the order of its old id, then filled with rewritten refs.
+    everything = sorted(((int(t["id"]), t, p) for p in parts for t in p.tasks), key=lambda e: e[0])
+    for old, task, part in everything:
+        report.id_map[old] = part.target.create_task(_new_task(task), doing=f"recreate task #{old}")
+        if part.agent:
+            report.homes[part.agent] = report.homes.get(part.agent, 0) + 1
     report.tasks = len(report.id_map)
-    # Pass 2: description, metadata, comments, files, tags, closing.
-    for task in tasks:
-        _fill_task(target, task, report)
+    for _, task, part in everything:
+        _fill_task(part.target, task, report)
     # Locks last: with every record in place, no epoch that has one can be won again.
-    names = _lock_names(doc)
-    target.create_locks(names)
-    report.lock_tags = len(names)
+    for part in parts:
+        names = _lock_names(part.projects["locks"].get("tags", []), part.tasks)
+        part.target.create_locks(names)
+        report.lock_tags += len(names)
+    if quota:
+        # A holder's colour names its task by id: the new one (the keeper gives the slot
+        # back when that task's lease dies).
+        slots = [
+            (str(t["name"]), moved_holder(str(t.get("color") or ""), report.id_map))
+            for t in quota.get("tags", [])
+        ]
+        restore_quota(port, settings.quota_project, slots)
+        report.quota_tags = len(slots)
+    _restore_members(port, parts, report)
+    # This host's cached layouts name the projects as they were before (a board reset
+    # under the same address): the next process reads the restored ones.
+    for part in parts:
+        forget_layout_cache(replace(settings, project=part.target.layout.project_name))
     return report
 
 
-def _ensure_empty(port: RpcPort, settings: Settings) -> None:
-    tasks, has_tags = board_holdings(port, settings)
-    if tasks:
-        raise BoardNotEmpty(f"project {settings.project!r} holds {tasks} task(s)")
-    if has_tags:
-        raise BoardNotEmpty(f"project {settings.locks_project!r} holds lock tags")
+def _prepare(port: RpcPort, settings: Settings, cards: CardSet, doc: dict[str, Any]) -> list[_Part]:
+    """The layout made (``agap init``'s, homes included), and each pair's target."""
+    projects = doc["projects"]
+    main = RestoreTarget.prepare(port, settings, cards, projects["work"].get("swimlanes", []))
+    parts = [_Part("", projects, list(doc["tasks"]), main)]
+    for agent, home in sorted((doc.get("homes") or {}).items()):
+        target = main.home(agent, home["projects"]["work"].get("swimlanes", []))
+        assert target is not None  # _check_homes: init_board made every home the file has
+        parts.append(_Part(agent, home["projects"], list(home.get("tasks") or []), target))
+    return parts
+
+
+def _unknown_columns(parts: list[_Part]) -> list[str]:
+    warnings = []
+    for part in parts:
+        missing = [c for c in part.projects["work"].get("columns", []) if c not in _COLUMNS]
+        if missing:
+            warnings.append(
+                f"columns of {part.target.layout.project_name!r} not in the fabric's layout, "
+                "tasks in them go to Queued: " + ", ".join(missing)
+            )
+    return warnings
+
+
+def _restore_members(port: RpcPort, parts: list[_Part], report: RestoreReport) -> None:
+    """The members each project had that ``agap init`` did not make again, with their roles."""
+    for part in parts:
+        for key in ("work", "locks"):
+            entry = part.projects[key]
+            added, missing = restore_members(port, str(entry["name"]), entry.get("members") or {})
+            report.members += added
+            if missing:
+                report.warnings.append(
+                    f"members of {entry['name']!r} not on the board (not in the cards; add them "
+                    "in Kanboard, then to the project): " + ", ".join(missing)
+                )
+
+
+def _check_homes(settings: Settings, cards: CardSet, homes: dict[str, Any]) -> None:
+    """Each home in the file is one ``agap init`` makes from these cards, by its names."""
+    by_id = {c.id: c for c in cards}
+    for agent, home in sorted(homes.items()):
+        card = by_id.get(agent)
+        names = (str(home["projects"]["work"]["name"]), str(home["projects"]["locks"]["name"]))
+        if card is None or not confined(card):
+            raise InvalidInput(
+                f"the backup holds the home of {agent!r}, which these cards do not make "
+                "(no such card, or not sandboxed/untrusted)",
+                where="agap restore",
+                hint="restore with the cards the backup was made with (AGAP_CARDS_DIR)",
+            )
+        if names != home_names(settings, card):
+            raise InvalidInput(
+                f"the backup's home of {agent!r} is named {names[0]!r}, "
+                f"not {home_names(settings, card)[0]!r}",
+                where="agap restore",
+            )
 
 
 def _row(task: dict[str, Any]) -> BoardTask:
