@@ -32,11 +32,13 @@ from fabric.constraints import is_routed
 from fabric.core import Fabric
 from fabric.degraded import Backoff, BoardWait, transient
 from fabric.errors import ConfigError
+from fabric.hindsight import HindsightClient
 from fabric.kanboard.port import BoardError
 from fabric.kanboard.quotas import QuotaStore
+from fabric.retain import client_from_settings
 from fabric.settings.keeper import JOBS, KeeperConfig
 from fabric.signals import grace, set_on_signal
-from keeper import decisions, duties, gc, gestures, quotas, snapshot, sweeps
+from keeper import decisions, duties, gc, gestures, memory, quotas, snapshot, sweeps
 from keeper.metrics import Metrics
 from keeper.notify import Notifier
 from keeper.replies import MatrixReplies, ReplyReport
@@ -87,6 +89,8 @@ class Keeper:
     # Clear while a job runs (jobs never overlap: one executor thread).
     _idle: threading.Event = field(default_factory=_set_event)
     _sched: Any = None
+    # The Hindsight API the memory duty retains into (AGAP_HINDSIGHT_URL/_KEY by default).
+    hindsight: Callable[[], HindsightClient] = client_from_settings
 
     @classmethod
     def for_fabric(cls, fab: Fabric, config: KeeperConfig | None = None, **kw: Any) -> Keeper:
@@ -240,6 +244,16 @@ class Keeper:
         with self.metrics.lock:
             self.metrics.gestures_total += len(report.acted)
         return report
+
+    def job_memory(self) -> memory.MemoryReport:
+        """Done results into the Hindsight banks of the cards that ask (keeper.memory);
+        no board read at all while no card has ``memory.retain``."""
+        fab = self.fab()
+        if not any(c.memory is not None for c in fab.cards):
+            return memory.MemoryReport()
+        snap = snapshot.take(fab, with_done=True, with_activity=True)
+        settings = memory.RetainSettings(max(1, self.config.retain_attempts), self.config.retain_backoff)
+        return memory.sweep_memory(fab, snap, self.hindsight, settings)
 
     def job_digest(self) -> list[Any]:
         return duties.write_digests(self.fab(), self.config)

@@ -66,11 +66,15 @@ META_NOTIFIED = "fabric.notified"  # the epoch whose inbox notice was sent
 META_PROJECTED = "fabric.projected"
 # The keeper told the person who made this card by hand where to make it instead (once).
 META_HINTED = "fabric.hinted"
+# The keeper's retain of the result into a Hindsight bank (a card's memory.retain): JSON
+# {outcome, bank, document_id, attempts, at, error?, receipt?} (keeper/memory.py).
+META_RETAINED = "fabric.retained"
 
 # -- project metadata keys ------------------------------------------------------------
 META_PARK_PREFIX = "fabric.park."  # work project: fabric.park.<queue> = park state (JSON)
 META_CRON_PREFIX = "fabric.cron."  # work project: fabric.cron.<schedule> = its firings
 META_WATCH = "fabric.keeper.watch"  # work project: the ids the keeper watches for gestures
+META_RETAINING = "fabric.keeper.retaining"  # work project: ids whose retain is tried again
 META_MATRIX_SINCE_PREFIX = "fabric.keeper.matrix."  # + a bot's hash: its Matrix sync token
 META_LAYOUT = "fabric.layout"  # work project: the storage layout version (see LAYOUT_VERSION)
 META_ORPHANS = "fabric.gc.orphans"  # locks project: {tag name: first seen orphaned}
