@@ -38,7 +38,7 @@ from fabric.kanboard.quotas import QuotaStore
 from fabric.retain import client_from_settings
 from fabric.settings.keeper import JOBS, KeeperConfig
 from fabric.signals import grace, set_on_signal
-from keeper import decisions, duties, gc, gestures, memory, quotas, snapshot, sweeps
+from keeper import decisions, duties, gc, gestures, memory, openclaw, quotas, snapshot, sweeps
 from keeper.metrics import Metrics
 from keeper.notify import Notifier
 from keeper.replies import MatrixReplies, ReplyReport
@@ -91,6 +91,10 @@ class Keeper:
     _sched: Any = None
     # The Hindsight API the memory duty retains into (AGAP_HINDSIGHT_URL/_KEY by default).
     hindsight: Callable[[], HindsightClient] = client_from_settings
+    # OpenClaw's finished events come on the receiver's threads: a connection of their
+    # own (a Fabric is used from one thread), one event at a time.
+    _hook_fab: Fabric | None = None
+    _hook_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def for_fabric(cls, fab: Fabric, config: KeeperConfig | None = None, **kw: Any) -> Keeper:
@@ -162,6 +166,13 @@ class Keeper:
         sched = self._sched
         if sched is not None and not self._stopping.is_set():
             sched.modify_job("gestures", next_run_time=_now_dt())
+
+    def openclaw_run(self, payload: Any, query: dict[str, str]) -> str:
+        """Record an OpenClaw run's outcome (keeper.openclaw; from the webhook receiver)."""
+        with self._hook_lock:
+            if self._hook_fab is None:
+                self._hook_fab = self.connect()
+            return openclaw.record_run(self._hook_fab, payload, query)
 
     def job_gestures(self) -> gestures.GestureReport:
         """One gesture sweep, then another for each poke that came while it ran (a few)."""

@@ -69,6 +69,9 @@ META_HINTED = "fabric.hinted"
 # The keeper's retain of the result into a Hindsight bank (a card's memory.retain): JSON
 # {outcome, bank, document_id, attempts, at, error?, receipt?} (keeper/memory.py).
 META_RETAINED = "fabric.retained"
+# The last OpenClaw cron run that submitted this task, from its "run finished" webhook:
+# JSON {job, run_id, status, completion, run_at, slot, error?, summary?} (keeper/openclaw.py).
+META_OPENCLAW_RUN = "fabric.openclaw.run"
 
 # -- project metadata keys ------------------------------------------------------------
 META_PARK_PREFIX = "fabric.park."  # work project: fabric.park.<queue> = park state (JSON)

@@ -555,6 +555,13 @@ REGISTRY: tuple[Var, ...] = (
         ("keeper", "board"),
         "the token Kanboard's webhook sends (its webhook_token setting); required with the port",
     ),
+    _v(
+        "AGAP_KEEPER_OPENCLAW_TOKEN",
+        "secret",
+        "keeper",
+        "the bearer token OpenClaw's run-finished webhook sends (its cron.webhookToken) to "
+        "POST /openclaw on the receiver of AGAP_KEEPER_HOOK_PORT (unset: no such route)",
+    ),
     # The A2A server and client
     _v("AGAP_A2A_TOKENS", "secret", "a2a", "A2A clients: caller:token,…"),
     _v("AGAP_A2A_TOKENS_FILE", "path", "a2a", "file with A2A clients' tokens"),

@@ -105,7 +105,15 @@ def _hook(keeper: Keeper, config: KeeperConfig, settings: Settings) -> HookServe
     """Kanboard's webhook receiver, poking the gesture job (refuses to start without a token)."""
     agents = agent_usernames(logs.daemon_cards(settings.cards_dir))
     hook = HookServer(
-        keeper.poke, token=config.hook_token, host=config.hook_host, port=config.hook_port, ignore=agents
+        keeper.poke,
+        token=config.hook_token,
+        host=config.hook_host,
+        port=config.hook_port,
+        ignore=agents,
+        openclaw=keeper.openclaw_run,
+        openclaw_token=config.openclaw_token,
     ).start()
     click.echo(f"keeper webhook receiver on {hook.url}?token=… (Kanboard: Settings > Webhooks)", err=True)
+    if config.openclaw_token:
+        click.echo(f"OpenClaw's run-finished webhook: {hook.url}openclaw?key=openclaw/<job>", err=True)
     return hook
