@@ -293,6 +293,7 @@ SECTIONS = (
     "bench.mcp_tasks",
     "bench.auth",
     "bench.hindsight",
+    "bench.openclaw",
     "bench.cli_start",
     "bench.stop",
 )
