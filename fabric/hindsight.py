@@ -27,13 +27,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
-
-import requests
 
 from fabric.errors import EXIT_INVALID, EXIT_UNREACHABLE, FabricError, InvalidInput
 from fabric.refcanon import BadRef, canonical
+
+if TYPE_CHECKING:
+    import requests
 
 __all__ = [
     "BANK_ID",
@@ -164,6 +165,8 @@ class HindsightClient:
             raise HindsightRefused(f"{bank!r} is not a Hindsight bank id", hint="letters, digits, _ . : -")
         where = self._where(bank, tail)
         headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
+        import requests  # only a memory call pays for it (a worker's memory)
+
         session = self.session or requests.Session()
         try:
             with session.request(

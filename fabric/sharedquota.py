@@ -116,8 +116,10 @@ class SlotTable:
                 per = fmt_duration(cap.window)
                 until = self.frees_at(i, now, reserve[i] - len(free) + 1)
                 if free:
-                    left = f"{len(free)} of {cap.limit} left per {per}"
-                    why = f"reserved for interactive work across hosts: {left}"
+                    # The head before the ":" is the one the local reserve gives: the
+                    # worker's loop lets interactive work through on it (reason_key).
+                    left = f"{len(free)} of {cap.limit} left per {per} across hosts"
+                    why = f"reserved for interactive work: {left}"
                 else:
                     why = f"quota spent across hosts: {cap.limit} of {cap.limit} per {per}"
                 return [], why, until
@@ -196,3 +198,13 @@ def holders(
             continue
         out += [t for t in tags if t.holder is not None and not t.returned and t.at + window > now]
     return out
+
+
+def in_use(tables: Mapping[str, Sequence[SlotTag]], caps: Mapping[str, Sequence[Cap]], now: float) -> int:
+    """How many slots hold a call now, over every cap of every model in ``caps`` (each cap
+    judged by its own window: the keeper's gauge)."""
+    total = 0
+    for key, model_caps in caps.items():
+        table = SlotTable.of(model_caps, tables.get(key, []))
+        total += sum(len(table.busy(i, now)) for i in range(len(model_caps)))
+    return total

@@ -128,7 +128,7 @@ class Keeper:
         # round trip when no card keeps a quota across hosts).
         if self._quota_store is None or self._quota_store.port is not fab.port:
             self._quota_store = QuotaStore(fab.port, fab.settings.quota_project)
-        self.last["quotas"] = quotas.sweep_quotas(
+        shared = self.last["quotas"] = quotas.sweep_quotas(
             fab, snap.views, store=self._quota_store, settled=self._quota_settled
         )
         m = self.metrics
@@ -146,6 +146,8 @@ class Keeper:
             m.lease_expiries_total += len(report.requeued) + len(report.dead_lettered)
             m.dead_lettered_total += len(report.dead_lettered)
             m.repairs_total += len(report.repaired)
+            m.quota_slots_in_use = shared.in_use
+            m.quota_slots_returned_total += len(shared.returned)
             m.corrupted_tasks = len(report.problems)
             m.sweep_trips = fab.port.stats.trips - trips0
             m.sweep_seconds = time.perf_counter() - start

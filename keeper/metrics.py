@@ -88,6 +88,8 @@ class Metrics:
     notifications_total: int = 0
     notification_failures_total: int = 0
     gc_removed_total: int = 0
+    quota_slots_in_use: int = 0
+    quota_slots_returned_total: int = 0
     corrupted_tasks: int = 0
     sweep_trips: int = 0
     sweep_seconds: float = 0.0
@@ -316,6 +318,8 @@ _SCALARS = (
     "notifications_total",
     "notification_failures_total",
     "gc_removed_total",
+    "quota_slots_in_use",
+    "quota_slots_returned_total",
     "corrupted_tasks",
     "sweep_trips",
     "sweep_seconds",
@@ -333,6 +337,16 @@ _PROM_SCALARS = (
     ("notifications_total", "counter", "Notifications delivered."),
     ("notification_failures_total", "counter", "Notifications that could not be delivered."),
     ("gc_removed_total", "counter", "Lock tags garbage-collected."),
+    (
+        "quota_slots_in_use",
+        "gauge",
+        "Slots of quotas kept across hosts that hold a call, at the last lease sweep.",
+    ),
+    (
+        "quota_slots_returned_total",
+        "counter",
+        "Slots of quotas kept across hosts given back because the lease holding them died.",
+    ),
     ("corrupted_tasks", "gauge", "Tasks skipped in the last sweep for unreadable metadata."),
     ("sweep_trips", "gauge", "Board round trips of the last lease sweep."),
     ("sweep_seconds", "gauge", "Seconds the last lease sweep took."),

@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fabric.cards import CardSet, QuotaSpec
 from fabric.core import Fabric
 from fabric.kanboard.quotas import QuotaStore, SlotTag, model_key
 from fabric.kanboard.views import TaskView
-from fabric.sharedquota import collectable, holders, returnable
+from fabric.sharedquota import Cap, collectable, holders, in_use, returnable
 
 log = logging.getLogger("agap.keeper")
 
-__all__ = ["QuotaReport", "shared_windows", "sweep_quotas"]
+__all__ = ["QuotaReport", "shared_caps", "shared_windows", "sweep_quotas"]
 
 
 @dataclass
@@ -35,9 +35,23 @@ class QuotaReport:
     """What one quota sweep saw and did."""
 
     held: int = 0
+    in_use: int = 0  # reservations holding a slot, tied to a lease or not
     returned: list[str] = field(default_factory=list)
     removed: int = 0
     trips: int = 0
+
+
+def shared_caps(cards: CardSet) -> dict[str, list[Cap]]:
+    """Model key -> the caps of its quotas kept across hosts."""
+    out: dict[str, list[Cap]] = {}
+    for card in cards:
+        for spec in card.availability:
+            if isinstance(spec, QuotaSpec) and spec.across_hosts:
+                caps = out.setdefault(model_key(card.id), [])
+                caps.append(Cap(spec.limit, spec.window_seconds))
+                if spec.second_limit is not None and spec.second_window_seconds is not None:
+                    caps.append(Cap(spec.second_limit, spec.second_window_seconds))
+    return out
 
 
 def shared_windows(cards: CardSet) -> dict[str, float]:
@@ -91,6 +105,9 @@ def sweep_quotas(
         report.trips += 1
         report.returned += [t.ref.name(key) for t in tags]
         log.info("quota %s: gave back %d slots of dead leases", key, len(tags))
+        gone = {t.tag_id for t in tags}  # the gauge below counts them free, as the next read will
+        tables[key] = [replace(x, returned=True) if x.tag_id in gone else x for x in tables[key]]
+    report.in_use = in_use(tables, shared_caps(fab.cards), now)
     doomed = [i for key, tags in tables.items() if key in windows for i in collectable(tags, now)]
     if doomed:
         store.remove(doomed)

@@ -3,7 +3,8 @@
 Three implementations of one :class:`ModelClient` protocol:
 
 * :class:`GatewayClient` — OpenAI-compatible HTTP to a LiteLLM proxy (production). It never
-  imports the ``litellm`` package (~4-6 s and ~200 MB at import), only ``requests``.
+  imports the ``litellm`` package (~4-6 s and ~200 MB at import), only the standard
+  library's HTTP (:mod:`fabric.httpwire`).
 * :class:`~workers.llm_sdk.SdkClient` — ``litellm.completion`` in process (the embedded
   default with a real model); ``litellm`` is imported lazily, on the first call. It lives in
   :mod:`workers.llm_sdk`, the one module that knows the optional ``litellm`` package.
@@ -33,15 +34,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import requests
-
 from fabric.errors import ConfigError, FabricError
+from fabric.httpwire import Ambiguous, HttpReply, KeptAlive, NotSent
 from fabric.retry_after import budget_exhausted, parse_rate_limit
 
 __all__ = [
@@ -281,7 +280,7 @@ def malformed_text(text: str) -> bool:
 
 
 class GatewayClient:
-    """OpenAI-compatible HTTP to a LiteLLM proxy, one kept-alive session per thread."""
+    """OpenAI-compatible HTTP to a LiteLLM proxy over kept-alive connections (thread-safe)."""
 
     def __init__(self, base_url: str = DEFAULT_GATEWAY_URL, api_key: str = "") -> None:
         if not api_key:
@@ -294,24 +293,15 @@ class GatewayClient:
         self.base_url = base
         self.url = f"{base}/chat/completions" if base.endswith("/v1") else f"{base}/v1/chat/completions"
         self._key = api_key
-        self._local = threading.local()
+        self._wire = KeptAlive(
+            self.url, headers={"Authorization": f"Bearer {api_key}", "User-Agent": USER_AGENT}, timeout=60.0
+        )
 
     def __repr__(self) -> str:  # never show the key
         return f"GatewayClient({self.base_url!r})"
 
-    @property
-    def session(self) -> requests.Session:
-        session: requests.Session | None = getattr(self._local, "session", None)
-        if session is None:
-            session = requests.Session()
-            self._local.session = session
-        return session
-
     def close(self) -> None:
-        session: requests.Session | None = getattr(self._local, "session", None)
-        if session is not None:
-            session.close()
-            self._local.session = None
+        self._wire.close()
 
     def complete(
         self,
@@ -327,34 +317,25 @@ class GatewayClient:
             "messages": messages,
             "metadata": trace_metadata(metadata, model=model, idempotency_key=idempotency_key),
         }
-        headers = {
-            "Authorization": f"Bearer {self._key}",
-            "Idempotency-Key": idempotency_key,
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-            "User-Agent": USER_AGENT,
-        }
         try:
-            resp = self.session.post(self.url, data=json.dumps(body), headers=headers, timeout=timeout)
-        except requests.ConnectTimeout as exc:
+            resp = self._wire.post(
+                json.dumps(body).encode(), headers={"Idempotency-Key": idempotency_key}, timeout=timeout
+            )
+        except NotSent as exc:
+            raise ModelUnavailable(f"cannot reach the LiteLLM gateway ({exc})", where=self.url) from None
+        except Ambiguous as exc:
+            if exc.timed_out:
+                raise ModelTimedOut(f"no answer within {timeout:g}s", where=self.url) from None
             raise ModelUnavailable(
-                f"cannot reach the LiteLLM gateway within {timeout:g}s ({type(exc).__name__})", where=self.url
+                f"the LiteLLM gateway's answer broke off ({exc})", where=self.url
             ) from None
-        except requests.Timeout as exc:
-            raise ModelTimedOut(
-                f"no answer within {timeout:g}s ({type(exc).__name__})", where=self.url
-            ) from None
-        except requests.RequestException as exc:
-            raise ModelUnavailable(
-                f"cannot reach the LiteLLM gateway ({type(exc).__name__})", where=self.url
-            ) from None
-        raw_headers = {k.lower(): v for k, v in resp.headers.items()}
-        _raise_for_status(resp.status_code, raw_headers, _error_text(resp), self.url)
+        raw_headers = resp.headers
+        _raise_for_status(resp.status, raw_headers, _error_text(resp), self.url)
         try:
-            data = resp.json()
+            data = json.loads(resp.body)
         except ValueError:
             raise BadModelResponse(
-                "the gateway answered with malformed JSON", where=self.url, status=resp.status_code
+                "the gateway answered with malformed JSON", where=self.url, status=resp.status
             ) from None
         text, usage, answered_model = parse_chat(data, self.url)
         cost = as_cost(raw_headers.get("x-litellm-response-cost"))
@@ -364,13 +345,13 @@ class GatewayClient:
         )
 
 
-def _error_text(resp: requests.Response) -> str:
-    if resp.status_code < 400:
+def _error_text(resp: HttpReply) -> str:
+    if resp.status < 400:
         return ""
     try:
-        data = resp.json()
+        data = json.loads(resp.body)
     except ValueError:
-        return resp.text[:300]
+        return resp.body.decode("utf-8", "replace")[:300]
     err = data.get("error") if isinstance(data, dict) else None
     if isinstance(err, dict):
         return str(err.get("message") or err)[:300]

@@ -42,15 +42,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
-
-import requests
 
 from fabric.durations import duration_seconds
 from fabric.hindsight import BUDGETS, FACT_TYPES, HindsightClient, HindsightError
 from fabric.refcanon import BadRef, canonical
 from workers.refs import ReadScope, RefUnavailable, UnresolvableRef, cap
+
+if TYPE_CHECKING:
+    import requests
 
 __all__ = ["BUDGETS", "HindsightRecall", "Recall", "parse_recall", "render", "render_reflect"]
 

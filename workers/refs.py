@@ -35,15 +35,16 @@ import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote, urlsplit
-
-import requests
 
 from fabric.domains import ReadGuard
 from fabric.errors import FabricError
 from fabric.kanboard.port import BoardError
 from fabric.refcanon import is_loopback
+
+if TYPE_CHECKING:
+    import requests
 
 __all__ = [
     "IGNORED_SCHEMES",
@@ -252,6 +253,8 @@ class RefResolver:
                 f"host {host} is not allowed",
                 hint="workers fetch only loopback URLs unless the host is allow-listed",
             )
+        import requests  # only a task with an http ref pays for it (a worker's memory)
+
         session = self.session or requests.Session()
         try:
             with session.get(ref, timeout=self.http_timeout, stream=True, allow_redirects=False) as resp:

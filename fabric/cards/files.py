@@ -20,10 +20,10 @@ __all__ = ["card_files", "load_golden", "read_yaml", "shown_path"]
 
 
 class _CardLoader(yaml.SafeLoader):
-    pass
+    """The cards' dialect on PyYAML's Python parser: its error messages name what it found."""
 
 
-_CardLoader.yaml_implicit_resolvers = {
+_IMPLICIT: dict[Any, list[tuple[str, re.Pattern[str]]]] = {
     key: [
         (tag, rx)
         for tag, rx in resolvers
@@ -31,20 +31,18 @@ _CardLoader.yaml_implicit_resolvers = {
     ]
     for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-_CardLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-)
-_CardLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789")
-)
-_CardLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"^(?:[-+]?(?:[0-9][0-9_]*)?\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
-        r"|[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+_SCALARS = (
+    ("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")),
+    ("tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789")),
+    (
+        "tag:yaml.org,2002:float",
+        re.compile(
+            r"^(?:[-+]?(?:[0-9][0-9_]*)?\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+        ),
+        list("-+0123456789."),
     ),
-    list("-+0123456789."),
 )
 
 
@@ -52,7 +50,7 @@ class _DuplicateKey(yaml.MarkedYAMLError):
     pass
 
 
-def _construct_mapping(loader: _CardLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+def _construct_mapping(loader: Any, node: yaml.MappingNode, deep: bool = False) -> Any:
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
@@ -62,7 +60,17 @@ def _construct_mapping(loader: _CardLoader, node: yaml.MappingNode, deep: bool =
     return loader.construct_mapping(node, deep=deep)
 
 
-_CardLoader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+# The same dialect on libyaml's parser where PyYAML has it (its wheels do): parsing the cards
+# is most of what a short-lived `agap claim` spends after its imports. Resolvers and
+# constructors are Python with both parsers, so both read a file alike; only a file that
+# does not parse is read again by the Python parser, whose messages are clearer.
+_FastLoader: Any = type("_FastLoader", (getattr(yaml, "CSafeLoader", _CardLoader),), {})
+
+for _loader in {_CardLoader, _FastLoader}:
+    _loader.yaml_implicit_resolvers = {k: list(v) for k, v in _IMPLICIT.items()}
+    for _tag, _rx, _first in _SCALARS:
+        _loader.add_implicit_resolver(_tag, _rx, _first)
+    _loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
 
 
 def read_yaml(path: Path, shown: str) -> tuple[Any, list[CardProblem]]:
@@ -72,7 +80,11 @@ def read_yaml(path: Path, shown: str) -> tuple[Any, list[CardProblem]]:
     except (OSError, UnicodeDecodeError) as exc:
         return None, [CardProblem(shown, "", f"cannot read: {exc}")]
     try:
-        return yaml.load(text, Loader=_CardLoader), []  # a SafeLoader subclass
+        return yaml.load(text, Loader=_FastLoader), []  # SafeLoader's constructors
+    except yaml.YAMLError:
+        pass
+    try:
+        return yaml.load(text, Loader=_CardLoader), []  # a file libyaml refused, for the message
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None

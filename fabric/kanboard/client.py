@@ -1,30 +1,26 @@
 """The HTTP JSON-RPC client for Kanboard (and the embedded board).
 
 Why not the ``kanboard`` package from the package index: it builds a new SSL context and
-connection for every call (about 10x slower than a kept-alive ``requests.Session``),
-drops positional arguments and cannot send JSON-RPC batches. The fabric's hot path
-(claims, lease renewals, polls) is all round trips, so it speaks JSON-RPC itself.
+connection for every call (about 10x slower than a kept-alive connection), drops
+positional arguments and cannot send JSON-RPC batches. The fabric's hot path (claims,
+lease renewals, polls) is all round trips, so it speaks JSON-RPC itself, over
+:mod:`fabric.httpwire` (the standard library: a shell loop's ``agap heartbeat`` would
+spend longer importing ``requests`` than on its round trip).
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 from collections.abc import Sequence
 from typing import Any
 
-import requests
-from tenacity import (
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_when_event_set,
-    wait_exponential,
-)
-
+from fabric.httpwire import Ambiguous, KeptAlive, NotSent
 from fabric.kanboard.port import (
     PROTOCOL_ERRORS,
     BoardAuthError,
+    BoardError,
     BoardUnavailable,
     Call,
     MaybeDone,
@@ -39,12 +35,8 @@ DEFAULT_TIMEOUT = 10.0
 READ_ATTEMPTS = 3
 
 
-class _NotSent(Exception):
-    """The request never reached the board (connection refused): safe to retry anything."""
-
-
-class _Ambiguous(Exception):
-    """The request may have been processed (timeout after send, HTTP 5xx, broken reply)."""
+class _Ambiguous(Ambiguous):
+    """The board answered in a way that may follow a processed request (HTTP 5xx, no JSON)."""
 
 
 class KanboardClient:
@@ -68,8 +60,8 @@ class KanboardClient:
         self.read_attempts = read_attempts
         self.stats = RoundTrips()
         self._ids = itertools.count(1)
-        self._session = requests.Session()
-        self._session.auth = (user, token)
+        creds = base64.b64encode(f"{user}:{token}".encode()).decode("ascii")
+        self._wire = KeptAlive(url, headers={"Authorization": f"Basic {creds}"}, timeout=timeout)
         # A board user is refused every project it is no member of (HTTP 403).
         self._hint = (
             ""
@@ -77,11 +69,10 @@ class KanboardClient:
             else f"check AGAP_BOARD_USER ({user}) and AGAP_BOARD_PASSWORD; a board user reaches "
             "only the projects `agap init` made it a member of"
         )
-        self._session.headers["Content-Type"] = "application/json"
 
     def close(self) -> None:
         """Close pooled connections."""
-        self._session.close()
+        self._wire.close()
 
     # -- the port -------------------------------------------------------------------
 
@@ -127,59 +118,49 @@ class KanboardClient:
     def _send_with_policy(self, body: Any, calls: Sequence[Call], *, retry: bool) -> Any:
         where = f"{self.url} ({', '.join(c.method for c in calls[:3])}{'…' if len(calls) > 3 else ''})"
         attempts = self.read_attempts if retry else 1
-        retrying = Retrying(
-            # A process told to stop does not retry: its stop is bounded (fabric.signals).
-            stop=stop_after_attempt(attempts) | stop_when_event_set(STOPPING),
-            wait=wait_exponential(multiplier=0.05, max=1.0),
-            sleep=_pause,
-            retry=retry_if_exception_type((_NotSent, _Ambiguous)),
-            reraise=True,
-        )
-        try:
-            for attempt in retrying:
-                with attempt:
-                    return self._post(body, calls)
-        except _NotSent as exc:
-            raise BoardUnavailable(f"cannot reach the board: {exc}", where=where) from None
-        except _Ambiguous as exc:
-            if retry:
-                raise BoardUnavailable(f"the board did not answer: {exc}", where=where) from None
-            raise MaybeDone(f"a write failed ambiguously: {exc}", where=where, calls=calls) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        attempt = 1
+        while True:
+            try:
+                return self._post(body, calls)
+            except NotSent as exc:
+                # A process told to stop does not retry: its stop is bounded (fabric.signals).
+                if attempt >= attempts or STOPPING.is_set() or pause(_backoff(attempt)):
+                    raise BoardUnavailable(f"cannot reach the board: {exc}", where=where) from None
+            except Ambiguous as exc:
+                if not retry:
+                    raise MaybeDone(f"a write failed ambiguously: {exc}", where=where, calls=calls) from None
+                if attempt >= attempts or STOPPING.is_set() or pause(_backoff(attempt)):
+                    raise BoardUnavailable(f"the board did not answer: {exc}", where=where) from None
+            attempt += 1
 
     def _post(self, body: Any, calls: Sequence[Call]) -> Any:
         self.stats.record(calls)
-        data = json.dumps(body, separators=(",", ":"))
-        try:
-            resp = self._session.post(self.url, data=data, timeout=self.timeout)
-        except requests.exceptions.ConnectTimeout as exc:
-            raise _NotSent(f"connect timeout after {self.timeout}s") from exc
-        except requests.exceptions.ConnectionError as exc:
-            if _never_connected(exc):
-                raise _NotSent(str(exc.__class__.__name__) + ": connection refused") from exc
-            raise _Ambiguous(f"connection broken: {exc.__class__.__name__}") from exc
-        except requests.exceptions.Timeout as exc:
-            raise _Ambiguous(f"no answer within {self.timeout}s") from exc
-        except requests.exceptions.RequestException as exc:
-            # The answer broke off mid-body (ChunkedEncodingError when the board dies while
-            # replying): the request was sent, so it may have been done.
-            raise _Ambiguous(f"answer broken off: {exc.__class__.__name__}") from exc
-        if resp.status_code in (401, 403):
+        data = json.dumps(body, separators=(",", ":")).encode()
+        resp = self._wire.post(data)  # raises NotSent / Ambiguous
+        if resp.status in (401, 403):
             raise BoardAuthError(
-                f"HTTP {resp.status_code}: the board rejected the credentials",
+                f"HTTP {resp.status}: the board rejected the credentials",
                 where=self.url,
                 hint=self._hint,
             )
-        if resp.status_code >= 500:
-            raise _Ambiguous(f"HTTP {resp.status_code} with {len(resp.content)} bytes of body")
-        if not resp.content:
+        if resp.status >= 500:
+            raise _Ambiguous(f"HTTP {resp.status} with {len(resp.body)} bytes of body")
+        if 300 <= resp.status < 400:
+            # Nothing was done (a redirect answers before the API runs), but following it
+            # would turn the POST into a GET: the configured URL is the one to fix.
+            raise BoardError(
+                f"HTTP {resp.status}: the board's URL redirects to {resp.location or 'elsewhere'}",
+                where=self.url,
+                hint="set KANBOARD_URL to the .../jsonrpc.php URL the redirect names",
+            )
+        if not resp.body:
             # Kanboard answers 200 with an empty body to notifications only; we never send
             # those, so an empty body means the server died mid-request.
-            raise _Ambiguous(f"HTTP {resp.status_code} with an empty body")
+            raise _Ambiguous(f"HTTP {resp.status} with an empty body")
         try:
-            return resp.json()
+            return json.loads(resp.body)
         except ValueError as exc:
-            raise _Ambiguous(f"HTTP {resp.status_code} with a body that is not JSON") from exc
+            raise _Ambiguous(f"HTTP {resp.status} with a body that is not JSON") from exc
 
     @staticmethod
     def _outcomes(reply: Any, ids: list[int], calls: Sequence[Call]) -> list[Outcome]:
@@ -215,11 +196,6 @@ class KanboardClient:
         return out
 
 
-def _pause(seconds: float) -> None:
-    pause(seconds)  # tenacity's sleep, cut short by a stop
-
-
-def _never_connected(exc: requests.exceptions.ConnectionError) -> bool:
-    """True when the TCP connection was never established (nothing reached the board)."""
-    text = repr(exc)
-    return "NewConnectionError" in text or "Connection refused" in text
+def _backoff(attempt: int) -> float:
+    """Seconds before attempt ``attempt + 1``: 0.05, 0.1, 0.2 … at most 1 s."""
+    return float(min(1.0, 0.05 * 2 ** (attempt - 1)))

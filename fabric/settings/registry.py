@@ -597,6 +597,15 @@ REGISTRY: tuple[Var, ...] = (
         "the person (card id or username) using the MCP client: their questions go to the client "
         "as elicitation, everyone else's stay in their Kanboard inbox",
     ),
+    _v(
+        "AGAP_MCP_WATCH_EVERY",
+        "duration",
+        "mcp",
+        "how often agap mcp serve reads the board for the tasks a client listens to "
+        "(notifications/tasks) while live events are off or the broker is away "
+        "(with the broker up: on each event, and every 30 times this, 30s at least)",
+        "1s",
+    ),
     # The ops-agent (agap ops): Zabbix problems become mitigations or tasks
     _v("AGAP_ZABBIX_URL", "url", "ops", "Zabbix's api_jsonrpc.php URL (agap up starts agap ops when set)"),
     _v(

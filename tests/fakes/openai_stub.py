@@ -44,6 +44,7 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     raw: bytes = b""
+    peer: tuple[str, int] | None = None  # the client's address: one per connection
 
 
 @dataclass
@@ -235,7 +236,12 @@ class _Handler(BaseHTTPRequestHandler):
             body = None
         self.stub._record(
             RecordedRequest(
-                self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, raw
+                self.command,
+                self.path,
+                {k.lower(): v for k, v in self.headers.items()},
+                body,
+                raw,
+                (str(self.client_address[0]), int(self.client_address[1])),
             )
         )
         return raw, body

@@ -195,6 +195,14 @@ class Stack:
         data: dict[str, Any] = resp.json()
         return data
 
+    def served_metrics(self) -> dict[str, Any] | None:
+        """The keeper's metrics, or None while its listener is not up yet (it must be alive)."""
+        assert self.procs["keeper"].poll() is None, self.log("keeper")
+        try:
+            return self.metrics()
+        except requests.ConnectionError:
+            return None
+
     def stop_all(self) -> dict[str, int]:
         """SIGTERM every fabric process; their exit codes. Then stop the board."""
         for p in self.procs.values():
@@ -252,7 +260,12 @@ def test_the_board_going_down_mid_run_parks_everyone_and_loses_nothing(
             timeout=60,
             what="some tasks done and some in flight",
         )
-        assert stack.metrics()["board_up"] == 1
+        # The keeper starts beside the workers, not before them: wait for its listener.
+        wait_until(
+            lambda: (m := stack.served_metrics()) is not None and m["board_up"] == 1,
+            timeout=60,
+            what="the keeper serving its metrics with the board up",
+        )
 
         stack.kill_board()  # Kanboard goes away mid-run
         wait_until(

@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import asynccontextmanager
@@ -34,10 +33,10 @@ from fabric.settings.resolve import Settings
 from fabric.task import State
 from tests.conftest import ROOT
 from tests.helpers import wait_until
+from tests.mcp_wire import TOKEN, Server
 
 T = TypeVar("T")
 OWNER = "mcp-loop-1"
-TOKEN = "mcp-token-" + "m" * 30
 TOOLS = {
     "list_targets",
     "submit_task",
@@ -268,30 +267,11 @@ def test_stdio_leaving_releases_the_lease(env: dict[str, str], fab: Fabric) -> N
 # -- streamable HTTP -----------------------------------------------------------------------------
 
 
-class HttpServer:
-    """``agap mcp serve --transport http --port 0`` as a process; its URL comes on stderr."""
+class HttpServer(Server):
+    """``agap mcp serve --transport http --port 0`` for claude-coder (handles keyed by the token)."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, *serve_args("claude-coder", "--transport", "http", "--port", "0")],
-            env={**env, "AGAP_MCP_TOKEN": TOKEN},
-            cwd=ROOT,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        line = wait_until(lambda: next((x for x in self.lines if "serving" in x), None), 30, "the server")
-        self.url = line.split(" on ")[1].split(" ")[0]
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-
-    def stop(self) -> int:
-        self.proc.terminate()
-        return self.proc.wait(30)
+        super().__init__(env, "claude-coder", key=None)
 
 
 @asynccontextmanager

@@ -21,7 +21,8 @@ import pytest
 
 from tests.conformance.bearer_proxy import BearerProxy
 from tests.conftest import ROOT
-from tests.integration.test_mcp import TOKEN, HttpServer, env, http_server  # noqa: F401 (fixtures)
+from tests.integration.test_mcp import HttpServer, env, http_server  # noqa: F401 (fixtures)
+from tests.mcp_wire import TOKEN
 
 SUITE = ROOT / "tests" / "conformance" / "node_modules" / "@modelcontextprotocol" / "conformance"
 VERSION = json.loads((ROOT / "tests" / "conformance" / "package.json").read_text())["dependencies"][

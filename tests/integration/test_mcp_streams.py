@@ -23,7 +23,6 @@ from mcp_types import ResourceUpdatedNotification
 from fabric.core import Fabric
 from fabric.task import State
 from tests.integration.test_mcp import (  # noqa: F401 (fixtures)
-    TOKEN,
     HttpServer,
     call,
     env,
@@ -31,6 +30,7 @@ from tests.integration.test_mcp import (  # noqa: F401 (fixtures)
     http_server,
     run,
 )
+from tests.mcp_wire import TOKEN
 
 HEADERS = {
     "Authorization": f"Bearer {TOKEN}",

@@ -37,7 +37,6 @@ from fabric.ledger import Lease
 from fabric.task import State
 from tests.conftest import ROOT
 from tests.integration.test_mcp import (  # noqa: F401 (fixtures)
-    TOKEN,
     HttpServer,
     call,
     env,
@@ -46,6 +45,7 @@ from tests.integration.test_mcp import (  # noqa: F401 (fixtures)
     run,
     serve_args,
 )
+from tests.mcp_wire import TOKEN
 
 KEY = "task-key-" + "k" * 30
 

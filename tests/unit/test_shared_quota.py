@@ -11,14 +11,24 @@ from pathlib import Path
 
 import pytest
 
-from fabric.availability import Availability
+from fabric.availability import Availability, reason_key
 from fabric.cards import CardSet, load_cards
 from fabric.core import Fabric
 from fabric.embedded.local import LocalPort
-from fabric.kanboard.quotas import COLOR_ROOM, QuotaHolder, QuotaStore, SlotRef, model_key, parse_slot_tags
+from fabric.kanboard.quotas import (
+    COLOR_ROOM,
+    QuotaHolder,
+    QuotaStore,
+    SlotRef,
+    SlotTag,
+    model_key,
+    parse_slot_tags,
+)
 from fabric.kanboard.rows import BoardTag
+from fabric.settings.keeper import KeeperConfig
 from fabric.settings.resolve import Settings
-from fabric.sharedquota import COLLECT_AFTER, HOLDER, Cap, SlotTable, collectable
+from fabric.sharedquota import COLLECT_AFTER, HOLDER, Cap, SlotTable, collectable, in_use
+from keeper.daemon import Keeper
 from keeper.quotas import sweep_quotas
 from tests.conftest import ROOT, FakeClock, make_fabric
 from workers.endpoint import SharedShape
@@ -173,7 +183,9 @@ def test_interactive_work_keeps_the_reserved_tail(port: LocalPort, clock: FakeCl
     a = host(port, clock, limit=5, reserve=0.4)
     assert [a.admit(clock()).available for _ in range(4)] == [True, True, True, False]
     refusal = a.check(clock())
-    assert refusal.reason.startswith("reserved for interactive work across hosts: 2 of 5 left")
+    assert refusal.reason == "reserved for interactive work: 2 of 5 left per 1h across hosts"
+    # The head the worker's loop reads to let interactive work through, as a local reserve's.
+    assert reason_key(refusal.reason) == "reserved for interactive work"
     assert a.admit(clock(), interactive=True).available
     assert a.admit(clock(), interactive=True).available
     assert not a.admit(clock(), interactive=True).available
@@ -342,3 +354,35 @@ def test_no_board_trip_for_models_not_shared(local_fabric: Fabric) -> None:
     trips = local_fabric.port.stats.trips
     report = sweep_quotas(local_fabric, [])
     assert report.trips == 0 and local_fabric.port.stats.trips == trips
+
+
+def test_the_keeper_counts_slots_in_use_and_those_it_gave_back(
+    port: LocalPort, clock: FakeClock, tmp_path: Path
+) -> None:
+    fab = _fabric(port, clock, tmp_path)
+    keeper = Keeper.for_fabric(fab, KeeperConfig(lease_grace=0.0))
+    keeper.job_leases()
+    assert (keeper.metrics.quota_slots_in_use, keeper.metrics.quota_slots_returned_total) == (0, 0)
+    _admit_under(fab, host(port, clock, limit=1), "host-a")  # ... and host a dies
+    keeper.job_leases()
+    assert (keeper.metrics.quota_slots_in_use, keeper.metrics.quota_slots_returned_total) == (1, 0)
+    clock.advance(31)
+    keeper.job_leases()
+    assert (keeper.metrics.quota_slots_in_use, keeper.metrics.quota_slots_returned_total) == (0, 1)
+    text = keeper.metrics.to_prometheus()
+    assert "keeper_quota_slots_in_use 0" in text and "keeper_quota_slots_returned_total 1" in text
+    clock.advance(1)
+    keeper.job_leases()  # given back once
+    assert keeper.metrics.quota_slots_returned_total == 1
+
+
+def test_slots_in_use_judge_each_cap_by_its_own_window() -> None:
+    caps = [Cap(2, HOUR), Cap(10, 24 * HOUR)]
+    tags = [
+        SlotTag("m", SlotRef(0, 0, 0), 0.0, None, "a.0", 1),
+        SlotTag("m", SlotRef(1, 0, 0), 0.0, None, "a.0", 2),
+        SlotTag("m", SlotRef(0, 1, 0), 5000.0, None, "b.5000000", 3, returned=True),
+    ]
+    # Two hours on: the first cap's slot is free again, the day-long cap's still holds.
+    assert in_use({"m": tags}, {"m": caps}, 2 * HOUR) == 1
+    assert in_use({"m": tags}, {"m": caps}, 60.0) == 2

@@ -194,6 +194,7 @@ FOUNDATIONS = (
     "fabric.durations",
     "fabric.settings",
     "fabric.signals",
+    "fabric.httpwire",
     "fabric.task",
     "fabric.cards",
     "fabric.kanboard",

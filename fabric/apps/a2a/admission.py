@@ -15,6 +15,14 @@ so a call made here is one call fewer for the worker, and a 429 met here parks t
 
 Sync calls are interactive (a caller is waiting): they may use the ``reserve_interactive``
 tail of a quota or budget that background work may not.
+
+A quota the card declares ``across_hosts`` is counted on the board too, as the workers
+count it (:mod:`workers.shared_quota`): a sync call takes a slot there after the host's
+own ledger, so the server's calls and every host's workers meet one limit. A sync call
+runs under no task lease, so its slot is tied to none (:mod:`fabric.kanboard.quotas`:
+the ``<nonce>.<ms>`` colour): the server gives it back itself when the provider never ran
+the call; if the server dies during the call, the keeper cannot tell whether it ran, so
+the slot stays busy until its window ends (one call short, never one over).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from fabric.errors import FabricError
 from workers.admission import admit_call
 from workers.answer import Reply
 from workers.assembly import availability_for
+from workers.shared_quota import Across
 
 R = TypeVar("R", bound=Reply)
 
@@ -71,8 +80,10 @@ class Admission:
         state_dir: Path | None,
         *,
         clock: Callable[[], float] = time.time,
+        across: Across | None = None,
     ) -> None:
         self.cards = cards
+        self.across = across  # the board's quota slots (None: local ledgers only)
         self.env = env
         self.state_dir = state_dir
         self.clock = clock
@@ -83,7 +94,9 @@ class Admission:
         with self._lock:
             av = self._by_agent.get(card.id)
             if av is None:
-                av = self._by_agent[card.id] = availability_for(card, self.env, self.cards, self.state_dir)
+                av = self._by_agent[card.id] = availability_for(
+                    card, self.env, self.cards, self.state_dir, self.across
+                )
             return av
 
     def parked(self, card: Card) -> Parked | None:

@@ -32,6 +32,7 @@ from workers.llm import (
 )
 from workers.prompt import persona_for
 from workers.refs import RefResolver, RefUnavailable, UnresolvableRef
+from workers.shared_quota import Across
 from workers.stores import store_readers
 
 from .admission import Admission
@@ -58,11 +59,13 @@ class Runner:
         *,
         resolve_task: Callable[[int], str] | None = None,
         state_dir: Path | None = None,
+        across: Across | None = None,
     ) -> None:
         self.cards = cards
         self.env = dict(registry.environ(env))
-        # a(t) shared with the agent's worker (the endpoint's ledger under state_dir).
-        self.admission = Admission(cards, self.env, state_dir)
+        # a(t) shared with the agent's worker (the endpoint's ledger under state_dir, and
+        # with ``across`` the quotas kept on the board for every host).
+        self.admission = Admission(cards, self.env, state_dir, across=across)
         self._clients: dict[str, ModelClient] = {}
         self._lock = threading.Lock()
         roots = [Path(p) for p in registry.get_list("AGAP_REF_ROOTS", self.env)]

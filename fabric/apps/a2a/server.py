@@ -46,7 +46,10 @@ from fabric.apps.asgi import GRACEFUL
 from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.errors import ConfigError
+from fabric.kanboard.quotas import QuotaStore
+from fabric.settings import registry
 from fabric.settings.resolve import Settings
+from workers.shared_quota import Across
 
 from . import convert as cv
 from .auth import BearerGate, TokenTable
@@ -181,10 +184,16 @@ def make_service(
             return Fabric.connect(settings, cards=cards)
 
     path = state_path or (settings.state_dir / "a2a.sqlite3")
+    # Sync calls count against quotas kept across hosts as the workers do, over a
+    # connection of their own (made at the first such call; none for local quotas).
+    across = Across(
+        lambda: QuotaStore(connect().port, settings.quota_project),
+        refresh=registry.get_duration("AGAP_QUOTA_REFRESH", env),
+    )
     return A2AService(
         cards=cards,
         store=CallStore(path),
-        runner=Runner(cards, env, state_dir=settings.state_dir),
+        runner=Runner(cards, env, state_dir=settings.state_dir, across=across),
         connect=connect,
         env=env,
         config=config or ServiceConfig(),

@@ -69,6 +69,9 @@ def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str |
     if transport == "http":  # checked first: no loopback address or no token, no server
         mcp.check_loopback(host)
         token = mcp.check_token(registry.get_str("AGAP_MCP_TOKEN"), "AGAP_MCP_TOKEN")
+    every = registry.get_duration("AGAP_MCP_WATCH_EVERY")
+    if every <= 0:
+        raise ConfigError("the board read interval must be more than 0", where="AGAP_MCP_WATCH_EVERY")
     settings = Settings.from_env()
     require_launch_settings(settings)
     if settings.board_user:  # a confined agent's runtime signs in as its own user
@@ -94,13 +97,22 @@ def serve_cmd(agent: str, transport: str, host: str, port: int, renew_for: str |
     key = mcp.task_key(registry.get_str("AGAP_MCP_TASK_KEY"), token or None)
     handles = TaskHandles(tools, key, user=user, live=events is not None)
     if transport == "stdio":
-        mcp.serve_stdio(tools, handles, events)
+        mcp.serve_stdio(tools, handles, events, every)
         return
 
     def ready(url: str) -> None:
         click.echo(f"agap mcp: serving {agent} on {url} (owner {tools.owner})", err=True)
 
-    mcp.serve_http(tools, host=host, port=port, token=token, ready=ready, handles=handles, events=events)
+    mcp.serve_http(
+        tools,
+        host=host,
+        port=port,
+        token=token,
+        ready=ready,
+        handles=handles,
+        events=events,
+        watch_every=every,
+    )
 
 
 def _user(tools: AgentTools, name: str) -> str | None:

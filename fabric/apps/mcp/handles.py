@@ -26,6 +26,7 @@ import base64
 import hashlib
 import hmac
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -252,6 +253,13 @@ class TaskHandles:
         self.user = user
         # Live events on: a worker wakes on the submit event, not on its poll_seconds.
         self.live = live
+        # Told the task id after this server changed a task itself (tasks/update, tasks/cancel):
+        # no live event may come for that (a person's answer publishes none).
+        self.on_change: list[Callable[[int], None]] = []
+
+    def _changed(self, task_id: int) -> None:
+        for hook in list(self.on_change):
+            hook(task_id)
 
     def issue(self, identity: str, task_id: int, kind: str = SUBMITTED, epoch: int = 0) -> dict[str, Any]:
         """A new handle on a task the board has committed: its DetailedTask (the seed state)."""
@@ -319,7 +327,8 @@ class TaskHandles:
                 return []
             assert self.user is not None
             self._ledger(view).resume(view.id, self.user, answer, view=view)
-            return [key]
+        self._changed(view.id)
+        return [key]
 
     def _ledger(self, view: TaskView) -> Ledger:
         """The ledger of the task's project: a confined target's queue lives in its home."""
@@ -347,7 +356,8 @@ class TaskHandles:
                     self._ledger(view).cancel(view.id, by, reason, view=view)
             except IllegalTransition:  # it ended first: the spec's ack, nothing changed
                 return False
-            return True
+        self._changed(view.id)
+        return True
 
 
 __all__ = [

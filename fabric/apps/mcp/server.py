@@ -37,7 +37,13 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-from mcp_types import SetLevelRequestParams, SubscribeRequestParams, ToolAnnotations, UnsubscribeRequestParams
+from mcp_types import (
+    SetLevelRequestParams,
+    SubscribeRequestParams,
+    SubscriptionsListenRequestParams,
+    ToolAnnotations,
+    UnsubscribeRequestParams,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
@@ -49,6 +55,7 @@ from fabric.submit import INTENT_HELP, SUBMIT_OPTIONS
 
 from .agent import AgentTools, as_json, tool_error
 from .handles import ANSWER_SCHEMA, TaskHandles
+from .notify import TaskListen
 from .streams import RETRY_MS, ReplayBuffer, SessionLog, Watcher
 from .tasks import FabricTasks
 
@@ -416,11 +423,13 @@ def build_server(
     base_url: str = "",
     handles: TaskHandles | None = None,
     events: Transport | None = None,
+    watch_every: float = 1.0,
 ) -> MCPServer[Any]:
     """The MCP server for ``tools``' agent; with ``token`` every HTTP request must carry it.
 
     ``handles`` serves the tasks extension (by default signed with a random key);
-    ``events`` (the live events' transport) wakes the resource watcher."""
+    ``events`` (the live events' transport) wakes the resource watcher and the task status
+    notifications, which read the board every ``watch_every`` seconds without them."""
     if handles is None:
         handles = TaskHandles(tools, task_key("", token))
     auth: dict[str, Any] = {}
@@ -444,6 +453,10 @@ def build_server(
     _add_lease_tools(mcp, tools)
     _add_resources(mcp, tools)
     _add_watching(mcp, Watcher(tools, events=events))
+    # subscriptions/listen with taskIds: notifications/tasks (notify.TaskListen); without,
+    # the SDK's own listen on the same bus.
+    listen = TaskListen(handles, mcp._subscriptions, events=events, every=watch_every)
+    mcp._lowlevel_server.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams, listen)
     return mcp
 
 
@@ -539,10 +552,13 @@ def _release(tools: AgentTools) -> None:
 
 
 def serve_stdio(
-    tools: AgentTools, handles: TaskHandles | None = None, events: Transport | None = None
+    tools: AgentTools,
+    handles: TaskHandles | None = None,
+    events: Transport | None = None,
+    watch_every: float = 1.0,
 ) -> None:
     """Serve over stdin/stdout until the client closes them (or SIGTERM/SIGINT)."""
-    mcp = build_server(tools, handles=handles, events=events)
+    mcp = build_server(tools, handles=handles, events=events, watch_every=watch_every)
 
     def _stop() -> None:
         # The thread reading stdin cannot be interrupted, and the interpreter would wait
@@ -564,6 +580,7 @@ def serve_http(
     ready: Callable[[str], None] | None = None,
     handles: TaskHandles | None = None,
     events: Transport | None = None,
+    watch_every: float = 1.0,
 ) -> None:
     """Serve streamable HTTP at ``http://host:port/mcp`` until SIGINT/SIGTERM."""
     check_loopback(host)
@@ -571,7 +588,9 @@ def serve_http(
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     base = f"http://{shown}:{bound_port}"
-    mcp = build_server(tools, token=token, base_url=base, handles=handles, events=events)
+    mcp = build_server(
+        tools, token=token, base_url=base, handles=handles, events=events, watch_every=watch_every
+    )
     # Every SSE event has an id, each stream opens with a priming event and a retry: a
     # client that lost a stream resumes it with Last-Event-ID (streams.ReplayBuffer).
     app = mcp.streamable_http_app(

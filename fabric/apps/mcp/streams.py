@@ -5,6 +5,8 @@
   stream reconnects with ``Last-Event-ID`` and gets what it missed. Bounded and in memory:
   a stream survives a dropped connection, not a restart of the server (the board keeps
   the state; the client reads it back).
+* :class:`TaskHints` — the live events (MQTT/NATS) of a set of tasks as wake-ups, and
+  whether the broker is there to give them (else the board is read on a timer);
 * :class:`Watcher` — ``resources/subscribe`` on ``agap://task/{id}`` (and ``agap://queue``)
   on the handshake wire: a thread reads the watched tasks from the board when a live
   event about one arrives (MQTT/NATS, when events are on; a hint, the board decides) and
@@ -22,7 +24,7 @@ import logging
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from mcp.server.session import ServerSession
@@ -83,6 +85,63 @@ def _task_of(uri: str) -> int | None:
     return int(tail) if tail.isdigit() and int(tail) > 0 else None
 
 
+class TaskHints:
+    """Live events about some tasks, as wake-ups: a hint, never the state (the board decides,
+    so a forged or stale payload costs one board read).
+
+    ``wake`` is called (on the broker's thread: it must be quick) for each event about one
+    of the tasks, when a subscription comes up (events may have been missed while it was
+    down) and when one goes down (the caller's timer changes). :meth:`live` says whether
+    every subscription is up: while it is not, the caller reads the board on its own timer.
+    """
+
+    def __init__(self, events: Transport | None, wake: Callable[[], None]) -> None:
+        self.events = events
+        self.wake = wake
+        self._lock = threading.Lock()
+        self._subs: dict[int, Subscription] = {}
+        self._up: set[int] = set()
+
+    def add(self, task_id: int) -> None:
+        if self.events is None:
+            return
+        with self._lock:
+            if task_id in self._subs:
+                return
+        sub = self.events.subscribe(task_topic(task_id), lambda sig: self._signal(task_id, sig))
+        with self._lock:
+            if task_id in self._subs:  # another add won: keep one subscription
+                sub.close()
+            else:
+                self._subs[task_id] = sub
+
+    def _signal(self, task_id: int, sig: Signal) -> None:
+        with self._lock:
+            if sig.kind == "up":
+                self._up.add(task_id)
+            elif sig.kind == "down":
+                self._up.discard(task_id)
+        self.wake()  # down too: the caller's timer is now the board's
+
+    def remove(self, task_id: int) -> None:
+        with self._lock:
+            sub = self._subs.pop(task_id, None)
+            self._up.discard(task_id)
+        if sub is not None:
+            sub.close()
+
+    def live(self) -> bool:
+        """Every watched task's subscription is up (False with events off)."""
+        with self._lock:
+            return self.events is not None and set(self._subs) <= self._up
+
+    def close(self) -> None:
+        with self._lock:
+            ids = list(self._subs)
+        for task_id in ids:
+            self.remove(task_id)
+
+
 class Watcher:
     """Resource subscriptions and log levels of the sessions on the handshake wire."""
 
@@ -90,8 +149,8 @@ class Watcher:
         self.tools = tools
         self.interval = interval
         self.events = events
-        self._hints: dict[str, Subscription] = {}
         self._wake = threading.Event()
+        self._hints = TaskHints(events, self._wake.set)
         self._lock = threading.Lock()
         self._subs: dict[str, set[ServerSession]] = {}
         self._seen: dict[str, Any] = {}
@@ -115,15 +174,9 @@ class Watcher:
         with self._lock:
             self._subs.setdefault(uri, set()).add(session)
             self._seen.setdefault(uri, seen)
-            if task_id and self.events is not None and uri not in self._hints:
-                self._hints[uri] = self.events.subscribe(task_topic(task_id), self._hint)
+        if task_id:  # a live event about it reads the board now
+            self._hints.add(task_id)
         self._start()
-
-    def _hint(self, sig: Signal) -> None:
-        """A live event about a watched task: read the board now (the board decides, so
-        a forged or stale payload costs one read)."""
-        if sig.kind == "msg":
-            self._wake.set()
 
     async def unsubscribe(self, session: ServerSession, uri: str) -> None:
         with self._lock:
@@ -133,9 +186,9 @@ class Watcher:
                 if not subs:
                     del self._subs[uri]
                     self._seen.pop(uri, None)
-                    hint = self._hints.pop(uri, None)
-                    if hint is not None:
-                        hint.close()
+                    task_id = _task_of(uri)
+                    if task_id:
+                        self._hints.remove(task_id)
 
     def _version(self, uri: str) -> Any:
         """What changes when the resource does: a task's epoch; the queue's open rows."""
@@ -187,6 +240,7 @@ class Watcher:
     def close(self) -> None:
         self._stop.set()
         self._wake.set()
+        self._hints.close()
 
     def _send(self, coro: Coroutine[Any, Any, None]) -> None:
         loop = self._loop
@@ -225,4 +279,4 @@ class SessionLog(logging.Handler):
         self.watcher.emit(record)
 
 
-__all__ = ["RETRY_MS", "ReplayBuffer", "SessionLog", "Watcher"]
+__all__ = ["RETRY_MS", "ReplayBuffer", "SessionLog", "TaskHints", "Watcher"]
