@@ -295,6 +295,7 @@ SECTIONS = (
     "bench.mcp_notify",
     "bench.auth",
     "bench.hindsight",
+    "bench.openclaw",
     "bench.cli_start",
     "bench.stop",
 )

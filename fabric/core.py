@@ -29,6 +29,7 @@ from fabric.kanboard.spanning import SpanningReader
 from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.kanboard.weblinks import links_for
 from fabric.ledger import Ledger
+from fabric.memorybanks import check_memory
 from fabric.policy import GateRequest, PolicyContext, SubmitPolicy, check_claim_on_board, default_policies
 from fabric.router import Choice, route
 from fabric.settings import registry
@@ -82,7 +83,8 @@ class Fabric:
     ) -> Fabric:
         """Connect to the board named by the settings (environment by default)."""
         settings = settings or Settings.from_env()
-        cards = cards or load_cards(settings.cards_dir)
+        # Cards loaded here are judged with the policy too (a memory bank across people).
+        cards = cards or check_memory(load_cards(settings.cards_dir))
         settings = signed_in(settings, cards)  # a confined agent's user works its home
         if port is None:
             port = board_client(settings)  # the app token, or a confined agent's own user

@@ -36,12 +36,10 @@ from fabric.cards import Card, CardSet, trust_rank
 from fabric.kanboard.port import BoardAuthError
 from fabric.kanboard.reader import ReadOnlyBoard
 from fabric.people import find_person
-from fabric.policy_file import PolicyConfig
-from fabric.refcanon import BadRef, Canon, canonical, canonical_prefix, local_service, under
+from fabric.policy_file import UNKNOWN, PolicyConfig, rules_domain
+from fabric.refcanon import BadRef, Canon, canonical
 from fabric.refusals import PrivacyViolation
 
-#: The domain of a ref whose owner cannot be decided; no card lists it.
-UNKNOWN = "unknown"
 #: How many tasks one ref may lead through before its domain is :data:`UNKNOWN`.
 MAX_TASKS = 64
 
@@ -67,21 +65,6 @@ def canon_ref(ref: str) -> Canon:
     except BadRef as exc:
         rule, limit = ("privacy.label", "no labels") if exc.label else ("privacy.ref", "canonical refs")
         raise PrivacyViolation(rule, str(exc), limit=limit, where=ref) from None
-
-
-def rules_domain(cfg: PolicyConfig, key: str) -> str:
-    """The owner rules' domain for a canonical key: the longest matching prefix; else
-    :data:`UNKNOWN` for an http(s) service on this machine (whose owner only a rule can
-    name); else the default domain."""
-    best, domain = -1, UNKNOWN if local_service(key) else cfg.default_domain
-    for prefix, d in cfg.domains:
-        try:
-            p = canonical_prefix(prefix)
-        except BadRef:
-            continue
-        if len(p) > best and under(key, p):
-            best, domain = len(p), d
-    return domain
 
 
 #: What one node contributes by itself (its own domains) and the tasks it leads to.

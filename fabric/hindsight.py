@@ -28,9 +28,10 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
-from fabric.errors import EXIT_INVALID, EXIT_UNREACHABLE, FabricError
+from fabric.errors import EXIT_INVALID, EXIT_UNREACHABLE, FabricError, InvalidInput
+from fabric.refcanon import BadRef, canonical
 
 if TYPE_CHECKING:
     import requests
@@ -43,6 +44,7 @@ __all__ = [
     "HindsightError",
     "HindsightRefused",
     "HindsightUnavailable",
+    "bank_of",
     "valid_bank_id",
 ]
 
@@ -57,6 +59,28 @@ LIMIT = 4 << 20  # bytes of an answer read at most: a recall capped by max_token
 def valid_bank_id(bank: str) -> bool:
     """Whether ``bank`` is a bank id the fabric sends (see :data:`BANK_ID`)."""
     return bool(BANK_ID.match(bank)) and ".." not in bank
+
+
+_BANK_HINT = "write the bank as hindsight://<bank>/ (its id as Hindsight spells it)"
+
+
+def bank_of(ref: str) -> tuple[str, str]:
+    """(bank id, canonical key) of a bank ref ``hindsight://<bank>/``; InvalidInput else.
+
+    What a retain goes into (``agap memory retain``, a card's ``memory.retain``): a whole
+    bank, never a query in it.
+    """
+    parts = urlsplit(ref.strip())
+    try:
+        key = canonical(ref).key
+    except BadRef as exc:
+        raise InvalidInput(str(exc), where=ref, hint=_BANK_HINT) from None
+    bank = unquote(parts.netloc)
+    if parts.scheme.lower() != "hindsight" or parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise InvalidInput("not a bank: a retain goes into a whole bank", where=ref, hint=_BANK_HINT)
+    if not valid_bank_id(bank) or bank != urlsplit(key).netloc:
+        raise InvalidInput(f"{bank!r} is not a Hindsight bank id", where=ref, hint=_BANK_HINT)
+    return bank, key
 
 
 class HindsightError(FabricError):

@@ -17,9 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fabric.durations import parse_duration
 from fabric.errors import ConfigError, FabricError
+from fabric.refcanon import BadRef, canonical_prefix, local_service, under
 
 POLICY_FILE = "_policy.yaml"
 SHARED = "shared"
+#: The domain of a ref whose owner cannot be decided; no card lists it.
+UNKNOWN = "unknown"
 _DOMAIN = re.compile(r"^(?:private:[a-z][a-z0-9_.-]{0,38}|[a-z][a-z0-9-]{0,38})$")
 
 
@@ -145,6 +148,21 @@ def _load(path: str, _mtime: int) -> PolicyConfig:
     )
 
 
+def rules_domain(cfg: PolicyConfig, key: str) -> str:
+    """The owner rules' domain for a canonical key: the longest matching prefix; else
+    :data:`UNKNOWN` for an http(s) service on this machine (whose owner only a rule can
+    name); else the default domain."""
+    best, domain = -1, UNKNOWN if local_service(key) else cfg.default_domain
+    for prefix, d in cfg.domains:
+        try:
+            p = canonical_prefix(prefix)
+        except BadRef:
+            continue
+        if len(p) > best and under(key, p):
+            best, domain = len(p), d
+    return domain
+
+
 def policy_config(cards_dir: str | Path) -> PolicyConfig:
     """The policy configuration next to the cards."""
     return load_policy_config(Path(cards_dir) / POLICY_FILE)
@@ -153,9 +171,11 @@ def policy_config(cards_dir: str | Path) -> PolicyConfig:
 __all__ = [
     "POLICY_FILE",
     "SHARED",
+    "UNKNOWN",
     "PolicyConfig",
     "Quota",
     "check_domain",
     "load_policy_config",
     "policy_config",
+    "rules_domain",
 ]

@@ -32,12 +32,14 @@ from fabric.constraints import is_routed
 from fabric.core import Fabric
 from fabric.degraded import Backoff, BoardWait, transient
 from fabric.errors import ConfigError
+from fabric.hindsight import HindsightClient
 from fabric.kanboard.layout import META_HOOK
 from fabric.kanboard.port import BoardError
 from fabric.kanboard.quotas import QuotaStore
+from fabric.retain import client_from_settings
 from fabric.settings.keeper import JOBS, KeeperConfig
 from fabric.signals import grace, set_on_signal
-from keeper import decisions, duties, gc, gestures, quotas, snapshot, sweeps
+from keeper import decisions, duties, gc, gestures, memory, openclaw, quotas, snapshot, sweeps
 from keeper.metrics import Metrics
 from keeper.notify import Notifier
 from keeper.replies import MatrixReplies, ReplyReport
@@ -92,6 +94,12 @@ class Keeper:
     # metadata for the main keeper's receiver to forward that home's events to (keeper.hook).
     hook_url: str = ""
     _hook_published: bool = False
+    # The Hindsight API the memory duty retains into (AGAP_HINDSIGHT_URL/_KEY by default).
+    hindsight: Callable[[], HindsightClient] = client_from_settings
+    # OpenClaw's finished events come on the receiver's threads: a connection of their
+    # own (a Fabric is used from one thread), one event at a time.
+    _hook_fab: Fabric | None = None
+    _hook_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def for_fabric(cls, fab: Fabric, config: KeeperConfig | None = None, **kw: Any) -> Keeper:
@@ -165,6 +173,13 @@ class Keeper:
         sched = self._sched
         if sched is not None and not self._stopping.is_set():
             sched.modify_job("gestures", next_run_time=_now_dt())
+
+    def openclaw_run(self, payload: Any, query: dict[str, str]) -> str:
+        """Record an OpenClaw run's outcome (keeper.openclaw; from the webhook receiver)."""
+        with self._hook_lock:
+            if self._hook_fab is None:
+                self._hook_fab = self.connect()
+            return openclaw.record_run(self._hook_fab, payload, query)
 
     def job_gestures(self) -> gestures.GestureReport:
         """One gesture sweep, then another for each poke that came while it ran (a few)."""
@@ -259,6 +274,16 @@ class Keeper:
         with self.metrics.lock:
             self.metrics.gestures_total += len(report.acted)
         return report
+
+    def job_memory(self) -> memory.MemoryReport:
+        """Done results into the Hindsight banks of the cards that ask (keeper.memory);
+        no board read at all while no card has ``memory.retain``."""
+        fab = self.fab()
+        if not any(c.memory is not None for c in fab.cards):
+            return memory.MemoryReport()
+        snap = snapshot.take(fab, with_done=True, with_activity=True)
+        settings = memory.RetainSettings(max(1, self.config.retain_attempts), self.config.retain_backoff)
+        return memory.sweep_memory(fab, snap, self.hindsight, settings)
 
     def job_digest(self) -> list[Any]:
         return duties.write_digests(self.fab(), self.config)

@@ -17,6 +17,12 @@ is forwarded, with the same token, to the receiver that home's keeper published 
 project's metadata (loopback unless told otherwise), which pokes that keeper's gesture
 job. A forward that fails pokes the main keeper instead (harmless: it never looks into a
 home) and the home's own sweep stays the safety net.
+
+``POST /openclaw`` is OpenClaw's "run finished" webhook (:mod:`keeper.openclaw`), with
+its own token (``AGAP_KEEPER_OPENCLAW_TOKEN``, which OpenClaw sends as ``Authorization:
+Bearer`` from its ``cron.webhookToken``); without that setting the route answers 404.
+Bad input is 400 with one line; the run is recorded before the answer (OpenClaw posts
+from its scheduler, not inside a person's request).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from fabric.errors import ConfigError
+from fabric.errors import ConfigError, FabricError, InvalidInput
 from keeper.serving import BackgroundServer
 
 log = logging.getLogger("agap.keeper.hook")
@@ -59,6 +65,8 @@ class HookServer(BackgroundServer):
         port: int = 0,
         ignore: Iterable[str] = (),
         route: Callable[[Any], bool] | None = None,
+        openclaw: Callable[[Any, dict[str, str]], str] | None = None,
+        openclaw_token: str = "",
     ) -> None:
         if not token:
             raise ConfigError(
@@ -72,7 +80,9 @@ class HookServer(BackgroundServer):
         self._poke = poke
         self._route = route
         self._ignore = frozenset(ignore)
-        super().__init__(ThreadingHTTPServer((host, port), _handler(self, token)))
+        self.openclaw = openclaw if openclaw_token else None
+        self.openclaw_runs = 0  # OpenClaw finished events recorded
+        super().__init__(ThreadingHTTPServer((host, port), _handler(self, token, openclaw_token)))
 
     @property
     def url(self) -> str:
@@ -171,49 +181,99 @@ class HomeRoutes:
             return False
 
 
-def _handler(server: HookServer, token: str) -> type[BaseHTTPRequestHandler]:
-    expected = token.encode()
+def _handler(server: HookServer, token: str, openclaw_token: str) -> type[BaseHTTPRequestHandler]:
+    attrs = {"hook": server, "expected": token.encode(), "bearer": f"Bearer {openclaw_token}".encode()}
+    return type("Handler", (_Handler,), attrs)
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("%s " + format, self.address_string(), *args)
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    hook: HookServer
+    expected: bytes  # Kanboard's ?token=
+    bearer: bytes  # OpenClaw's Authorization header
 
-        def _reply(self, status: int, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
 
-        def do_POST(self) -> None:
-            given = parse_qs(urlsplit(self.path).query).get("token", [""])[0].encode()
-            if not hmac.compare_digest(given, expected):
-                self.close_connection = True
-                self._reply(401, b"unauthorized\n")
-                return
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                length = -1
-            if length < 0 or length > MAX_BODY:
-                self.close_connection = True
-                self._reply(413, b"too large\n")
-                return
-            raw = self.rfile.read(length)
-            # Kanboard waits for this answer inside a person's request: answer first.
-            self._reply(200, b"ok\n")
-            try:
-                payload = json.loads(raw)
-            except (ValueError, UnicodeDecodeError):
-                return
-            server.received(payload)
+    def _reply(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
-        def do_GET(self) -> None:
-            self._reply(405, b"POST only\n")
+    def _body(self) -> bytes | None:
+        """The request's body, or None after answering 413."""
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY:
+            self.close_connection = True
+            self._reply(413, b"too large\n")
+            return None
+        return self.rfile.read(length)
 
-    return Handler
+    def _openclaw(self) -> None:
+        query = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items() if v}
+        auth = self.headers.get("Authorization") or ""
+        status, line = _openclaw(self.hook, self.bearer, auth, query, self._body)
+        self.close_connection = status == 401
+        if status:
+            self._reply(status, (line + "\n").encode())
+
+    def do_POST(self) -> None:
+        if urlsplit(self.path).path.rstrip("/") == "/openclaw":
+            self._openclaw()
+            return
+        given = parse_qs(urlsplit(self.path).query).get("token", [""])[0].encode()
+        if not hmac.compare_digest(given, self.expected):
+            self.close_connection = True
+            self._reply(401, b"unauthorized\n")
+            return
+        raw = self._body()
+        if raw is None:
+            return
+        # Kanboard waits for this answer inside a person's request: answer first.
+        self._reply(200, b"ok\n")
+        try:
+            payload = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return
+        self.hook.received(payload)
+
+    def do_GET(self) -> None:
+        self._reply(405, b"POST only\n")
+
+
+def _openclaw(
+    server: HookServer,
+    bearer: bytes,
+    authorization: str,
+    query: dict[str, str],
+    body: Callable[[], bytes | None],
+) -> tuple[int, str]:
+    """``POST /openclaw``: (status, line) to answer; (0, "") when ``body`` answered already."""
+    handle = server.openclaw
+    if handle is None:
+        return 404, "no OpenClaw route: set AGAP_KEEPER_OPENCLAW_TOKEN"
+    if not hmac.compare_digest(authorization.encode(), bearer):
+        return 401, "unauthorized"
+    raw = body()
+    if raw is None:
+        return 0, ""
+    try:
+        payload = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return 400, "body: not JSON (an OpenClaw finished event)"
+    try:
+        line = handle(payload, query)
+    except InvalidInput as exc:
+        return 400, exc.line()
+    except FabricError as exc:  # the board away: OpenClaw logs the failed delivery
+        return 503, exc.line()[:300]
+    server.openclaw_runs += 1
+    return 200, line
 
 
 __all__ = ["HomeRoutes", "HookServer", "project_of"]

@@ -27,6 +27,7 @@ from fabric.kanboard.principals import board_client, worker_settings
 from fabric.kanboard.quotas import QuotaStore
 from fabric.ledger import Lease
 from fabric.policy import read_guard
+from fabric.results import ResultStore, store_for
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.signals import set_on_signal
@@ -42,7 +43,6 @@ from workers.probes import card_availability
 from workers.prompt import persona_for
 from workers.queue import ClaimCheck
 from workers.refs import RefResolver
-from workers.results import ResultStore, store_for
 from workers.shared_quota import Across
 from workers.stores import store_readers
 

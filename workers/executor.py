@@ -30,6 +30,7 @@ from fabric.kanboard.port import BoardError
 from fabric.kanboard.quotas import QuotaHolder
 from fabric.ledger import Effect, Fenced
 from fabric.refusals import PolicyRefused
+from fabric.results import ResultStore
 from fabric.signals import grace, pause
 from workers.admission import Admitted, admit_call
 from workers.answer import Reply, ask, task_messages
@@ -44,7 +45,6 @@ from workers.llm import (
     RateLimited,
 )
 from workers.refs import RefResolver, RefUnavailable, UnresolvableRef
-from workers.results import ResultStore
 
 log = logging.getLogger("agap.worker")
 

@@ -31,10 +31,10 @@ from fabric.degraded import DEFAULT_CAP, Backoff, BoardWait
 from fabric.kanboard.layout import META_COST
 from fabric.kanboard.port import BoardError, BoardUnavailable
 from fabric.ledger import Fenced, Lease, LedgerError
+from fabric.results import result_url
 from fabric.signals import stop_requested
 from workers.job import Executor, Job, JobOutcome
 from workers.queue import ClaimCheck, QueueReader
-from workers.results import result_url
 
 INTERACTIVE_PRIORITY = 2  # high and urgent tasks count as interactive work
 

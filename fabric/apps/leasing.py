@@ -24,8 +24,8 @@ from fabric.errors import FabricError, InvalidInput
 from fabric.kanboard.views import TaskView
 from fabric.ledger import Fenced, Lease
 from fabric.people import find_person
+from fabric.results import ResultStore, result_url
 from fabric.task import Record, TaskSpec
-from workers.results import ResultStore, result_url
 
 T = TypeVar("T")
 

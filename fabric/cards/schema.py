@@ -58,6 +58,7 @@ __all__ = [
     "HoursSpec",
     "HumanSpec",
     "MatrixChannel",
+    "MemorySpec",
     "OnDemandSpec",
     "QuotaSpec",
     "RuntimeSpec",
@@ -296,6 +297,25 @@ class GpuResidency(StrictModel):
     co_residency_group: Slug | None = None
 
 
+class MemorySpec(StrictModel):
+    """What becomes of the agent's results: each done task's result is retained into the
+    Hindsight bank of ``retain`` that is of the task's own privacy domain (one bank per
+    domain; a task of no listed bank's domain is not retained), by the keeper, once
+    (docs/HINDSIGHT.md). ``consolidate``: then ask Hindsight's own consolidation.
+
+    Which domain a bank is of, and whether the card may write it, is decided with the
+    owner rules of ``cards/_policy.yaml`` once the cards are loaded
+    (:func:`fabric.memorybanks.memory_problems`: the bank refs are read there too)."""
+
+    retain: Annotated[list[Text], BeforeValidator(one_or_many)] = Field(min_length=1)
+    consolidate: bool = False
+
+    @model_validator(mode="after")
+    def _banks(self) -> MemorySpec:
+        raise_violations(_duplicates("retain", self.retain))
+        return self
+
+
 # ---------------------------------------------------------------------------------------
 # The card
 
@@ -325,6 +345,7 @@ class Card(StrictModel):
     human: HumanSpec | None = None
     golden: RelPath | None = None
     gpu: GpuResidency | None = None
+    memory: MemorySpec | None = None
 
     @property
     def queue_name(self) -> str:
@@ -350,6 +371,7 @@ class Card(StrictModel):
                 *_duplicates("capabilities", self.capabilities),
                 *_duplicates("privacy_domains", self.privacy_domains),
                 *_gpu_shape_rules(self),
+                *_memory_rules(self),
             ]
         )
         return self
@@ -404,6 +426,13 @@ def _privacy_rules(card: Card) -> _Violations:
         for i, domain in enumerate(card.privacy_domains)
         if domain.startswith("private:") and card.trust in ("sandboxed", "untrusted")
     ]
+
+
+def _memory_rules(card: Card) -> _Violations:
+    """The output of untrusted work never becomes memory (it would lose its taint)."""
+    if card.memory is not None and card.trust == "untrusted":
+        return [("memory", f"a {card.trust} agent's results are never retained (taint.retain)")]
+    return []
 
 
 def _gpu_shape_rules(card: Card) -> _Violations:

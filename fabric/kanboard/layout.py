@@ -66,6 +66,12 @@ META_NOTIFIED = "fabric.notified"  # the epoch whose inbox notice was sent
 META_PROJECTED = "fabric.projected"
 # The keeper told the person who made this card by hand where to make it instead (once).
 META_HINTED = "fabric.hinted"
+# The keeper's retain of the result into a Hindsight bank (a card's memory.retain): JSON
+# {outcome, bank, document_id, attempts, at, error?, receipt?} (keeper/memory.py).
+META_RETAINED = "fabric.retained"
+# The last OpenClaw cron run that submitted this task, from its "run finished" webhook:
+# JSON {job, run_id, status, completion, run_at, slot, error?, summary?} (keeper/openclaw.py).
+META_OPENCLAW_RUN = "fabric.openclaw.run"
 
 # -- project metadata keys ------------------------------------------------------------
 META_PARK_PREFIX = "fabric.park."  # work project: fabric.park.<queue> = park state (JSON)
@@ -73,6 +79,7 @@ META_CRON_PREFIX = "fabric.cron."  # work project: fabric.cron.<schedule> = its 
 META_WATCH = "fabric.keeper.watch"  # work project: the ids the keeper watches for gestures
 # A home's project: where its keeper receives the webhook events the main keeper forwards.
 META_HOOK = "fabric.keeper.hook"
+META_RETAINING = "fabric.keeper.retaining"  # work project: ids whose retain is tried again
 META_MATRIX_SINCE_PREFIX = "fabric.keeper.matrix."  # + a bot's hash: its Matrix sync token
 META_LAYOUT = "fabric.layout"  # work project: the storage layout version (see LAYOUT_VERSION)
 META_ORPHANS = "fabric.gc.orphans"  # locks project: {tag name: first seen orphaned}

@@ -26,6 +26,7 @@ JOB_INTERVALS: dict[str, str] = {
     "gc": "AGAP_KEEPER_GC_EVERY",
     "policy": "AGAP_KEEPER_POLICY_EVERY",
     "matrix": "AGAP_KEEPER_MATRIX_EVERY",
+    "memory": "AGAP_KEEPER_MEMORY_EVERY",
 }
 JOBS = (*JOB_INTERVALS, "digest")
 
@@ -74,6 +75,10 @@ class KeeperConfig:
     hook_host: str = registry.get_str("AGAP_KEEPER_HOOK_HOST", {})
     hook_port: int = 0  # the receiver for Kanboard's webhook (0 = none: the sweeps alone)
     hook_token: str = field(default="", repr=False)
+    openclaw_token: str = field(default="", repr=False)  # OpenClaw's cron.webhookToken
+    # A card's memory.retain: how many attempts a retain gets, and the least time between two.
+    retain_attempts: int = registry.get_int("AGAP_KEEPER_RETAIN_ATTEMPTS", {})
+    retain_backoff: float = _default("AGAP_KEEPER_RETAIN_BACKOFF")
 
     def interval(self, job: str) -> float:
         return self.intervals[job]
@@ -105,4 +110,7 @@ class KeeperConfig:
             hook_host=registry.get_str("AGAP_KEEPER_HOOK_HOST", env),
             hook_port=registry.get_int("AGAP_KEEPER_HOOK_PORT", env),
             hook_token=registry.get_str("AGAP_KEEPER_HOOK_TOKEN", env),
+            openclaw_token=registry.get_str("AGAP_KEEPER_OPENCLAW_TOKEN", env),
+            retain_attempts=registry.get_int("AGAP_KEEPER_RETAIN_ATTEMPTS", env),
+            retain_backoff=dur("AGAP_KEEPER_RETAIN_BACKOFF"),
         )

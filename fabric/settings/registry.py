@@ -245,7 +245,12 @@ REGISTRY: tuple[Var, ...] = (
         "attachment",
         grammar="attachment or dir",
     ),
-    _v("AGAP_RESULT_DIR", "path", ("worker", "mcp"), "where dir results go"),
+    _v(
+        "AGAP_RESULT_DIR",
+        "path",
+        ("worker", "mcp", "keeper", "cli"),
+        "where dir results go (and where the keeper and agap memory retain read them)",
+    ),
     _v(
         "AGAP_REF_ROOTS",
         "list",
@@ -258,15 +263,16 @@ REGISTRY: tuple[Var, ...] = (
     _v(
         "AGAP_HINDSIGHT_URL",
         "url",
-        ("worker", "a2a", "cli"),
-        "the Hindsight API hindsight://<bank>/… refs read from and agap memory retain writes to "
+        ("worker", "a2a", "cli", "keeper"),
+        "the Hindsight API hindsight://<bank>/… refs read from and agap memory retain and the "
+        "keeper (a card's memory.retain) write to "
         "(unset under agap up: its embedded stand-in, seeded with demo memories)",
         "http://127.0.0.1:8888",
     ),
     _v(
         "AGAP_HINDSIGHT_KEY",
         "secret",
-        ("worker", "a2a", "cli"),
+        ("worker", "a2a", "cli", "keeper"),
         "the bearer token Hindsight's API requires, if any (its HINDSIGHT_API_TENANT_API_KEY)",
     ),
     _v("AGAP_POLL_SECONDS", "duration", "worker", "worker poll interval (default: the card's)"),
@@ -432,6 +438,28 @@ REGISTRY: tuple[Var, ...] = (
         "10s",
     ),
     _v(
+        "AGAP_KEEPER_MEMORY_EVERY",
+        "duration",
+        "keeper",
+        _EVERY.format("memory") + " (retain done results into the Hindsight banks of cards' memory.retain)",
+        "30s",
+    ),
+    _v(
+        "AGAP_KEEPER_RETAIN_ATTEMPTS",
+        "int",
+        "keeper",
+        "how many times the keeper tries a retain into Hindsight (down, 401, 404, 422, …) "
+        "before it gives up with one line in the task's journal",
+        "3",
+    ),
+    _v(
+        "AGAP_KEEPER_RETAIN_BACKOFF",
+        "duration",
+        "keeper",
+        "the least time between two of the keeper's attempts at one retain",
+        "2m",
+    ),
+    _v(
         "AGAP_KEEPER_LEASE_GRACE",
         "duration",
         "keeper",
@@ -547,6 +575,13 @@ REGISTRY: tuple[Var, ...] = (
         "secret",
         ("keeper", "board"),
         "the token Kanboard's webhook sends (its webhook_token setting); required with the port",
+    ),
+    _v(
+        "AGAP_KEEPER_OPENCLAW_TOKEN",
+        "secret",
+        "keeper",
+        "the bearer token OpenClaw's run-finished webhook sends (its cron.webhookToken) to "
+        "POST /openclaw on the receiver of AGAP_KEEPER_HOOK_PORT (unset: no such route)",
     ),
     # The A2A server and client
     _v("AGAP_A2A_TOKENS", "secret", "a2a", "A2A clients: caller:token,…"),

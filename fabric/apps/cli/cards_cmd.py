@@ -12,6 +12,7 @@ from fabric.apps.cli import main
 from fabric.cards import Card, CardErrors, load_cards
 from fabric.cards.backbone import backbone_changes, read_record
 from fabric.errors import EXIT_INVALID
+from fabric.memorybanks import check_memory
 
 _DIR_OPTION = click.option(
     "--dir",
@@ -34,7 +35,7 @@ def cards() -> None:
 def validate(directory: Path) -> None:
     """Check every card; print each problem on one line and exit 2 if any."""
     try:
-        card_set = load_cards(directory)
+        card_set = check_memory(load_cards(directory))
     except CardErrors as exc:
         for problem in exc.problems:
             click.echo(str(problem), err=True)

@@ -133,6 +133,8 @@ def _hook(keeper: Keeper, config: KeeperConfig, settings: Settings, *, home: str
         port=0 if home else config.hook_port,
         ignore=agents,
         route=route,
+        openclaw=None if home else keeper.openclaw_run,
+        openclaw_token="" if home else config.openclaw_token,
     ).start()
     if home:
         keeper.hook_url = hook.url
@@ -141,6 +143,8 @@ def _hook(keeper: Keeper, config: KeeperConfig, settings: Settings, *, home: str
         )
     else:
         click.echo(f"keeper webhook receiver on {hook.url}?token=… (Kanboard: Settings > Webhooks)", err=True)
+        if config.openclaw_token:
+            click.echo(f"OpenClaw's run-finished webhook: {hook.url}openclaw?key=openclaw/<job>", err=True)
     return hook
 
 

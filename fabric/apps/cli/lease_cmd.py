@@ -32,10 +32,10 @@ from fabric.apps.leasing import held_lease, person_to_ask, result_uri, under_lea
 from fabric.core import Fabric
 from fabric.errors import EXIT_LOST, InvalidInput
 from fabric.ledger import Lease
+from fabric.results import store_for
 from fabric.settings import registry
 from fabric.task import Record
 from workers.queue import QueueReader
-from workers.results import store_for
 
 
 def default_owner(agent: str) -> str:

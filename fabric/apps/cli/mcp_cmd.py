@@ -18,10 +18,10 @@ from fabric.errors import ConfigError, InvalidInput
 from fabric.events.attach import attach_submitter
 from fabric.kanboard.principals import worker_settings
 from fabric.people import find_person
+from fabric.results import store_for
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.signals import exit_on_signal
-from workers.results import store_for
 
 # fabric.apps.mcp.server is imported where it is needed: it needs the optional `mcp`
 # extra (the SDK), and `agap` imports every command module, `--help` included.

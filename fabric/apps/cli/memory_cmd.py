@@ -8,8 +8,8 @@ import click
 
 from fabric.apps.cli import main
 from fabric.apps.cli.params import TASK
-from fabric.apps.memory import retain_result
 from fabric.core import Fabric
+from fabric.retain import retain_result
 
 
 @main.group("memory")

@@ -32,12 +32,12 @@ from fabric.kanboard.migrate import migrate
 from fabric.kanboard.taskboard import TaskView
 from fabric.kanboard.weblinks import WebLinks, links_for
 from fabric.ledger import APPROVAL_REF
+from fabric.results import read_result
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.submit import INTENT_HELP, SUBMIT_OPTIONS
 from fabric.task import PRIORITY_NAMES, State
 from keeper.acts import waits_on
-from workers.results import read_result
 
 
 def _emit(data: Any, as_json: bool, text: str) -> None:

@@ -58,11 +58,11 @@ from fabric.policy import (
     check_domains,
 )
 from fabric.policy_file import PolicyConfig
+from fabric.results import ResultStore, read_result
 from fabric.slots import MissedSlot
 from fabric.taint import is_tainted
 from fabric.task import PRIORITY_NAMES, State, TaskSpec
 from workers.queue import QueueReader
-from workers.results import ResultStore, read_result
 
 from .targets import AUTO, target_ids, target_rows
 

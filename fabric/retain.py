@@ -7,35 +7,39 @@ Hindsight's retain endpoint (``POST …/banks/{bank}/memories``, one item: the r
 first instead of adding a copy). With ``consolidate`` it then asks Hindsight's own
 consolidation to run on the bank (``POST …/consolidate``).
 
+The keeper does the same for the cards that ask for it (``memory: {retain: …}``,
+:mod:`keeper.memory`), through :func:`plan_retain`: the checks and the item are one code.
+
 Before anything is sent, the policy decides (:func:`fabric.domains.check_retain`): only
 into a bank of the task's own privacy domain, never across people, and never the output
-of untrusted work (it would come back as memory without its taint). Nothing is retried:
-a retain runs Hindsight's LLM, so a failed one is reported (one line, the exit code of
-:mod:`fabric.errors`) and left to the person.
+of untrusted work (it would come back as memory without its taint). ``agap memory retain``
+retries nothing: a retain runs Hindsight's LLM, so a failed one is reported (one line,
+the exit code of :mod:`fabric.errors`) and left to the person.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from fabric.core import Fabric
 from fabric.domains import Domains, check_retain, rules_domain
-from fabric.errors import FabricError, InvalidInput
-from fabric.hindsight import HindsightClient, valid_bank_id
+from fabric.errors import FabricError
+from fabric.hindsight import HindsightClient, bank_of
+from fabric.kanboard.taskboard import TaskView
 from fabric.policy_file import policy_config
-from fabric.refcanon import BadRef, canonical
 from fabric.refusals import PolicyRefused
+from fabric.results import read_result
 from fabric.settings import registry
 from fabric.taint import is_tainted
 from fabric.task import State
-from workers.results import read_result
 
-__all__ = ["Retained", "bank_of", "retain_result"]
+__all__ = ["RetainPlan", "Retained", "bank_of", "client_from_settings", "plan_retain", "retain_result"]
 
-_HINT = "write the bank as hindsight://<bank>/ (its id as Hindsight spells it)"
+#: A result is retained once the task is done, or verified after that.
+RETAINABLE = frozenset({State.DONE, State.CLOSED})
 
 
 @dataclass(frozen=True)
@@ -52,29 +56,40 @@ class Retained:
         return vars(self)
 
 
-def bank_of(ref: str) -> tuple[str, str]:
-    """(bank id, canonical key) of a bank ref ``hindsight://<bank>/``; InvalidInput else."""
-    parts = urlsplit(ref.strip())
-    try:
-        key = canonical(ref).key
-    except BadRef as exc:
-        raise InvalidInput(str(exc), where=ref, hint=_HINT) from None
-    bank = unquote(parts.netloc)
-    if parts.scheme.lower() != "hindsight" or parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise InvalidInput("not a bank: a retain goes into a whole bank", where=ref, hint=_HINT)
-    if not valid_bank_id(bank) or bank != urlsplit(key).netloc:
-        raise InvalidInput(f"{bank!r} is not a Hindsight bank id", where=ref, hint=_HINT)
-    return bank, key
+@dataclass(frozen=True)
+class RetainPlan:
+    """A retain every check has passed: the one item to send into ``bank``."""
+
+    task_id: int
+    bank: str
+    domain: str
+    document_id: str
+    item: dict[str, Any]
+
+    def send(self, client: HindsightClient, *, consolidate: bool = False) -> Retained:
+        """Hindsight's retain (one document: a second send replaces the first), then its
+        consolidation when asked."""
+        client.retain(self.bank, [self.item])
+        operation = None
+        if consolidate:
+            operation = str(client.consolidate(self.bank).get("operation_id") or "") or None
+        return Retained(self.task_id, self.bank, self.domain, self.document_id, operation)
 
 
-def retain_result(
-    fab: Fabric, task_id: int, ref: str, client: HindsightClient | None = None, *, consolidate: bool = False
-) -> Retained:
-    """Retain task ``task_id``'s result into the bank ``ref`` names (see the module)."""
+def client_from_settings() -> HindsightClient:
+    """The Hindsight API of ``AGAP_HINDSIGHT_URL``, with ``AGAP_HINDSIGHT_KEY``."""
+    return HindsightClient(
+        registry.get_str("AGAP_HINDSIGHT_URL"), registry.get_str("AGAP_HINDSIGHT_KEY", fallback="")
+    )
+
+
+def plan_retain(fab: Fabric, view: TaskView, ref: str, found: Iterable[str] | None = None) -> RetainPlan:
+    """Every check before a retain of ``view``'s result into the bank ``ref`` (see the
+    module); ``found``: the task's privacy domains when the caller has them already."""
     bank, key = bank_of(ref)
-    view = fab.show(task_id)
+    task_id = view.id
     cur = view.current
-    if cur is None or view.spec is None or cur.state != State.DONE or not cur.result_ref:
+    if cur is None or view.spec is None or cur.state not in RETAINABLE or not cur.result_ref:
         state = cur.state.value if cur is not None else "not a fabric task"
         raise FabricError(
             f"task #{task_id} has no result to retain ({state})",
@@ -83,7 +98,9 @@ def retain_result(
         )
     cfg = policy_config(fab.settings.cards_dir)
     domain = rules_domain(cfg, key)
-    check_retain(task_id, Domains(fab.cards, cfg, fab.reader()).task(task_id), bank, domain)
+    if found is None:
+        found = Domains(fab.cards, cfg, fab.reader()).task(task_id)
+    check_retain(task_id, found, bank, domain)
     if is_tainted(fab.cards, view.spec):
         raise PolicyRefused(
             "taint.retain",
@@ -98,9 +115,6 @@ def retain_result(
             where=f"task #{task_id}",
             hint="only a result the fabric stored (an attachment or a result file) can be retained",
         )
-    client = client or HindsightClient(
-        registry.get_str("AGAP_HINDSIGHT_URL"), registry.get_str("AGAP_HINDSIGHT_KEY", fallback="")
-    )
     document = f"agap-task-{view.uid or task_id}"
     item = {
         "content": text,
@@ -109,8 +123,13 @@ def retain_result(
         "document_id": document,
         "tags": ["agap"],
     }
-    client.retain(bank, [item])
-    operation = None
-    if consolidate:
-        operation = str(client.consolidate(bank).get("operation_id") or "") or None
-    return Retained(task_id, bank, domain, document, operation)
+    return RetainPlan(task_id, bank, domain, document, item)
+
+
+def retain_result(
+    fab: Fabric, task_id: int, ref: str, client: HindsightClient | None = None, *, consolidate: bool = False
+) -> Retained:
+    """Retain task ``task_id``'s result into the bank ``ref`` names (see the module)."""
+    bank_of(ref)  # a bad ref is said before the board is read
+    plan = plan_retain(fab, fab.show(task_id), ref)
+    return plan.send(client or client_from_settings(), consolidate=consolidate)
