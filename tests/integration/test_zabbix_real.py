@@ -179,7 +179,7 @@ def test_the_template_collects_discovers_and_fires_on_real_conditions(stack: Sta
     (src,) = yaml.safe_load(TEMPLATE.read_text())["zabbix_export"]["templates"]
     rules = src["discovery_rules"]
     protos = [p for r in rules for p in r["item_prototypes"]]
-    assert _count(api, "item.get", tid) == len(src["items"]) == 15
+    assert _count(api, "item.get", tid) == len(src["items"]) == 17
     assert _count(api, "discoveryrule.get", tid) == len(rules) == 4
     assert _count(api, "itemprototype.get", tid) == len(protos)
     assert _count(api, "trigger.get", tid) == 3
@@ -188,6 +188,9 @@ def test_the_template_collects_discovers_and_fires_on_real_conditions(stack: Sta
     # Items collect; up reads 1.
     wait_for("agap.keeper.up = 1", lambda: stack.value("agap.keeper.up") == "1", FIRE, 2)
     assert stack.value("agap.keeper.board_up") == "1"
+    # The shared-quota items read the keeper's JSON too (0 slots: no quota kept across hosts).
+    assert stack.value("agap.quota.slots_in_use") == "0"
+    assert stack.value("agap.quota.slots_returned") == "0"
     # Discovery finds the cards' queues.
     queues = wait_for(
         "the queue items",
