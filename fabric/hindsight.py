@@ -219,7 +219,8 @@ def detail(raw: bytes) -> str:
     try:
         d = json.loads(raw).get("detail")
     except (ValueError, AttributeError):  # not Hindsight's JSON: a proxy's page, say
-        return " ".join(raw[:160].decode("utf-8", "replace").split())
+        text = re.sub(r"<[^>]*>", " ", raw[:2000].decode("utf-8", "replace"))
+        return " ".join(text.split())[:160]
     if isinstance(d, list) and d and isinstance(d[0], dict):  # a validation error
         first = d[0]
         loc = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
@@ -254,7 +255,7 @@ def check_status(status: int, raw: bytes, where: str, bank: str) -> None:
             f"no Hindsight API at this URL (HTTP 404: {detail(raw)})",
             status=status,
             where=where,
-            hint="set AGAP_HINDSIGHT_URL to Hindsight's base URL (e.g. http://127.0.0.1:8888), without /v1/…",
+            hint="set AGAP_HINDSIGHT_URL to Hindsight's base URL, e.g. http://127.0.0.1:8888 (no /v1 path)",
         )
     raise HindsightRefused(
         f"Hindsight refused the request (HTTP {status}): {detail(raw)}", status=status, where=where
