@@ -1,6 +1,9 @@
 """Reading one queue: poll, order, and claim the next due task.
 
-A poll is one ``searchTasks`` query for the queue's open, queued tasks. Ordering is
+A poll is one ``searchTasks`` query for the queue's open cards in its Queued cell, which
+the keeper keeps short (:mod:`keeper.backlog`): a long queue's other cards wait in
+Backlog, so a poll never carries the backlog. Only when Queued has nothing due and
+Backlog may hold something (the keeper is behind or away) is Backlog read too. Ordering is
 priority (high first), then deadline (soonest first, none last), then age (oldest
 first). Tasks whose start hint (Kanboard's start date, set from a delayed start or a
 retry backoff) is in the future are skipped without reading their records.
@@ -17,7 +20,7 @@ from typing import Any
 from fabric.cards import Card
 from fabric.core import Fabric
 from fabric.errors import FabricError
-from fabric.kanboard.layout import Column
+from fabric.kanboard.layout import QUEUED_CELL, Column
 from fabric.kanboard.rows import BoardTask
 from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.ledger import IllegalTransition, Lease, Ledger, LostRace
@@ -37,6 +40,10 @@ CONTENDED_SECONDS = 5.0
 # neither costs a metadata read per poll nor keeps a draining worker from seeing an
 # empty queue.
 SKIP_SECONDS = 10.0
+# An empty Queued cell's Backlog is read at most this often unless the reader has reason
+# to think it holds cards (see QueueReader._backlog_maybe): a person may drag cards there
+# while the keeper is away.
+BACKLOG_CHECK = 60.0
 
 
 def order_key(row: BoardTask) -> tuple[int, float, int, int]:
@@ -78,6 +85,10 @@ class QueueReader:
         self._polled_at = float("-inf")
         self._skip: dict[int, float] = {}  # task id -> time.monotonic() it is polled again
         self._lost_at = float("-inf")  # time.monotonic() of the last claim race lost
+        # Backlog may hold cards: at start, and after a poll found the Queued cell full
+        # (the keeper moves the rest of a long queue there).
+        self._backlog_maybe = True
+        self._backlog_read = float("-inf")  # time.monotonic() Backlog was last read
 
     @classmethod
     def for_agent(cls, fab: Fabric, card: Card, **kw: Any) -> QueueReader:
@@ -88,15 +99,27 @@ class QueueReader:
         return cls(home.board, home.ledger, card.queue_name, claim_check=home.claim_check(card), **kw)
 
     def poll(self) -> list[BoardTask]:
-        """The queue's queued open tasks that may be due, best first (one round trip)."""
+        """The queue's queued open tasks that may be due, best first (one round trip; two
+        when Queued has none and Backlog may)."""
         rows = self.board.open_in([Column.QUEUED], self.queue)
         now, mono = self.clock(), time.monotonic()
         self._skip = {tid: until for tid, until in self._skip.items() if until > mono}
         due = [r for r in rows if r.start_at <= now and r.id not in self._skip]
+        if len(rows) >= QUEUED_CELL:
+            self._backlog_maybe = True
+        elif not due and self._backlog_due(mono):
+            rows = self.board.open_in([Column.BACKLOG], self.queue)
+            due = [r for r in rows if r.start_at <= now and r.id not in self._skip]
+            self._backlog_maybe, self._backlog_read = bool(due), mono
         due.sort(key=order_key)
         self.last_poll_size = len(due)
         self._rows, self._polled_at = list(due), time.monotonic()
         return due
+
+    def _backlog_due(self, mono: float) -> bool:
+        if Column.BACKLOG not in self.board.layout.columns:
+            return False
+        return self._backlog_maybe or mono - self._backlog_read >= BACKLOG_CHECK
 
     def invalidate(self) -> None:
         """Forget the kept poll (a wake-up hint: something new may be first in line)."""
