@@ -114,46 +114,53 @@ def balance(fab: Fabric, queued: Sequence[BoardTask], backlog: Sequence[BoardTas
 REFRESH = 30.0
 
 
-Rank = tuple[bool, int, float, int, int]
-
-
 @dataclass
 class BacklogWatch:
-    """What the keeper knows of each lane's Backlog between reads, so that a balancing
-    reads the Backlog (every card in it) only when that can change something: a lane with
-    cards there runs short, or holds a card in Queued that ranks below the best one there
-    (a newer submit that must not overtake it), or REFRESH has passed."""
+    """What the keeper knows of each lane's Backlog between reads: how many cards it holds
+    and the best of them (as many as a Queued cell), so that a balancing reads the whole
+    Backlog only when it cannot do without: REFRESH has passed (a person may drag cards
+    there), or a lane needs more cards than it knows of. A newer submit that ranks below
+    a known Backlog card is swapped with it without a read."""
 
     known: dict[int, int] = field(default_factory=dict)  # swimlane id -> cards in Backlog
-    best: dict[int, Rank] = field(default_factory=dict)  # swimlane id -> the best one's rank
+    top: dict[int, list[BoardTask]] = field(default_factory=dict)  # swimlane id -> its best
     read_at: float = float("-inf")
 
     def needs_read(self, queued: Sequence[BoardTask], now: float) -> bool:
         if now - self.read_at >= REFRESH:
             return True
         held = Counter(r.swimlane_id for r in queued)
-        if any(n > 0 and held[lane] < QUEUED_CELL // 2 for lane, n in self.known.items()):
-            return True
-        return any(self.known.get(r.swimlane_id) and rank(r, now) > self.best[r.swimlane_id] for r in queued)
+        for lane, n in self.known.items():
+            best = len(self.top.get(lane, ()))
+            if n > best and held[lane] < QUEUED_CELL // 2 and QUEUED_CELL - held[lane] > best:
+                return True
+        return False
+
+    def cached(self) -> list[BoardTask]:
+        """The best Backlog cards the keeper knows of, every lane."""
+        return [r for rows in self.top.values() for r in rows]
 
     def read(self, backlog: Sequence[BoardTask], now: float) -> None:
-        self.known = dict(Counter(r.swimlane_id for r in backlog))
-        self.best = {}
+        by_lane: dict[int, list[BoardTask]] = defaultdict(list)
         for r in backlog:
-            here = rank(r, now)
-            self.best[r.swimlane_id] = min(self.best.get(r.swimlane_id, here), here)
+            by_lane[r.swimlane_id].append(r)
+        self.known = {lane: len(rows) for lane, rows in by_lane.items()}
+        self.top = {
+            lane: sorted(rows, key=lambda r: rank(r, now))[:QUEUED_CELL] for lane, rows in by_lane.items()
+        }
         self.read_at = now
 
     def moved(self, report: BacklogReport, rows: dict[int, BoardTask], now: float) -> None:
-        """Count the moves just made (``rows``: the cards by id). A promotion leaves the
-        lane's best as it was: a bound that costs at most one read more."""
+        """Count the moves just made (``rows``: the cards by id)."""
         for tid in report.demoted:
-            lane, here = rows[tid].swimlane_id, rank(rows[tid], now)
+            lane = rows[tid].swimlane_id
             self.known[lane] = self.known.get(lane, 0) + 1
-            self.best[lane] = min(self.best.get(lane, here), here)
+            best = sorted([*self.top.get(lane, []), rows[tid]], key=lambda r: rank(r, now))
+            self.top[lane] = best[:QUEUED_CELL]
         for tid in report.promoted:
             lane = rows[tid].swimlane_id
             self.known[lane] = max(0, self.known.get(lane, 0) - 1)
+            self.top[lane] = [r for r in self.top.get(lane, []) if r.id != tid]
 
 
 __all__ = ["REFRESH", "BacklogReport", "BacklogWatch", "balance", "plan", "rank"]

@@ -36,7 +36,6 @@ from fabric.hindsight import HindsightClient
 from fabric.kanboard.layout import META_HOOK, Column
 from fabric.kanboard.port import BoardError
 from fabric.kanboard.quotas import QuotaStore
-from fabric.kanboard.rows import BoardTask
 from fabric.retain import client_from_settings
 from fabric.settings.keeper import JOBS, KeeperConfig
 from fabric.signals import grace, set_on_signal
@@ -170,7 +169,7 @@ class Keeper:
             return backlog.BacklogReport()
         now = fab.clock()
         queued = fab.board.open_in([Column.QUEUED])
-        held: list[BoardTask] = []
+        held = self._backlog.cached()
         reads = 1
         if self._backlog.needs_read(queued, now):
             held = fab.board.open_in([Column.BACKLOG])

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from fabric.kanboard.port import RpcError
+from fabric.kanboard.port import MaybeDone, RpcError
 from tests.contract.conftest import Board, Project, make_project, same
 
 INT_FIELDS = (
@@ -261,8 +261,9 @@ def test_move_task_to_its_own_project_updates_one_row(board: Board, project: Pro
     assert board.call("moveTaskToProject", {**move, "column_id": done}) is True
     got = board.call("getTask", [task])
     assert got["column_id"] == done and same(got["is_active"], board.flag(1))
-    # A task that does not exist: true all the same (Kanboard updates no row).
-    assert board.call("moveTaskToProject", {**move, "task_id": 2_000_000_000, "column_id": done}) is True
+    # A task that does not exist: PHP dies reading its fields (HTTP 500, no body).
+    with pytest.raises(MaybeDone, match="HTTP 500"):
+        board.call("moveTaskToProject", {**move, "task_id": 2_000_000_000, "column_id": done})
 
 
 def test_closed_task_can_be_moved(board: Board, project: Project) -> None:

@@ -389,12 +389,14 @@ def moveTaskToProject(
     The card goes to the destination's column and swimlane *of the same name* (its own
     when not given), at position "open tasks in that column, every lane, plus one",
     reopened; ``date_moved`` and ``date_modification`` are left as they were. Kanboard
-    answers true whatever happened, and fires ``task.move.project``.
+    answers true whatever happened (a task that does not exist is an HTTP 500), and fires
+    ``task.move.project``.
     """
     with api.store.write() as db:
         task = task_row(db, task_id)
         if task is None:
-            return True  # Kanboard updates no row and still answers true
+            # prepare() reads the missing task's fields: a PHP TypeError, an HTTP 500.
+            raise php.Fatal("moveTaskToProject: no such task")
         pid = php.to_int(project_id)
         col = task["column_id"] if column_id is None else php.to_int(column_id)
         # prepare(): the position counts the column asked for, before it is mapped by name.
