@@ -493,6 +493,39 @@ class TaskBoard:
             backoff(attempt)
         return False
 
+    def read_and_lock(self, row: BoardTask | int, uid: str, epoch: int) -> tuple[TaskView, bool]:
+        """Read a task's records (and its row, given only its id), then try to win epoch
+        ``epoch`` of task ``uid``, in one round trip: the view as it was read *before* the
+        attempt, and whether this caller created the lock tag (an ambiguous failure is
+        settled as :meth:`lock` settles it).
+
+        The read comes first in the batch (Kanboard runs a batch's items in order), so a
+        won tag is won on a basis read before it, as the epoch ledger requires.
+        """
+        nonce, name = secrets.token_hex(6), epoch_lock(uid, epoch)
+        create = Call(
+            "createTag", {"project_id": self.layout.locks_project_id, "tag": name, "color_id": nonce}
+        )
+        tid = row if isinstance(row, int) else row.id
+        reads = self.read_calls([tid]) if isinstance(row, int) else self.meta_calls([row])
+        try:
+            *out, tag = self.port.batch([*reads, create])
+        except MaybeDone:  # lost in transit: whether the tag was made is read back
+            won = self._settled(name, nonce)
+            return self.read_many([tid]).get(tid) or parse_view(tid, None, {}, self.clock()), won
+        task = out[0].value if isinstance(row, int) else row
+        view = parse_view(tid, task if task else None, out[-1].unwrap(), self.clock())
+        if tag.error is None:
+            return view, bool(tag.value)
+        return view, tag.error.maybe_done and self._settled(name, nonce)
+
+    def _settled(self, name: str, nonce: str) -> bool:
+        """Whether an ambiguous ``createTag`` of ours made lock tag ``name``."""
+        try:
+            return self._lock_holder(name) == nonce
+        except (BoardUnavailable, RpcError):
+            return False  # counted as lost; a won lock then shows up as a gap
+
     def _lock_holder(self, name: str) -> str | None:
         """The nonce of lock tag ``name``'s creator, or None if the tag does not exist.
 
