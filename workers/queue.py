@@ -186,16 +186,17 @@ class QueueReader:
         while True:
             rows = [r for r in self._rows if r.priority >= min_priority]
             while rows:
-                batch = rows[:CANDIDATES]
-                taken = {r.id for r in batch}
-                # Whatever happens to these (ours, someone else's, not claimable now),
-                # they leave the kept list; the next poll brings back what is still queued.
-                self._rows = [r for r in self._rows if r.id not in taken]
-                order = self.candidates(batch)
+                order = self.candidates(rows[:CANDIDATES])
+                # Whatever happens to a row tried (ours, someone else's, not claimable now),
+                # it leaves the kept list; the next poll brings back what is still queued.
+                # Rows not tried stay for the next claim.
+                self._forget(order[:1])
                 tried, lease = self._first(order[0], owner, lease_seconds)
                 if lease is not None:
                     return lease
-                for view in self.board.read_meta_many(order[1:] if tried else order):
+                rest = order[1:] if tried else order
+                self._forget(rest)
+                for view in self.board.read_meta_many(rest):
                     lease = self._try(view, owner, lease_seconds)
                     if lease is not None:
                         return lease
@@ -204,6 +205,10 @@ class QueueReader:
                 return None
             self.poll()
             fresh = True
+
+    def _forget(self, rows: list[BoardTask]) -> None:
+        gone = {r.id for r in rows}
+        self._rows = [r for r in self._rows if r.id not in gone]
 
     def _hinted(
         self, task_id: int, uid: str, owner: str, lease_seconds: float, min_priority: int
