@@ -106,7 +106,12 @@ def test_a_submit_wakes_an_idle_worker_long_before_its_poll(shared_broker: Broke
     worker.wake = idling = Idling()
     named: list[tuple[int | None, str | None]] = []
     hinted = worker.hinted
-    worker.hinted = lambda tid, uid: (named.append((tid, uid)), hinted(tid, uid))  # type: ignore[method-assign]
+
+    def recorded(tid: int | None, uid: str | None) -> None:
+        named.append((tid, uid))
+        hinted(tid, uid)
+
+    worker.hinted = recorded  # type: ignore[method-assign]
     att = attach_worker(worker, env=shared_broker.env())
     assert att is not None and att.waker is not None
     waker = att.waker
