@@ -111,7 +111,7 @@ def test_a_submit_wakes_an_idle_worker_long_before_its_poll(shared_broker: Broke
         named.append((tid, uid))
         hinted(tid, uid)
 
-    worker.hinted = recorded  # type: ignore[method-assign]
+    worker.hinted = recorded  # type: ignore[method-assign,assignment]
     att = attach_worker(worker, env=shared_broker.env())
     assert att is not None and att.waker is not None
     waker = att.waker
