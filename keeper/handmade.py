@@ -51,7 +51,7 @@ def consider(fab: Fabric, view: TaskView, act: Act | None, submitted: dict[int, 
     if username is None or view.uid is not None or view.meta.get(META_HINTED) or not view.is_open:
         return
     lane = fab.board.layout.queue_of(view.task.swimlane_id)
-    if column_of(fab, view.task) != Column.QUEUED or lane is None:
+    if column_of(fab, view.task) not in (Column.QUEUED, Column.BACKLOG) or lane is None:
         _hint(fab, view, WHERE)
         return
     person = acts.person_id(fab.cards, username)

@@ -384,28 +384,67 @@ def moveTaskToProject(
     category_id: Any = None,
     owner_id: Any = None,
 ) -> bool:
-    now = api.now()
+    """TaskProjectMoveModel::moveToProject: one row updated, nothing renumbered.
+
+    The card goes to the destination's column and swimlane *of the same name* (its own
+    when not given), at position "open tasks in that column, every lane, plus one",
+    reopened; ``date_moved`` and ``date_modification`` are left as they were. Kanboard
+    answers true whatever happened (a task that does not exist is an HTTP 500), and fires
+    ``task.move.project``.
+    """
     with api.store.write() as db:
         task = task_row(db, task_id)
         if task is None:
-            return False
+            # prepare() reads the missing task's fields: a PHP TypeError, an HTTP 500.
+            raise php.Fatal("moveTaskToProject: no such task")
         pid = php.to_int(project_id)
-        col = php.to_int(column_id) or _first_id(db, "columns", pid)
-        lane = php.to_int(swimlane_id) or _first_id(db, "swimlanes", pid, active_only=True)
-        owner = php.to_int(owner_id) if owner_id is not None else task["owner_id"]
-        if owner and not assignable(db, pid, owner):
-            owner = 0
-        position = _next_position(db, pid, col, lane)
-        try:
-            db.execute(
-                "UPDATE tasks SET project_id = ?, column_id = ?, swimlane_id = ?,"
-                " category_id = ?, owner_id = ?, position = ?, is_active = 1,"
-                " date_moved = ?, date_modification = ? WHERE id = ?",
-                (pid, col, lane, php.to_int(category_id), owner, position, now, now, task["id"]),
-            )
-        except sqlite3.IntegrityError:
-            return False
-        return True
+        col = task["column_id"] if column_id is None else php.to_int(column_id)
+        # prepare(): the position counts the column asked for, before it is mapped by name.
+        (count,) = db.execute(
+            "SELECT COUNT(*) FROM tasks WHERE project_id = ? AND column_id = ? AND is_active = 1",
+            (pid, col),
+        ).fetchone()
+        lane = task["swimlane_id"] if swimlane_id is None else php.to_int(swimlane_id)
+        owner = task["owner_id"] if owner_id is None else php.to_int(owner_id)
+        category = task["category_id"] if category_id is None else php.to_int(category_id)
+        values = {
+            "is_active": 1,
+            "project_id": pid,
+            "column_id": _same_name(db, "columns", "title", col, pid) or _first_id(db, "columns", pid)
+            if col > 0
+            else col,
+            "position": int(count) + 1,
+            "swimlane_id": _same_name(db, "swimlanes", "name", lane, pid)
+            or _first_id(db, "swimlanes", pid, active_only=True)
+            or 0,
+            "category_id": _same_name(db, "categories", "name", category, pid) if category > 0 else category,
+            "owner_id": owner if owner <= 0 or assignable(db, pid, owner) else 0,
+            "priority": _priority_in(db, pid, php.to_int(task["priority"])),
+        }
+        names = ", ".join(f"{k} = ?" for k in values)
+        db.execute(f"UPDATE tasks SET {names} WHERE id = ?", (*values.values(), task["id"]))
+        event = record(api, db, "task.move.project", int(task["id"]), {"changes": {}})
+    deliver(api, [event])
+    return True
+
+
+def _same_name(db: sqlite3.Connection, table: str, field: str, row_id: int, project_id: int) -> int | None:
+    """The id of the row of ``project_id`` named as row ``row_id`` is (getIdByName)."""
+    found = db.execute(
+        f"SELECT d.id FROM {table} s JOIN {table} d ON d.{field} = s.{field} AND d.project_id = ?"
+        " WHERE s.id = ? ORDER BY d.id LIMIT 1",
+        (project_id, row_id),
+    ).fetchone()
+    return None if found is None else int(found[0])
+
+
+def _priority_in(db: sqlite3.Connection, project_id: int, priority: int) -> int:
+    """ProjectTaskPriorityModel::getPriorityForProject: kept when in the project's range."""
+    row = db.execute(
+        "SELECT priority_default, priority_start, priority_end FROM projects WHERE id = ?", (project_id,)
+    ).fetchone()
+    default, start, end = (0, 0, 3) if row is None else (int(row[0] or 0), int(row[1] or 0), int(row[2] or 3))
+    return priority if start <= priority <= end else default
 
 
 def _first_id(
