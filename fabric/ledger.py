@@ -263,9 +263,15 @@ class Ledger:
         it is remembered. Only when the same epoch is still unrecorded at a later loss,
         ``gap_grace`` seconds on, is the gap noted on the task for anyone to resolve.
         """
-        fresh = self.board.read(view.id)
+        self.lost(self.board.read(view.id), nxt)
+
+    def lost(self, fresh: TaskView, nxt: int) -> None:
+        """Epoch ``nxt`` was lost, and ``fresh`` was read no earlier than the losing
+        attempt's basis (:meth:`_after_lost_lock` reads it anew; a read-and-lock's own read
+        will do): raise :class:`LostRace`, noting a gap as :meth:`_after_lost_lock` says."""
         if fresh.epoch >= nxt:
-            raise LostRace(view.id, nxt)
+            raise LostRace(fresh.id, nxt)
+        view = fresh
         now = self.clock()
         note = fresh.gap
         if note is not None and note.epoch == nxt:
