@@ -240,7 +240,7 @@ class Fabric:
             "action_id": key,
             "submitted_at": round(self.clock(), 3),
         }
-        again = TaskSpec.model_validate({**spec.model_dump(), **changes})
+        again = TaskSpec.from_dict({**spec.as_dict(), **changes})
         return self._create(again, choice, self._parent_of(spec))
 
     def _parent_of(self, spec: TaskSpec) -> TaskView | None:
