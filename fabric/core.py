@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabric import people
 from fabric.cards import Card, CardSet, load_cards
@@ -31,13 +31,15 @@ from fabric.kanboard.weblinks import links_for
 from fabric.ledger import Ledger
 from fabric.memorybanks import check_memory
 from fabric.policy import GateRequest, PolicyContext, SubmitPolicy, check_claim_on_board, default_policies
-from fabric.router import Choice, route
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.slots import plan_slot
 from fabric.submit import ActionIdCollision, Receipt, Submitter, build_spec
 from fabric.taint import GATE_ACTOR, find_by_uid
 from fabric.task import TaskSpec, parse_priority, parse_when
+
+if TYPE_CHECKING:
+    from fabric.router import Choice
 
 log = logging.getLogger("agap.submit")
 
@@ -337,6 +339,8 @@ class Fabric:
     ) -> Choice:
         """Where a submit would go, and why (``agap route --explain``); reads the park
         states for constraint and auto targets, nothing for a direct one."""
+        from fabric.router import route  # only a submit routes: a worker's claim, heartbeat never do
+
         return route(
             self.cards,
             self.reader(),
