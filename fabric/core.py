@@ -16,7 +16,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from fabric import people
-from fabric.cards import Card, CardSet, load_cards
+from fabric.cardcache import checked_cards
+from fabric.cards import Card, CardSet
 from fabric.constraints import Constraints
 from fabric.errors import ConfigError
 from fabric.kanboard.bootstrap import cached_layout, forget_layout_cache
@@ -29,7 +30,6 @@ from fabric.kanboard.spanning import SpanningReader
 from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.kanboard.weblinks import links_for
 from fabric.ledger import Ledger
-from fabric.memorybanks import check_memory
 from fabric.policy import GateRequest, PolicyContext, SubmitPolicy, check_claim_on_board, default_policies
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
@@ -85,8 +85,9 @@ class Fabric:
     ) -> Fabric:
         """Connect to the board named by the settings (environment by default)."""
         settings = settings or Settings.from_env()
-        # Cards loaded here are judged with the policy too (a memory bank across people).
-        cards = cards or check_memory(load_cards(settings.cards_dir))
+        # Cards loaded here are judged with the policy too (a memory bank across people);
+        # unchanged since a process checked them, they are read back from its snapshot.
+        cards = cards or checked_cards(settings.cards_dir)
         settings = signed_in(settings, cards)  # a confined agent's user works its home
         if port is None:
             port = board_client(settings)  # the app token, or a confined agent's own user
