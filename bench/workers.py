@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fabric.cards import load_cards
+from fabric import cardcache
+from fabric.cards import CardSet, load_cards
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
@@ -79,7 +80,9 @@ def _real_worker(mode: str, stub_url: str, stub_key: str) -> dict[str, Any]:
     (cards_dir / "bench.yaml").write_text(_CARD.format(mode=mode, api_base=stub_url + "/v1"))
     with EmbeddedBoard(tmp / "b.sqlite3") as board:
         settings = Settings(board_url=board.url, board_token=board.token, cards_dir=cards_dir, state_dir=tmp)
-        cards = load_cards(cards_dir)
+        # Loaded as `agap up` loads them before it starts its workers: clean cards are
+        # remembered in the cache the worker uses (fabric.cardcache), as in `make run`.
+        cards = _remembered_cards(cards_dir, tmp / "cache")
         from fabric.kanboard.bootstrap import init_board  # here: only this bench bootstraps
 
         init_board(KanboardClient(board.url, board.token), settings, cards)
@@ -124,6 +127,18 @@ def _real_worker(mode: str, stub_url: str, stub_key: str) -> dict[str, Any]:
         "maxrss_mb": rss,
         "litellm_imported": any(m.split(".")[0] == "litellm" for m in imported),
     }
+
+
+def _remembered_cards(cards_dir: Path, cache: Path) -> CardSet:
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    try:
+        return cardcache.daemon_cards(cards_dir)[0]
+    finally:
+        if before is None:
+            del os.environ["XDG_CACHE_HOME"]
+        else:
+            os.environ["XDG_CACHE_HOME"] = before
 
 
 def _done(fab: Fabric, tid: int) -> bool:

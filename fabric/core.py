@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabric import people
-from fabric.cards import Card, CardSet, load_cards
+from fabric.cardcache import checked_cards
+from fabric.cards import Card, CardSet
 from fabric.constraints import Constraints
 from fabric.errors import ConfigError
 from fabric.kanboard.bootstrap import cached_layout, forget_layout_cache
@@ -29,15 +30,16 @@ from fabric.kanboard.spanning import SpanningReader
 from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.kanboard.weblinks import links_for
 from fabric.ledger import Ledger
-from fabric.memorybanks import check_memory
 from fabric.policy import GateRequest, PolicyContext, SubmitPolicy, check_claim_on_board, default_policies
-from fabric.router import Choice, route
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 from fabric.slots import plan_slot
 from fabric.submit import ActionIdCollision, Receipt, Submitter, build_spec
 from fabric.taint import GATE_ACTOR, find_by_uid
 from fabric.task import TaskSpec, parse_priority, parse_when
+
+if TYPE_CHECKING:
+    from fabric.router import Choice
 
 log = logging.getLogger("agap.submit")
 
@@ -83,8 +85,9 @@ class Fabric:
     ) -> Fabric:
         """Connect to the board named by the settings (environment by default)."""
         settings = settings or Settings.from_env()
-        # Cards loaded here are judged with the policy too (a memory bank across people).
-        cards = cards or check_memory(load_cards(settings.cards_dir))
+        # Cards loaded here are judged with the policy too (a memory bank across people);
+        # unchanged since a process checked them, they are read back from its snapshot.
+        cards = cards or checked_cards(settings.cards_dir)
         settings = signed_in(settings, cards)  # a confined agent's user works its home
         if port is None:
             port = board_client(settings)  # the app token, or a confined agent's own user
@@ -240,7 +243,7 @@ class Fabric:
             "action_id": key,
             "submitted_at": round(self.clock(), 3),
         }
-        again = TaskSpec.model_validate({**spec.model_dump(), **changes})
+        again = TaskSpec.from_dict({**spec.as_dict(), **changes})
         return self._create(again, choice, self._parent_of(spec))
 
     def _parent_of(self, spec: TaskSpec) -> TaskView | None:
@@ -337,6 +340,8 @@ class Fabric:
     ) -> Choice:
         """Where a submit would go, and why (``agap route --explain``); reads the park
         states for constraint and auto targets, nothing for a direct one."""
+        from fabric.router import route  # only a submit routes: a worker's claim, heartbeat never do
+
         return route(
             self.cards,
             self.reader(),

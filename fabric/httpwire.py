@@ -49,6 +49,41 @@ class HttpReply:
         return self.headers.get("location")
 
 
+class _Joined(http.client.HTTPConnection):
+    """A connection whose POST leaves in one write, head and body together.
+
+    ``http.client`` writes a request's head and its body apart: the server wakes twice per
+    call, and on a busy machine each wake-up can cost a scheduling round (the embedded
+    board's throughput run spent a quarter of its worker's samples in that second send).
+    """
+
+    _held: bytes | None = None
+
+    def send(self, data: Any) -> None:
+        if self._held is not None and isinstance(data, bytes):
+            self._held += data  # the head, kept for the body (post)
+            return
+        super().send(data)
+
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> None:
+        """Send a POST of ``body`` with ``headers`` (as ``request`` would, in one write)."""
+        self.putrequest("POST", path, skip_host="Host" in headers)
+        for name, value in headers.items():
+            self.putheader(name, value)
+        self.putheader("Content-Length", str(len(body)))
+        self._held = b""
+        try:
+            self.endheaders()
+            head = self._held
+        finally:
+            self._held = None
+        self.send(head + body)
+
+
+class _JoinedTls(_Joined, http.client.HTTPSConnection):
+    """:class:`_Joined` over TLS."""
+
+
 class KeptAlive:
     """POSTs to one URL over a small pool of kept-alive connections (thread-safe)."""
 
@@ -69,7 +104,7 @@ class KeptAlive:
             "User-Agent": "agap-fabric",
             **headers,
         }
-        self._idle: list[http.client.HTTPConnection] = []
+        self._idle: list[_Joined] = []
         self._lock = threading.Lock()
         self._context: Any = None
 
@@ -87,7 +122,7 @@ class KeptAlive:
             else:
                 conn.sock.settimeout(wait)
             try:
-                conn.request("POST", self._path, body=body, headers={**self._headers, **(headers or {})})
+                conn.post(self._path, body, {**self._headers, **(headers or {})})
                 resp = conn.getresponse()
                 data = resp.read()
             except TimeoutError as exc:
@@ -114,7 +149,7 @@ class KeptAlive:
 
     # -- internals ------------------------------------------------------------------
 
-    def _connect(self, conn: http.client.HTTPConnection, wait: float) -> None:
+    def _connect(self, conn: _Joined, wait: float) -> None:
         try:
             conn.connect()
         except TimeoutError as exc:
@@ -122,7 +157,7 @@ class KeptAlive:
         except OSError as exc:  # refused, unreachable, unresolvable, TLS handshake refused
             raise NotSent(f"{exc.__class__.__name__}: {_reason(exc)}") from exc
 
-    def _take(self) -> http.client.HTTPConnection:
+    def _take(self) -> _Joined:
         with self._lock:
             while self._idle:
                 conn = self._idle.pop()
@@ -131,10 +166,10 @@ class KeptAlive:
                 conn.close()  # the server closed it while idle: nothing was sent on it
         if self._https:
             tls = self._tls()
-            return http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout, context=tls)
-        return http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+            return _JoinedTls(self._host, self._port, timeout=self.timeout, context=tls)
+        return _Joined(self._host, self._port, timeout=self.timeout)
 
-    def _give_back(self, conn: http.client.HTTPConnection) -> None:
+    def _give_back(self, conn: _Joined) -> None:
         with self._lock:
             if len(self._idle) < POOL:
                 self._idle.append(conn)

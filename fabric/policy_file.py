@@ -6,6 +6,7 @@ Optional, and every key has a default. :mod:`fabric.policy` applies what it says
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ _DOMAIN = re.compile(r"^(?:private:[a-z][a-z0-9_.-]{0,38}|[a-z][a-z0-9-]{0,38})$
 
 
 class _Quota(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     limit: int = Field(ge=0)
     window: str = "1h"
@@ -43,16 +44,18 @@ class _Quota(BaseModel):
 
 
 class _QuotaFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
-    default: _Quota = _Quota(limit=60, window="1h")
+    # Constant defaults, made without a check: a check here would build the validator at
+    # import (fabric.cardcache's snapshot spares a process every build).
+    default: _Quota = _Quota.model_construct(limit=60, window="1h")
     agents: dict[str, _Quota] = Field(default_factory=dict)
 
 
 class _PolicyFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
-    quota: _QuotaFile = _QuotaFile()
+    quota: _QuotaFile = _QuotaFile.model_construct()
     max_depth: int = Field(default=8, ge=0)
     gate_to: str | None = None
     default_domain: str = SHARED
@@ -118,7 +121,18 @@ def load_policy_config(path: str | Path) -> PolicyConfig:
         mtime = p.stat().st_mtime_ns
     except FileNotFoundError:
         return PolicyConfig()
-    return _load(str(p), mtime)
+    return _REMEMBERED.get((str(p), mtime)) or _load(str(p), mtime)
+
+
+# Policy files read in an earlier process (fabric.cardcache's snapshot), by path and
+# modification time: an edit is read afresh.
+_REMEMBERED: dict[tuple[str, int], PolicyConfig] = {}
+
+
+def remember_policy(path: str | Path, cfg: PolicyConfig) -> None:
+    """``cfg`` is what the policy file at ``path``, as it is now, reads as."""
+    with contextlib.suppress(FileNotFoundError):  # no file: the defaults, read without a check
+        _REMEMBERED[(str(Path(path)), Path(path).stat().st_mtime_ns)] = cfg
 
 
 @lru_cache(maxsize=8)
@@ -177,5 +191,6 @@ __all__ = [
     "check_domain",
     "load_policy_config",
     "policy_config",
+    "remember_policy",
     "rules_domain",
 ]

@@ -24,7 +24,7 @@ ROUTER_FILE = "_router.yaml"
 
 
 class _RuleWhen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     intent: str | None = None  # a regular expression searched in the intent
     size: list[Literal["small", "medium", "large"]] | None = None
@@ -47,7 +47,7 @@ class _RuleWhen(BaseModel):
 
 
 class _RuleFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str = Field(min_length=1)
     when: _RuleWhen = _RuleWhen()
@@ -55,14 +55,14 @@ class _RuleFile(BaseModel):
 
 
 class _SizeLimit(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     max_chars: int = Field(gt=0)
     max_refs: int = Field(ge=0)
 
 
 class _RouterFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     sizes: dict[Literal["small", "medium"], _SizeLimit] = Field(default_factory=dict)
     rules: list[_RuleFile] = Field(min_length=1)

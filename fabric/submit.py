@@ -21,13 +21,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
-from fabric.cards.problems import error_message
 from fabric.errors import EXIT_COLLISION, FabricError, InvalidInput
 from fabric.kanboard.layout import receipt_lock, receipt_reference, uid_reference
 from fabric.kanboard.taskboard import TaskBoard, TaskView
-from fabric.task import Record, State, TaskSpec
+from fabric.task import Record, SpecError, State, TaskSpec
 
 
 @dataclass(frozen=True)
@@ -261,7 +258,6 @@ def build_spec(
             max_attempts=max_attempts,
             submitted_at=round(now, 3),
         )
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "task"
-        raise InvalidInput(error_message(first), where=field) from None
+    except SpecError as exc:
+        field, message = exc.problems[0]
+        raise InvalidInput(message, where=field or "task") from None

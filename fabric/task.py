@@ -6,15 +6,15 @@ changes after submit; a new record is written for each epoch.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fabric.errors import InvalidInput
 
@@ -81,56 +81,208 @@ def storable_text(value: str) -> str:
     return str(clean_text(value))
 
 
-class TaskSpec(BaseModel):
+class SpecError(ValueError):
+    """A spec or record that does not validate: every ``(field, message)`` found, in the
+    fabric's words (the same words a card's problems use)."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        field, message = problems[0]
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(f"{field or 'the value'}: {message}{more}")
+
+
+# Plain dataclasses, checked by hand here: a worker, `agap claim` and `agap heartbeat`
+# read records on every call, and pydantic cost them more than all their other imports.
+# Values are read as pydantic's lax mode read them (``"2"`` is 2, ``2.0`` is 2, a list of
+# refs is a tuple), and refused with the words pydantic's errors got in
+# fabric.cards.problems; tests/unit/test_task_validation.py holds the two side by side.
+
+
+_BAD_UTF8 = "input should be a valid string, unable to parse raw data as a unicode string"
+
+
+def _text(v: Any, field: str, errs: list[tuple[str, str]]) -> Any:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bytes | bytearray):
+        try:
+            return bytes(v).decode()
+        except UnicodeDecodeError:
+            errs.append(
+                (field, "input should be a valid string, unable to parse raw data as a unicode string")
+            )
+            return v
+    errs.append((field, "must be text"))
+    return v
+
+
+def _int(v: Any, field: str, errs: list[tuple[str, str]]) -> Any:
+    if isinstance(v, bool | int):
+        return int(v)
+    if isinstance(v, float):
+        if v.is_integer():
+            return int(v)
+        if v != v or v in (float("inf"), float("-inf")):
+            errs.append((field, "input should be a finite number"))
+        else:
+            errs.append((field, "input should be a valid integer, got a number with a fractional part"))
+        return v
+    if isinstance(v, str):
+        try:
+            return int(v.strip())
+        except ValueError:
+            pass
+        try:
+            number = float(v.strip())
+        except ValueError:
+            number = 0.5
+        if number.is_integer():
+            return int(number)
+        errs.append((field, "input should be a valid integer, unable to parse string as an integer"))
+        return v
+    errs.append((field, "must be a whole number"))
+    return v
+
+
+def _float(v: Any, field: str, errs: list[tuple[str, str]]) -> Any:
+    if isinstance(v, bool | int | float):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.strip())
+        except ValueError:
+            errs.append((field, "input should be a valid number, unable to parse string as a number"))
+            return v
+    errs.append((field, "must be a number"))
+    return v
+
+
+def _bounded(v: Any, field: str, errs: list[tuple[str, str]], ge: int, le: int | None = None) -> Any:
+    if not isinstance(v, int):
+        return v  # its type is already refused
+    if v < ge:
+        errs.append((field, f"must be at least {ge}"))
+    elif le is not None and v > le:
+        errs.append((field, f"must be at most {le}"))
+    return v
+
+
+def _texts(v: Any, field: str, errs: list[tuple[str, str]]) -> Any:
+    """A tuple of strings from any list, tuple or set."""
+    if not isinstance(v, list | tuple | set | frozenset):
+        errs.append((field, "input should be a valid tuple"))
+        return v
+    return tuple(_text(item, f"{field}.{i}", errs) for i, item in enumerate(v))
+
+
+def _optional(check: Any, v: Any, field: str, errs: list[tuple[str, str]]) -> Any:
+    return None if v is None else check(v, field, errs)
+
+
+def _storable_field(v: Any, field: str, errs: list[tuple[str, str]]) -> bool:
+    try:
+        _storable(v, field)
+    except ValueError as exc:
+        errs.append((field, str(exc)))
+        return False
+    return True
+
+
+_SPEC_TEXT = ("intent", "target", "queue", "actor")
+_SPEC_OPTIONAL_TEXT = ("action_id", "parent")
+_SPEC_STORABLE = (*_SPEC_TEXT, *_SPEC_OPTIONAL_TEXT, "refs", "constraints", "ancestry")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSpec:
     """What a task asks for. Context travels by reference (URIs), never pasted."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    intent: str = Field(min_length=1, max_length=4000)
+    intent: str  # 1..4000 characters, not blank (kept stripped)
     refs: tuple[str, ...] = ()
     target: str
     queue: str
-    constraints: dict[str, Any] = Field(default_factory=dict)
-    priority: int = Field(default=1, ge=0, le=3)
+    constraints: dict[str, Any] = field(default_factory=dict)
+    priority: int = 1  # 0..3
     deadline: float | None = None  # unix seconds
     not_before: float | None = None  # unix seconds: do not start before
     actor: str = "cli"
     action_id: str | None = None
     parent: str | None = None  # uid of the task that submitted this one
     ancestry: tuple[str, ...] = ()  # uids from the root down to the parent
-    max_attempts: int = Field(default=3, ge=1, le=100)
+    max_attempts: int = 3  # 1..100
     submitted_at: float = 0.0
 
-    @field_validator(
-        "intent",
-        "refs",
-        "target",
-        "queue",
-        "constraints",
-        "actor",
-        "action_id",
-        "parent",
-        "ancestry",
-        mode="before",
-    )
-    @classmethod
-    def _only_storable(cls, v: Any, info: Any) -> Any:
-        return _storable(v, info.field_name)
+    def __post_init__(self) -> None:
+        values, errs = self._values({f.name: getattr(self, f.name) for f in fields(self)})
+        if errs:
+            raise SpecError(errs)
+        for name, v in values.items():
+            object.__setattr__(self, name, v)
 
-    @field_validator("intent")
     @classmethod
-    def _intent_not_blank(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("intent is empty")
-        return v.strip()
+    def _values(cls, given: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        """The fields of ``given`` as read, and the problems found, in field order (a
+        required field missing from ``given`` is one)."""
+        values: dict[str, Any] = {}
+        errs: list[tuple[str, str]] = []
+        for name in (f.name for f in fields(cls)):
+            if name not in given:
+                if name in ("intent", "target", "queue"):
+                    errs.append((name, "required"))
+                continue
+            v = given[name]
+            if name in _SPEC_STORABLE and not _storable_field(v, name, errs):
+                continue
+            values[name] = cls._checked(name, v, errs)
+        return values, errs
 
-    @field_validator("refs")
+    @staticmethod
+    def _checked(name: str, v: Any, errs: list[tuple[str, str]]) -> Any:
+        if name == "intent":
+            return _intent(v, errs)
+        if name in _SPEC_TEXT:
+            return _text(v, name, errs)
+        if name in _SPEC_OPTIONAL_TEXT:
+            return _optional(_text, v, name, errs)
+        if name in ("refs", "ancestry"):
+            n = len(errs)
+            v = _texts(v, name, errs)
+            return _uris(v, errs) if name == "refs" and len(errs) == n else v
+        if name == "constraints":
+            return _mapping(v, name, errs)
+        if name in ("priority", "max_attempts"):
+            limits = (0, 3) if name == "priority" else (1, 100)
+            n = len(errs)
+            v = _int(v, name, errs)
+            return _bounded(v, name, errs, *limits) if len(errs) == n else v
+        if name in ("deadline", "not_before"):
+            return _optional(_float, v, name, errs)
+        return _float(v, name, errs)  # submitted_at
+
     @classmethod
-    def _refs_are_uris(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        for ref in v:
-            if not _REF_SCHEME.match(ref):
-                raise ValueError(f"ref {ref!r} is not a URI (expected scheme:..., e.g. file:///x)")
-        return v
+    def from_dict(cls, data: Any) -> TaskSpec:
+        """A spec from a JSON object: unknown keys and missing ones refused."""
+        if not isinstance(data, dict):
+            raise SpecError([("", "must be a mapping (key: value)")])
+        _, errs = cls._values(data)
+        known = {f.name for f in fields(cls)}
+        errs += [(str(k), "is not a known field") for k in data if k not in known]
+        if errs:
+            raise SpecError(errs)
+        return cls(**data)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field (tuples stay tuples)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def evolve(self, **changes: Any) -> TaskSpec:
+        """A copy with ``changes``, not checked (as pydantic's ``model_copy``): what reads it
+        back (a submit, a reroute) checks it."""
+        new = copy.copy(self)
+        for name, v in changes.items():
+            object.__setattr__(new, name, v)
+        return new
 
     def title(self) -> str:
         """Kanboard title: the intent's first line, short."""
@@ -139,7 +291,7 @@ class TaskSpec(BaseModel):
 
     def canonical(self) -> str:
         """Canonical content for receipts: what makes two submits 'the same task'."""
-        content = self.model_dump(exclude={"submitted_at", "queue"})
+        content = {k: v for k, v in self.as_dict().items() if k not in ("submitted_at", "queue")}
         return json.dumps(content, sort_keys=True, separators=(",", ":"))
 
     def digest(self) -> str:
@@ -147,19 +299,70 @@ class TaskSpec(BaseModel):
         return hashlib.sha256(self.canonical().encode()).hexdigest()
 
     def to_meta(self) -> str:
-        return self.model_dump_json()
+        return _json(self.as_dict())
 
     @classmethod
     def from_meta(cls, text: str) -> TaskSpec:
-        return cls.model_validate_json(text)
+        return cls.from_dict(_loads(text))
 
 
-class Record(BaseModel):
+def _intent(v: Any, errs: list[tuple[str, str]]) -> Any:
+    n = len(errs)
+    v = _text(v, "intent", errs)
+    if len(errs) > n:
+        return v
+    if not v:
+        errs.append(("intent", "must not be empty"))
+    elif len(v) > 4000:
+        errs.append(("intent", "is longer than 4000 characters (pass long text by reference)"))
+    elif not v.strip():
+        errs.append(("intent", "intent is empty"))
+    else:
+        return v.strip()
+    return v
+
+
+def _uris(refs: tuple[str, ...], errs: list[tuple[str, str]]) -> tuple[str, ...]:
+    for ref in refs:
+        if not _REF_SCHEME.match(ref):
+            errs.append(("refs", f"ref {ref!r} is not a URI (expected scheme:..., e.g. file:///x)"))
+            break
+    return refs
+
+
+def _mapping(v: Any, name: str, errs: list[tuple[str, str]]) -> Any:
+    if not isinstance(v, dict):
+        errs.append((name, "must be a mapping (key: value)"))
+        return v
+    for k in v:
+        if not isinstance(k, str):
+            errs.append((f"{name}.{k}.[key]", "must be text"))
+    return dict(v)
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise SpecError([("", f"invalid JSON: {exc}")]) from None
+
+
+def _json(data: dict[str, Any]) -> str:
+    """Compact JSON, as the records have always been stored."""
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+_RECORD_REQUIRED = ("epoch", "state", "op", "by", "at")
+_RECORD_OPTIONAL_TEXT = ("owner", "assignee", "result_ref", "reason", "checkpoint")
+_RECORD_OPTIONAL_FLOAT = ("lease_until", "not_before", "lease_seconds")
+_STATES = " or ".join([", ".join(f"'{s.value}'" for s in list(State)[:-1]), f"'{list(State)[-1].value}'"])
+
+
+@dataclass(kw_only=True)
+class Record:
     """A task's state in one epoch. Only the winner of the epoch's lock writes it."""
 
-    model_config = ConfigDict(extra="ignore")
-
-    epoch: int = Field(ge=0)
+    epoch: int  # >= 0
     state: State
     op: str  # the transition that produced this record (submit, claim, complete, …)
     by: str  # who made the transition (worker id, actor, "keeper", a human)
@@ -184,21 +387,62 @@ class Record(BaseModel):
     # ended (a fenced owner's) is never carried: it is evidence, and a new owner redoes it.
     receipts: dict[str, str] | None = None
 
-    @field_validator("*", mode="before")
+    def __post_init__(self) -> None:
+        errs: list[tuple[str, str]] = []
+        for f in fields(self):
+            # Reasons, answers, owners and receipts are free text: keep them, minus what no
+            # backend stores.
+            v = getattr(self, f.name)
+            if isinstance(v, dict):
+                v = {storable_text(str(k)): storable_text(str(x)) for k, x in v.items()}
+            elif isinstance(v, str):
+                v = storable_text(v)
+            setattr(self, f.name, self._checked(f.name, v, errs))
+        if errs:
+            raise SpecError(errs)
+
+    @staticmethod
+    def _checked(name: str, v: Any, errs: list[tuple[str, str]]) -> Any:
+        if name in ("epoch", "attempt"):
+            n = len(errs)
+            v = _int(v, name, errs)
+            return _bounded(v, name, errs, 0) if name == "epoch" and len(errs) == n else v
+        if name == "state":
+            try:
+                return State(v)
+            except ValueError:
+                errs.append((name, f"input should be {_STATES}"))
+                return v
+        if name in ("op", "by"):
+            return _text(v, name, errs)
+        if name == "at":
+            return _float(v, name, errs)
+        if name in _RECORD_OPTIONAL_TEXT:
+            return _optional(_text, v, name, errs)
+        if name in _RECORD_OPTIONAL_FLOAT:
+            return _optional(_float, v, name, errs)
+        return None if v is None else _mapping(v, name, errs)  # receipts
+
     @classmethod
-    def _storable_text(cls, v: Any) -> Any:
-        # Reasons, answers, owners and receipts are free text: keep them, minus what no
-        # backend stores.
-        if isinstance(v, dict):
-            return {storable_text(str(k)): storable_text(str(x)) for k, x in v.items()}
-        return storable_text(v) if isinstance(v, str) else v
+    def from_dict(cls, data: Any) -> Record:
+        """A record from a JSON object: unknown keys ignored, missing ones refused."""
+        if not isinstance(data, dict):
+            raise SpecError([("", "must be a mapping (key: value)")])
+        missing = [(n, "required") for n in _RECORD_REQUIRED if n not in data]
+        if missing:
+            raise SpecError(missing)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def to_meta(self) -> str:
-        return self.model_dump_json(exclude_none=True)
+        return _json({k: v for k, v in self.as_dict().items() if v is not None})
 
     @classmethod
     def from_meta(cls, text: str) -> Record:
-        return cls.model_validate_json(text)
+        return cls.from_dict(_loads(text))
 
 
 def parse_priority(text: str | int) -> int:

@@ -244,7 +244,7 @@ def _resume(fab: Fabric, g: Gesture, report: GestureReport) -> str | None:
         # (a resume here, then a reroute of the bare spec, would lose it).
         assert g.view.spec is not None
         intent = with_answer(g.view.spec.intent, g.rec.reason, answer, g.by)
-        _reroute(fab, g, report, spec=g.view.spec.model_copy(update={"intent": intent}))
+        _reroute(fab, g, report, spec=g.view.spec.evolve(intent=intent))
         return "answer and reroute"
     fab.ledger.resume(g.view.id, g.by, answer, view=g.view)
     return None

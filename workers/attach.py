@@ -29,7 +29,6 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -108,6 +107,8 @@ class WebhookHint:
     """
 
     def __init__(self, host: str, port: int, hint: Callable[[], None], token: str | None = None) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # only a webhook worker: 1.2 MB
+
         self.hints = 0
         outer = self
 

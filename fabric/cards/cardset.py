@@ -43,6 +43,15 @@ class CardSet:
                 raise InvalidInput(f"queue {card.queue_name!r} is drained by two cards")
             self._queues[card.queue_name] = card
 
+    @classmethod
+    def restored(cls, cards: Iterable[Card], *, base_dir: Path | None, directory: Path | None) -> CardSet:
+        """The set as it was built once (backbones resolved): from fabric.cardcache's snapshot."""
+        new = cls.__new__(cls)
+        new.cards = {c.id: c for c in sorted(cards, key=lambda c: c.id)}
+        new.base_dir, new.directory = base_dir, directory
+        new._queues = {c.queue_name: c for c in new.cards.values()}
+        return new
+
     def __iter__(self) -> Iterator[Card]:
         return iter(self.cards.values())
 

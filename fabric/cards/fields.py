@@ -251,6 +251,7 @@ def raise_violations(problems: list[tuple[str, str]]) -> None:
 
 
 class StrictModel(BaseModel):
-    """Unknown keys refused, no type coercion, immutable."""
+    """Unknown keys refused, no type coercion, immutable. Validators are built on first
+    use: a process that reads its cards from fabric.cardcache's snapshot never builds one."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)

@@ -55,6 +55,10 @@ class _Handler(BaseHTTPRequestHandler):
     # Headers and body leave in separate writes; with Nagle on, the body waits for the
     # client's delayed ACK (~40 ms a call on loopback).
     disable_nagle_algorithm = True
+    # Buffered, so headers and body leave in one write (the handler flushes after each
+    # request): each write wakes the client, and on a busy machine each wake-up can cost
+    # the board its CPU (sendall was a third of the board's time in `make bench`).
+    wbufsize = -1
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:

@@ -175,9 +175,6 @@ CREATE TABLE IF NOT EXISTS tags (
     color_id TEXT DEFAULT NULL,
     UNIQUE(project_id, name)
 );
--- MySQL's case-insensitive uniqueness (the strict and mysql flavours) looked up by index:
--- without it each createTag compared every tag of the project in Python (one per epoch).
-CREATE INDEX IF NOT EXISTS tags_name_ci ON tags(project_id, name COLLATE kb_ci);
 CREATE TABLE IF NOT EXISTS task_has_tags (
     task_id INTEGER NOT NULL REFERENCES tasks(id) ON DELETE CASCADE,
     tag_id INTEGER NOT NULL REFERENCES tags(id) ON DELETE CASCADE,
@@ -207,6 +204,16 @@ CREATE TABLE IF NOT EXISTS task_has_files (
     blob BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS files_task ON task_has_files(task_id);
+-- The flavours that compare names as MySQL does (strict, mysql) look them up with
+-- "= ? COLLATE kb_ci"; an index in that collation turns each lookup from a scan calling the
+-- collation on every row (every lock tag of the locks project, on each createTag) into a
+-- search. Every connection registers kb_ci (flavour.install) before it writes, and any
+-- other reader that checks the file must too; a change to kb_ci's order needs REINDEX.
+CREATE INDEX IF NOT EXISTS tags_name_ci ON tags(project_id, name COLLATE kb_ci);
+CREATE INDEX IF NOT EXISTS task_has_metadata_name_ci ON task_has_metadata(task_id, name COLLATE kb_ci);
+CREATE INDEX IF NOT EXISTS project_has_metadata_name_ci
+    ON project_has_metadata(project_id, name COLLATE kb_ci);
+CREATE INDEX IF NOT EXISTS tasks_reference_ci ON tasks(project_id, reference COLLATE kb_ci);
 CREATE TABLE IF NOT EXISTS sequences (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS project_activities (
     id INTEGER PRIMARY KEY,

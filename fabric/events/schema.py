@@ -151,7 +151,7 @@ def utc_stamp(at: float | None = None) -> str:
 class Event(BaseModel):
     """One live event, field for field as on the wire (without ``data.hmac_sig``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     schema_version: Literal[1] = SCHEMA_VERSION
     seq: StrictInt = Field(ge=1)

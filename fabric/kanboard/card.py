@@ -98,6 +98,6 @@ def parse_description(text: str, key: bytes) -> Sealed | None:
         seal = d.pop("seal", None)
         if not isinstance(seal, str) or not hmac.compare_digest(seal, _seal(key, d)):
             return None
-        return Sealed(str(d["uid"]), TaskSpec.model_validate(d["spec"]), d.get("assignee"))
+        return Sealed(str(d["uid"]), TaskSpec.from_dict(d["spec"]), d.get("assignee"))
     except (ValueError, KeyError, TypeError):
         return None

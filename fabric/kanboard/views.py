@@ -12,9 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
-from fabric.cards.problems import error_message
 from fabric.errors import ConfigError
 from fabric.kanboard.layout import (
     META_CRON_PREFIX,
@@ -190,7 +187,7 @@ def parse_view(
     if META_SPEC in values:
         try:
             spec = TaskSpec.from_meta(values[META_SPEC])
-        except (ValidationError, ValueError) as exc:
+        except ValueError as exc:
             problems.append(f"{META_SPEC}: unreadable ({_short(exc)})")
     records: dict[int, Record] = {}
     for key, value in values.items():
@@ -199,7 +196,7 @@ def parse_view(
             continue
         try:
             rec = Record.from_meta(value)
-        except (ValidationError, ValueError) as exc:
+        except ValueError as exc:
             problems.append(f"{key}: unreadable record ({_short(exc)})")
             continue
         if rec.epoch != epoch:
@@ -244,14 +241,7 @@ def parse_cron_states(meta: Any) -> dict[str, dict[str, Any]]:
 
 
 def _short(exc: Exception) -> str:
-    """One line in the fabric's words (never pydantic's own report)."""
-    if isinstance(exc, ValidationError):
-        errs = exc.errors()
-        if errs:
-            first = errs[0]
-            where = ".".join(str(p) for p in first["loc"]) or "the value"
-            more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
-            return f"{where}: {error_message(first)}{more}"[:160]
+    """One line in the fabric's words (a SpecError's first problem, and how many more)."""
     return str(exc).splitlines()[0][:160]
 
 

@@ -86,6 +86,6 @@ def test_processes_lose_no_write_and_tags_have_one_winner(tmp_path: Path) -> Non
         client.close()
 
     with sqlite3.connect(db) as conn:
-        install(conn)  # the collation its indexes are built with
+        install(conn)  # the name indexes are in the board's MySQL-like collation
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []

@@ -153,3 +153,24 @@ def test_bad_dates(text: object) -> None:
 )
 def test_php_base64_decode(text: str, data: bytes) -> None:
     assert base64_decode(text) == data
+
+
+@pytest.mark.parametrize(
+    ("sql", "index"),
+    [
+        ("SELECT 1 FROM tags WHERE project_id = ? AND id != ? AND name = ? COLLATE kb_ci", "tags_name_ci"),
+        (
+            "SELECT value FROM task_has_metadata WHERE task_id = ? AND name = ? COLLATE kb_ci",
+            "task_has_metadata_name_ci",
+        ),
+        ("SELECT * FROM tasks WHERE project_id = ? AND reference = ? COLLATE kb_ci", "tasks_reference_ci"),
+    ],
+)
+def test_mysql_like_name_lookups_search_an_index(api: BoardApi, sql: str, index: str) -> None:
+    # The strict flavour's case-insensitive lookups (a createTag's unique check among every
+    # lock tag) must not scan: a scan calls the Python collation once per row.
+    db = api.store.connection()
+    plan = " ".join(
+        str(row[3]) for row in db.execute("EXPLAIN QUERY PLAN " + sql, (1, 2, 3)[: sql.count("?")])
+    )
+    assert f"USING INDEX {index}" in plan or f"USING COVERING INDEX {index}" in plan, plan

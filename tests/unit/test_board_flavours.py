@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import random
+import unicodedata
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from fabric.embedded.flavour import FLAVOURS, SqlError, ci_key, fit_varchar, get_flavour
+from fabric.embedded.flavour import FLAVOURS, SqlError, _collate, ci_key, fit_varchar, get_flavour
 from fabric.embedded.local import LocalPort
 from fabric.embedded.rpc import BoardApi
 from fabric.embedded.server import EmbeddedBoard
@@ -115,3 +117,22 @@ def test_a_refused_metadata_call_rolls_back_in_every_strict_flavour(api: BoardAp
         assert rpc(api, "getTaskMetadata", [task]) == {}
         # The board is still usable after the rollback.
         assert rpc(api, "saveTaskMetadata", [task, {"a": "1"}]) is True
+
+
+def _tuple_key(text: str) -> tuple[tuple[int, str], ...]:
+    """The collation's sort key as it was first written: (UCA rank, character) pairs."""
+    ranks = {"Z": 0, "P": 1, "S": 2, "N": 3}
+    return tuple((ranks.get(unicodedata.category(c)[0], 4), c) for c in ci_key(text))
+
+
+def test_the_collation_orders_as_its_rank_character_pairs() -> None:
+    # The kb_ci collation compares one translated string per side (cheap: it runs for every
+    # row an index search compares); its order is the (rank, character) pairs' order.
+    alphabet = "aAbZz09 _-.!~é€ßﬁİı\t😀中\u0301"
+    draw = random.Random(31)
+    words = ["", " ", "a ", "a", "A", "b", "ab", "a-b", "a b", "\uff41"]
+    words += ["".join(draw.choice(alphabet) for _ in range(draw.randint(0, 6))) for _ in range(400)]
+    for a in words:
+        for b in words[:60]:
+            ka, kb = _tuple_key(a), _tuple_key(b)
+            assert _collate(a, b) == (0 if a == b else (ka > kb) - (ka < kb)), (a, b)

@@ -71,7 +71,7 @@ class Captured(Publisher):
 
 
 def lease(epoch: int) -> Lease:
-    spec = TaskSpec.model_validate(
+    spec = TaskSpec.from_dict(
         {
             "intent": "x",
             "target": "tester",

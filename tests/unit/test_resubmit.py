@@ -63,8 +63,8 @@ def _submit(fab: Fabric, opts: dict[str, Any], **route: Any) -> tuple[int, TaskS
 
 
 def _same_but(a: TaskSpec, b: TaskSpec, changed: set[str]) -> None:
-    left, right = a.model_dump(), b.model_dump()
-    for field in TaskSpec.model_fields:
+    left, right = a.as_dict(), b.as_dict()
+    for field in left:
         if field not in changed:
             assert left[field] == right[field], (field, left[field], right[field])
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from fabric.cards import CardErrors, CardSet, load_cards_keeping_going
+from fabric import cardcache
+from fabric.cards import CardErrors, CardSet
 from fabric.settings import registry
 
 FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
@@ -46,7 +47,7 @@ def daemon_cards(directory: str | Path, *, own: str | None = None) -> CardSet:
     only what needs it: ``own`` (a worker's card) must be good, else its problems are the
     error; the others' are said once, as a warning (at INFO under ``agap up``, which says
     them itself)."""
-    cards, problems = load_cards_keeping_going(directory)
+    cards, problems = cardcache.daemon_cards(directory)
     if own is not None and own not in cards:
         mine = [p for p in problems if Path(p.file).stem == own] or problems
         raise CardErrors(mine, where=str(directory), hint="fix it and run `agap cards validate`")

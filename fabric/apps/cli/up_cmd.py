@@ -25,9 +25,10 @@ from pathlib import Path
 
 import click
 
+from fabric import cardcache
 from fabric.apps.cli import logs, main
 from fabric.apps.web import WebView
-from fabric.cards import Card, CardSet, load_cards_keeping_going
+from fabric.cards import Card, CardSet
 from fabric.embedded.hindsight import HindsightStandIn
 from fabric.embedded.server import EmbeddedBoard
 from fabric.errors import ConfigError
@@ -222,7 +223,9 @@ def up_cmd(port: int, no_workers: bool, reset: bool, no_start: bool, verbose: in
             return
     elif no_start:
         raise ConfigError("--no-start only goes with --reset", hint="run `agap up --reset --no-start`")
-    cards, problems = load_cards_keeping_going(settings.cards_dir)
+    # As a daemon loads them; clean cards are remembered, so each worker started below
+    # reads them back instead of checking them again (fabric.cardcache).
+    cards, problems = cardcache.daemon_cards(settings.cards_dir)
     for p in problems:  # said once, here (the children are told they are supervised)
         click.echo(f"agap up: {p} — not started until it is fixed", err=True)
     board = _board(state, port)
