@@ -1,6 +1,9 @@
 """The key gestures on a real Kanboard, made as its UI makes them: signed in as a person.
 
 Runs when AGAP_TEST_KANBOARD_URL and AGAP_TEST_KANBOARD_TOKEN name a scratch Kanboard (skipped otherwise).
+The edits, duplicates and moves to another project are made with the API calls Kanboard's
+UI makes them with (updateTask, duplicateTaskToProject, moveTaskToProject), signed in; the
+keeper sees them by sweeping the project's activity (no webhook here).
 Its projects and users start with ``g_``: the two people are the cards ``alvis`` and
 ``elizaveta`` under Kanboard usernames of their own, with a password the test knows.
 """
@@ -31,7 +34,7 @@ PASSWORD = "g-real-gestures"
 pytestmark = pytest.mark.skipif(
     real_kanboard() is None,
     reason=REAL_SKIP
-    + " (tests/unit/test_keeper_gestures.py makes each of these gestures on the embedded board)",
+    + " (tests/unit/test_keeper_gestures.py and test_keeper_edits.py make each on the embedded board)",
 )
 
 
@@ -40,6 +43,7 @@ class Real:
     fab: Fabric
     keeper: Keeper
     people: dict[str, KanboardClient]  # card id -> signed in as that person
+    names: dict[str, str]  # card id -> Kanboard username
 
     def move(self, who: str, tid: int, column: Column, queue: str | None = None) -> None:
         layout = self.fab.board.layout
@@ -104,7 +108,7 @@ def real(tmp_path: Path) -> Iterator[Real]:
     fab = make_fabric(app, cards, settings=settings)
     keeper = Keeper.for_fabric(fab, KeeperConfig(move_tolerance=5.0))
     people = {c: KanboardClient(url, PASSWORD, user=n, timeout=30) for c, n in names.items()}
-    yield Real(fab, keeper, people)
+    yield Real(fab, keeper, people, names)
     for client in (*people.values(), app):
         client.close()
 
@@ -162,3 +166,77 @@ def test_a_card_made_with_plus_in_a_queued_column_becomes_a_task(real: Real) -> 
         "Book the dentist",
     )
     assert real.column(card) == Column.DONE and not int(real.row(card)["is_active"])
+
+
+# -- edits, Duplicate, Move to another project (keeper.edits, keeper.handmade) ----------------
+
+
+def said(real: Real, tid: int) -> list[str]:
+    return [c.text for c in real.fab.board.comments(tid) if c.user_id == 0]
+
+
+def test_a_priority_set_by_its_person_is_kept_and_anyone_elses_put_back(real: Real) -> None:
+    tid = real.fab.submit("tidy the garage", target="kimi", actor="alvis").task_id
+    assert real.people["elizaveta"].call("updateTask", {"id": tid, "priority": 0})
+    assert real.sweep().edited == {tid: ["amend"]}
+    assert int(real.row(tid)["priority"]) == 1, "put back on real Kanboard"
+    assert said(real, tid)[-1].startswith("Only ") and "(g_" in said(real, tid)[-1]
+    assert real.people["alvis"].call("updateTask", {"id": tid, "priority": 3})
+    assert real.sweep().edited == {tid: ["amend"]}
+    view = real.fab.board.read(tid)
+    assert view.spec is not None and view.spec.priority == 3 and view.terms is not None
+    assert int(real.row(tid)["priority"]) == 3
+    assert real.sweep().edited == {}, "once"
+
+
+def test_a_title_edit_and_a_reassign_are_put_back_with_one_comment(real: Real) -> None:
+    tid = real.fab.submit("approve the budget", target="alvis").task_id
+    before = real.row(tid)
+    other = real.fab.board.layout.users[real.names["elizaveta"]]
+    assert real.people["alvis"].call("updateTask", {"id": tid, "title": "budget!!", "owner_id": other})
+    assert real.sweep().edited == {tid: ["restore_assignee", "restore_text"]}
+    after = real.row(tid)
+    assert (after["title"], int(after["owner_id"])) == (before["title"], int(before["owner_id"]))
+    assert len([line for line in said(real, tid) if "budget!!" in line]) == 1
+    assert real.sweep().edited == {}, "the undo is no edit"
+
+
+def test_an_edit_of_a_closed_card_is_put_back(real: Real) -> None:
+    tid = real.fab.submit("an old chore", target="kimi", actor="alvis").task_id
+    real.fab.ledger.cancel(tid, "alvis", "not needed")
+    assert real.people["alvis"].call("updateTask", {"id": tid, "title": "again?"})
+    assert real.sweep().edited == {tid: ["edit_closed"]}
+    assert real.row(tid)["title"] == "an old chore"
+    assert "**Duplicate** it" in said(real, tid)[-1]
+
+
+def test_a_duplicate_is_submitted_again_by_that_person(real: Real) -> None:
+    layout = real.fab.board.layout
+    tid = real.fab.submit("water the plants", target="kimi", actor="alvis", key="g-dup").task_id
+    copy = real.people["elizaveta"].call(
+        "duplicateTaskToProject", {"task_id": tid, "project_id": layout.project_id}
+    )
+    assert isinstance(copy, int) and copy > tid
+    new_id = real.sweep().submitted[copy]
+    spec = real.fab.board.read(new_id).spec
+    assert spec is not None and (spec.target, spec.actor) == ("kimi", "elizaveta")
+    left = real.row(copy)
+    assert not int(left["is_active"]) and left["reference"] == ""
+    assert real.fab.board.find_by_reference(real.row(tid)["reference"]).id == tid  # type: ignore[union-attr]
+    assert real.sweep().submitted == {}
+
+
+def test_a_card_moved_to_another_project_is_brought_back(real: Real) -> None:
+    fab = real.fab
+    tid = fab.submit("sort the mail", target="kimi", actor="alvis").task_id
+    real.sweep()  # the keeper has seen it open in its project
+    app = fab.port
+    own = app.call("createProject", {"name": f"g_own_{uuid.uuid4().hex[:8]}"})
+    alvis = fab.board.layout.users[real.names["alvis"]]
+    assert app.call("addProjectUser", {"project_id": own, "user_id": alvis, "role": "project-member"})
+    assert real.people["alvis"].call("moveTaskToProject", {"task_id": tid, "project_id": own}) is True
+    assert int(real.row(tid)["project_id"]) == own
+    assert real.sweep().brought_back == [tid]
+    assert int(real.row(tid)["project_id"]) == fab.board.layout.project_id
+    assert real.column(tid) == Column.QUEUED and real.state(tid)[0] == State.QUEUED
+    assert real.sweep().brought_back == []
