@@ -41,10 +41,17 @@ from keeper.sweeps import SweepReport, guarded
 log = logging.getLogger("agap.keeper.edits")
 
 # What each editable attribute is called in a comment, and the gesture it is.
-NAMES = {"title": "title", "description": "description", "priority": "priority", "due_at": "due date"}
+NAMES = {
+    "title": "title",
+    "description": "description",
+    "reference": "reference",
+    "priority": "priority",
+    "due_at": "due date",
+}
 TRIGGER = {
     "title": Trigger.EDIT_TEXT,
     "description": Trigger.EDIT_TEXT,
+    "reference": Trigger.EDIT_TEXT,
     "priority": Trigger.EDIT_TERMS,
     "due_at": Trigger.EDIT_TERMS,
     "owner_id": Trigger.REASSIGN,
@@ -243,23 +250,23 @@ def _amend(case: Case) -> EditResult:
 
 
 def _restore_text(case: Case) -> EditResult:
-    """A card's title and description are drawn from its task: put back, quoting the person."""
+    """A card's title, description and reference are the task's: put back, quoting what the
+    person wrote (the description last: its quote ends the sentence)."""
     fab, view = case.fab, case.view
     parts = []
     if "title" in case.edits:
         parts.append(f'{case.who("title")} changed its title to "{_line(view.task.title)}"')
+    if "reference" in case.edits:
+        parts.append(f"{case.who('reference')} changed its reference (the key a repeated submit finds it by)")
+    quote = ""
     if "description" in case.edits:
         added = cardedits.added_lines(fab.board, view)
-        quote = "\n\n" + "\n".join(f"> {line}" for line in added.splitlines()) + "\n\n" if added else ""
-        parts.append(f"{case.who('description')} edited its description{':' + quote if quote else ''}")
+        quote = "\n".join(f"> {line}" for line in added.splitlines())
+        parts.append(f"{case.who('description')} edited its description" + (":" if quote else ""))
     head = "; ".join(parts)
-    return EditResult(
-        put_back=set(case.edits),
-        lines=[
-            f"{head}{'' if head.endswith(chr(10)) else '.'} A card's text is drawn from its task, so it is "
-            f"back as it was. {_instead_of_text(case)}"
-        ],
-    )
+    back = f"A card's text is drawn from its task, so it is back as it was. {_instead_of_text(case)}"
+    text = f"{head}\n\n{quote}\n\n{back}" if quote else f"{head}. {back}"
+    return EditResult(put_back=set(case.edits), lines=[text])
 
 
 def _instead_of_text(case: Case) -> str:

@@ -18,15 +18,23 @@ from typing import Any
 
 from fabric.kanboard.cardtext import result_link_in
 from fabric.kanboard.dates import format_input_date
-from fabric.kanboard.layout import META_EDITED, META_ESCALATED, META_TERMS, Column
+from fabric.kanboard.layout import (
+    META_EDITED,
+    META_ESCALATED,
+    META_TERMS,
+    Column,
+    receipt_reference,
+    uid_reference,
+)
 from fabric.kanboard.port import Call
 from fabric.kanboard.resend import send
 from fabric.kanboard.taskboard import TaskBoard
 from fabric.kanboard.views import TaskView
 from fabric.task import Terms
 
-#: The attributes of a card (:class:`~fabric.kanboard.rows.BoardTask`) a person may edit.
-EDITABLE = ("title", "description", "priority", "due_at", "owner_id")
+#: The attributes of a card (:class:`~fabric.kanboard.rows.BoardTask`) a person may edit
+#: that the fabric draws (colour, category, tags, score and times are the person's own).
+EDITABLE = ("title", "description", "reference", "priority", "due_at", "owner_id")
 DUE_SLACK = 60  # Kanboard keeps a due date to the minute
 
 _LINK_TARGET = re.compile(r"\]\([^)\s]*\)")
@@ -42,9 +50,15 @@ def expected(board: TaskBoard, view: TaskView) -> dict[str, Any]:
     """What the card's editable attributes hold when nobody edited them (but the
     description, which :func:`drawn` judges)."""
     assert view.spec is not None and view.current is not None
-    spec = view.spec
+    spec, submitted = view.spec, view.submitted or view.spec
+    # The reference a submit gives a task (fabric.submit): its idempotency key, hashed.
+    if submitted.action_id:
+        reference = receipt_reference(submitted.actor, submitted.action_id)
+    else:
+        reference = uid_reference(view.uid or "")
     return {
         "title": spec.title(),
+        "reference": reference,
         "priority": spec.priority,
         "due_at": int(spec.deadline or 0),
         "owner_id": board.layout.users.get(view.current.assignee or "", 0),
@@ -136,7 +150,13 @@ def settle(
 
 
 # Kanboard's updateTask parameter for each editable attribute.
-_PARAM = {"title": "title", "priority": "priority", "due_at": "date_due", "owner_id": "owner_id"}
+_PARAM = {
+    "title": "title",
+    "reference": "reference",
+    "priority": "priority",
+    "due_at": "date_due",
+    "owner_id": "owner_id",
+}
 
 
 def bring_back(

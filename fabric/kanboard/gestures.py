@@ -33,7 +33,7 @@ class Trigger(StrEnum):
     OTHER = "other"  # anything else
     # Edits (keeper.edits): what a person changed in "Edit the task" or the card's menu.
     EDIT_TERMS = "priority or due date"
-    EDIT_TEXT = "title or description"
+    EDIT_TEXT = "title, description or reference"
     REASSIGN = "assignee"
     DUPLICATE = "duplicate"  # the card's "Duplicate" (keeper.handmade)
     TO_PROJECT = "to another project"  # "Move to another project"
@@ -289,7 +289,7 @@ GESTURES: tuple[Rule, ...] = (
         "restore_text",
         Trigger.EDIT_TEXT,
         "open",
-        "edit its title or description (**Edit the task**)",
+        "edit its title, description or reference (**Edit the task**)",
         "puts them back (a card's text is drawn from its task), with one comment quoting what you "
         'wrote and what to do instead: comment on the card, or make a new card with "+"',
         states=_OPEN,

@@ -194,6 +194,7 @@ EDIT_FIELDS: dict[str, tuple[str, Any]] = {
     "priority": ("priority", as_int),
     "date_due": ("due_at", as_int),
     "owner_id": ("owner_id", as_int),
+    "reference": ("reference", as_text),
 }
 
 

@@ -182,6 +182,18 @@ def test_a_title_and_description_edit_is_put_back_quoting_the_person(local_fabri
     assert edited(k) == {}, "the undo is no edit"
 
 
+def test_a_reference_edit_is_put_back_so_a_retried_submit_finds_the_task(local_fabric: Fabric) -> None:
+    fab = local_fabric
+    tid, k = submit(fab, key="weekly-9")
+    ref = fab.board.read(tid).task.reference
+    edit(fab, tid, reference="mine")
+    assert edited(k) == {tid: ["restore_text"]}
+    assert fab.board.read(tid).task.reference == ref
+    assert said(fab, tid)[-1].startswith("alvis changed its reference (the key a repeated submit finds it by).")
+    again = fab.submit("Summarise the week's notes", target="kimi", actor="alvis", key="weekly-9")
+    assert (again.task_id, again.created) == (tid, False)
+
+
 def test_a_question_edited_says_how_to_answer_it(local_fabric: Fabric) -> None:
     fab = local_fabric
     tid, k = submit(fab)
