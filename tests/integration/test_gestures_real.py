@@ -10,6 +10,8 @@ Its projects and users start with ``g_``: the two people are the cards ``alvis``
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import shutil
 import uuid
@@ -17,8 +19,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urljoin, urlsplit
 
 import pytest
+import requests
 
 from fabric.cards import load_cards
 from fabric.core import Fabric
@@ -44,6 +48,7 @@ class Real:
     keeper: Keeper
     people: dict[str, KanboardClient]  # card id -> signed in as that person
     names: dict[str, str]  # card id -> Kanboard username
+    url: str
 
     def move(self, who: str, tid: int, column: Column, queue: str | None = None) -> None:
         layout = self.fab.board.layout
@@ -108,7 +113,7 @@ def real(tmp_path: Path) -> Iterator[Real]:
     fab = make_fabric(app, cards, settings=settings)
     keeper = Keeper.for_fabric(fab, KeeperConfig(move_tolerance=5.0))
     people = {c: KanboardClient(url, PASSWORD, user=n, timeout=30) for c, n in names.items()}
-    yield Real(fab, keeper, people, names)
+    yield Real(fab, keeper, people, names, url)
     for client in (*people.values(), app):
         client.close()
 
@@ -240,3 +245,115 @@ def test_a_card_moved_to_another_project_is_brought_back(real: Real) -> None:
     assert int(real.row(tid)["project_id"]) == fab.board.layout.project_id
     assert real.column(tid) == Column.QUEUED and real.state(tid)[0] == State.QUEUED
     assert real.sweep().brought_back == []
+
+
+# -- the same, through Kanboard's web pages ------------------------------------------------------
+
+_TAG = re.compile(r"<(input|select|script)\b([^>]*)>(?:(.*?)</\1>)?", re.S)
+_ATTR = re.compile(r'([a-z_-]+)="([^"]*)"')
+
+
+class Browser:
+    """Kanboard's web UI as a person's browser uses it, signed in through its login form:
+    the pages and forms its buttons lead to. No JavaScript runs, so what its scripts would
+    send is sent: the description editor's text, with the CRLF line ends a browser sends."""
+
+    def __init__(self, url: str, username: str, password: str) -> None:
+        self.base = url.rsplit("jsonrpc.php", 1)[0]
+        self.http = requests.Session()
+        token = _fields(self.page("AuthController", "login"))["csrf_token"]
+        done = self.http.post(
+            self.base,
+            params={"controller": "AuthController", "action": "check"},
+            data={"csrf_token": token, "username": username, "password": password},
+            timeout=30,
+        )
+        assert "action=logout" in done.text, f"{username} is not signed in"
+
+    def page(self, controller: str, action: str, **params: Any) -> str:
+        got = self.http.get(
+            self.base, params={"controller": controller, "action": action, **params}, timeout=30
+        )
+        got.raise_for_status()
+        return got.text
+
+    def edit(self, task_id: int, **changes: str) -> None:
+        """Open "Edit the task", change ``changes``, save."""
+        form = _fields(self.page("TaskModificationController", "edit", task_id=task_id))
+        form.update(changes)
+        form["description"] = form["description"].replace("\r\n", "\n").replace("\n", "\r\n")
+        saved = self.http.post(
+            self.base,
+            params={"controller": "TaskModificationController", "action": "update", "task_id": str(task_id)},
+            data=form,
+            timeout=30,
+        )
+        assert saved.ok and "TaskViewController" in saved.url, "saved"
+
+    def duplicate(self, task_id: int) -> int:
+        """ "Duplicate" in the card's menu, then "Yes": the copy's id (its page opens)."""
+        page = self.page("TaskDuplicationController", "duplicate", task_id=task_id)
+        # The Yes button is a script's: it GETs the URL its data-params name.
+        found = re.search(r"class=\"js-confirm-buttons\" data-params='([^']*)'", page)
+        assert found is not None, "the confirmation's Yes"
+        url = html.unescape(json.loads(found.group(1))["url"])
+        done = self.http.get(urljoin(self.base, url), timeout=30)
+        return int(parse_qs(urlsplit(done.url).query)["task_id"][0])
+
+
+def _fields(page: str) -> dict[str, str]:
+    """A form's fields as a browser sends them (a select's chosen option, the description
+    editor's text); a multiple select (tags) is left out, as none is chosen here."""
+    out: dict[str, str] = {}
+    for tag, attrs, inner in _TAG.findall(page):
+        a = dict(_ATTR.findall(attrs))
+        if tag == "input" and "name" in a and a.get("type", "text") not in ("checkbox", "submit"):
+            out[a["name"]] = html.unescape(a.get("value", ""))
+        elif tag == "select" and "name" in a and "multiple" not in attrs:
+            option = re.search(r'<option value="([^"]*)"[^>]*selected', inner or "") or re.search(
+                r'<option value="([^"]*)"', inner or ""
+            )
+            out[a["name"]] = html.unescape(option.group(1)) if option is not None else ""
+        elif tag == "script" and 'type="text/template"' in attrs:
+            out["description"] = html.unescape(inner or "")
+    return out
+
+
+def test_the_web_uis_edit_form_and_duplicate_are_handled(real: Real) -> None:
+    """The real pages: saving "Edit the task" sends every field (the description back with
+    CRLF), and "Duplicate" makes a "[DUPLICATE]" copy linked to the original."""
+    fab = real.fab
+    tid = fab.submit("plan the holiday", target="kimi", actor="alvis").task_id
+    alvis = Browser(real.url, real.names["alvis"], PASSWORD)
+    alvis.edit(tid, title="plan the holiday in May", priority="3")
+    assert real.sweep().edited == {tid: ["amend", "restore_text"]}
+    row = real.row(tid)
+    assert (row["title"], int(row["priority"])) == ("plan the holiday", 3)
+    line = said(real, tid)[-1]
+    assert "plan the holiday in May" in line and "description" not in line, "CRLF is no edit"
+    copy = Browser(real.url, real.names["elizaveta"], PASSWORD).duplicate(tid)
+    assert real.row(copy)["title"] == "[DUPLICATE] plan the holiday"
+    new_id = real.sweep().submitted[copy]
+    spec = fab.board.read(new_id).spec
+    assert spec is not None and (spec.intent, spec.actor, spec.priority) == (
+        "plan the holiday",
+        "elizaveta",
+        3,
+    )
+    assert not int(real.row(copy)["is_active"])
+
+
+def test_a_reassign_to_a_non_member_through_the_edit_form_is_put_back(real: Real) -> None:
+    """Kanboard's API refuses an assignee who is no member of the project, but its edit
+    form (and an admin's "Assign to me") does not check: the card is put back."""
+    fab = real.fab
+    tid = fab.submit("book the dentist", target="alvis").task_id
+    stranger = fab.port.call("createUser", {"username": f"g_{uuid.uuid4().hex[:8]}", "password": PASSWORD})
+    assert real.people["alvis"].call("updateTask", {"id": tid, "owner_id": stranger}) is False, "the API"
+    Browser(real.url, real.names["alvis"], PASSWORD).edit(tid, owner_id=str(stranger))
+    assert int(real.row(tid)["owner_id"]) == stranger, "the form took it"
+    assert real.sweep().edited == {tid: ["restore_assignee"]}
+    assert int(real.row(tid)["owner_id"]) == fab.board.layout.users[real.names["alvis"]]
+    assert said(real, tid)[-1].startswith(
+        f"{real.names['alvis']} gave this card to someone who is not a member of the project; it is back"
+    )
