@@ -43,6 +43,17 @@ class Recorder:
         self.pokes += 1
 
 
+class Capture(HookServer):
+    """A receiver that keeps every payload it is sent, in ``seen``."""
+
+    def __init__(self, seen: list[dict[str, Any]]) -> None:
+        super().__init__(lambda: None, token=TOKEN)
+        self.seen = seen
+
+    def received(self, payload: Any) -> None:
+        self.seen.append(payload)
+
+
 def person(fab: Fabric, board: EmbeddedBoard, name: str) -> KanboardClient:
     """A project member signed in with a password: the board as Kanboard's UI shows it to them."""
     uid = fab.port.call("createUser", {"username": name, "password": PASSWORD, "name": name.title()})
@@ -130,12 +141,7 @@ def test_the_embedded_board_posts_what_kanboard_posts(
     http_fabric: Fabric, embedded_board: EmbeddedBoard
 ) -> None:
     seen: list[dict[str, Any]] = []
-
-    class Capture(HookServer):
-        def received(self, payload: Any) -> None:
-            seen.append(payload)
-
-    with Capture(lambda: None, token=TOKEN) as hook:
+    with Capture(seen) as hook:
         # A URL with a query already: Kanboard appends "&token=", and the receiver checks it.
         embedded_board.set_webhook(hook.url + "hook?x=1", TOKEN)
         g = person(http_fabric, embedded_board, "g_poster")
@@ -263,12 +269,7 @@ def test_the_embedded_board_posts_an_edit_with_what_changed(
     http_fabric: Fabric, embedded_board: EmbeddedBoard
 ) -> None:
     seen: list[dict[str, Any]] = []
-
-    class Capture(HookServer):
-        def received(self, payload: Any) -> None:
-            seen.append(payload)
-
-    with Capture(lambda: None, token=TOKEN) as hook:
+    with Capture(seen) as hook:
         embedded_board.set_webhook(hook.url, TOKEN)
         g = person(http_fabric, embedded_board, "g_changer")
         tid = http_fabric.submit("a card to edit", target="kimi").task_id

@@ -189,7 +189,9 @@ def test_a_reference_edit_is_put_back_so_a_retried_submit_finds_the_task(local_f
     edit(fab, tid, reference="mine")
     assert edited(k) == {tid: ["restore_text"]}
     assert fab.board.read(tid).task.reference == ref
-    assert said(fab, tid)[-1].startswith("alvis changed its reference (the key a repeated submit finds it by).")
+    assert said(fab, tid)[-1].startswith(
+        "alvis changed its reference (the key a repeated submit finds it by)."
+    )
     again = fab.submit("Summarise the week's notes", target="kimi", actor="alvis", key="weekly-9")
     assert (again.task_id, again.created) == (tid, False)
 
@@ -431,23 +433,29 @@ def test_a_closed_card_moved_away_comes_back_closed(local_fabric: Fabric) -> Non
     assert not fab.board.read(tid).is_open and col(fab, tid) == Column.DONE
 
 
-def test_a_card_of_another_fabric_project_moved_here_is_left_to_its_keeper(
-    local_fabric: Fabric, cards: CardSet, clock: FakeClock
-) -> None:
-    """A card moved into a project the fabric also works in (a home) is the keeper's of the
-    project it came from: the other keeper neither acts on it nor watches it."""
-    fab = local_fabric
+def another_project(fab: Fabric, cards: CardSet, clock: FakeClock, name: str) -> tuple[Fabric, Keeper]:
+    """The fabric on a second project of the same board (as a confined agent's home is),
+    with its own locks project, and that project's keeper."""
     port = getattr(fab.port, "inner", fab.port)
     assert isinstance(port, LocalPort)
     settings = Settings(
         cards_dir=ROOT / "cards",
         board_url="local://",
         board_token="x",
-        project="g_other",
-        locks_project="g_olocks",
+        project=name,
+        locks_project=f"{name}_locks",
     )
     other = make_fabric(LocalPort(port.api), cards, clock, settings=settings)
-    theirs = Keeper.for_fabric(other, KeeperConfig(move_tolerance=5.0))
+    return other, Keeper.for_fabric(other, KeeperConfig(move_tolerance=5.0))
+
+
+def test_a_card_of_another_fabric_project_moved_here_is_left_to_its_keeper(
+    local_fabric: Fabric, cards: CardSet, clock: FakeClock
+) -> None:
+    """A card moved into a project the fabric also works in (a home) is the keeper's of the
+    project it came from: the other keeper neither acts on it nor watches it."""
+    fab = local_fabric
+    other, theirs = another_project(fab, cards, clock, "g_other")
     tid, k = submit(fab)
     fab.ledger.ask(claim(fab, tid), "Which week?", "alvis")
     gestures(k)
@@ -465,17 +473,7 @@ def test_a_card_the_webhook_names_is_brought_back_only_by_its_own_projects_keepe
     local_fabric: Fabric, cards: CardSet, clock: FakeClock
 ) -> None:
     fab = local_fabric
-    port = getattr(fab.port, "inner", fab.port)
-    assert isinstance(port, LocalPort)
-    settings = Settings(
-        cards_dir=ROOT / "cards",
-        board_url="local://",
-        board_token="x",
-        project="g_home",
-        locks_project="g_hlocks",
-    )
-    home = make_fabric(LocalPort(port.api), cards, clock, settings=settings)
-    theirs = Keeper.for_fabric(home, KeeperConfig(move_tolerance=5.0))
+    home, theirs = another_project(fab, cards, clock, "g_home")
     tid = home.submit("water the plants", target="kimi", actor="alvis").task_id
     gestures(theirs)
     assert as_person(fab, "alvis").call("moveTaskToProject", {"task_id": tid, "project_id": elsewhere(fab)})
