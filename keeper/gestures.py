@@ -118,8 +118,10 @@ def sweep_gestures(
     by_card = acts.acts_by_people(fab.cards, snap.activity)  # task id -> its act
     watched = snap.watched()
     arrived = {a.task_id for a in snap.activity if a.kind == "arrive" and a.user_id} - watched
-    views = [v for v in (*snap.views, *snap.closed_active, *snap.vanished) if v.id not in arrived]
-    report.foreign = sorted(arrived & {v.id for v in (*snap.views, *snap.closed_active)})
+    report.foreign = sorted(
+        v.id for v in (*snap.views, *snap.closed_active) if v.id in arrived and _foreign(fab, v)
+    )
+    views = [v for v in (*snap.views, *snap.closed_active, *snap.vanished) if v.id not in report.foreign]
     for view in views:
         report.scanned += 1
         if edits.moved_away(fab, view):
@@ -147,6 +149,18 @@ def sweep_gestures(
         skip=touched,
     )
     return report
+
+
+def _foreign(fab: Fabric, view: TaskView) -> bool:
+    """A card a person moved here from another project that is a task of another project
+    (its uid is not bound here). A card with no records is a person's own card, whatever
+    project it was made in."""
+    if view.uid is None:
+        return False
+    try:
+        return not fab.board.owns(view)
+    except FabricError:
+        return True  # unsure: leave it for the next sweep
 
 
 def _bring_back(fab: Fabric, view: TaskView, rec: Record, report: GestureReport, *, watched: bool) -> None:

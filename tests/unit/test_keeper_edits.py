@@ -482,3 +482,16 @@ def test_a_card_the_webhook_names_is_brought_back_only_by_its_own_projects_keepe
     assert gestures(k).brought_back == [], "not a task of the work project"
     assert gestures(theirs).brought_back == [tid]
     assert row(fab, tid)["project_id"] == home.board.layout.project_id
+
+
+def test_a_new_card_moved_away_and_back_before_any_sweep_is_still_this_projects(local_fabric: Fabric) -> None:
+    fab = local_fabric
+    tid, k = submit(fab, target="alvis")
+    pid = elsewhere(fab)
+    me = as_person(fab, "alvis")
+    assert me.call("moveTaskToProject", {"task_id": tid, "project_id": pid})
+    assert me.call("moveTaskToProject", {"task_id": tid, "project_id": fab.board.layout.project_id})
+    report = gestures(k)
+    assert report.foreign == [], "its uid is bound in this project's locks"
+    assert tid in snapshot.take(fab, with_done=True).watched()
+    assert col(fab, tid) == Column.WAITING, "its column, back where its record says"
