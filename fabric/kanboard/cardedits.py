@@ -1,11 +1,11 @@
 """A fabric card as a person may edit it in Kanboard's UI, and what the keeper writes back.
 
-A card's title, description, priority, due date and assignee are drawn from its task: the
-spec (with the priority and deadline a person set, :class:`~fabric.task.Terms`) and the
-current record. :func:`expected` says what each should hold, :func:`drawn` tells a
+A card's title, description, reference, priority, due date and assignee are drawn from
+its task: the spec (with the priority and deadline a person set, :class:`~fabric.task.Terms`)
+and the current record. :func:`expected` says what each should hold, :func:`drawn` tells a
 description the fabric drew from one a person wrote (line endings, trailing spaces and
-link targets aside: a person's browser sends CRLF, and a signed-in ``agap`` may link to
-another address), and :func:`added_lines` is what a person wrote into it. The writes below
+link targets aside: a person's browser sends CRLF, and each fabric process links to the
+address it knows the board by), and :func:`added_lines` is what a person wrote into it. The writes below
 are one round trip each, with the application token, which Kanboard records in no activity:
 an undo never looks like a person's edit.
 """

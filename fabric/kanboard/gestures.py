@@ -290,8 +290,9 @@ GESTURES: tuple[Rule, ...] = (
         Trigger.EDIT_TEXT,
         "open",
         "edit its title, description or reference (**Edit the task**)",
-        "puts them back (a card's text is drawn from its task), with one comment quoting what you "
-        'wrote and what to do instead: comment on the card, or make a new card with "+"',
+        "puts them back (a card's text is drawn from its task; agents never read it), with one "
+        "comment quoting what you wrote and what to do instead: the card's own gestures (an answer "
+        'is a comment), or, for other work, close it and make a new card with "+"',
         states=_OPEN,
     ),
     Rule(
