@@ -8,6 +8,10 @@ backlog stays at its size), then the claim (poll + claim, as a worker does it) a
 complete are timed and their round trips counted. The baseline is the same measurement
 at 10 open tasks, in the same run and on the same board; the target is 1.5x at 2,000.
 
+The keeper's backlog duty runs as in a fabric (keeper.backlog: each lane's Queued cell
+kept short, the rest of the queue in Backlog): once the queue is filled, and once before
+each lifecycle (the daemon runs it every 2 s); its own cost is reported beside.
+
 On the embedded board and on every real Kanboard the environment names
 (``AGAP_BENCH_KANBOARDS``, :mod:`bench.env`). Run alone: ``python -m bench.backlog [--quick]``.
 """
@@ -26,7 +30,10 @@ from typing import Any
 from bench.env import QUEUE_AGENT, Target, load_bench_cards, real_targets
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
+from fabric.kanboard.layout import Column
 from fabric.kanboard.port import BoardError
+from fabric.settings.keeper import KeeperConfig
+from keeper.daemon import Keeper
 from workers.queue import QueueReader
 
 SIZES = (10, 100, 500, 2000)
@@ -58,6 +65,7 @@ def _measure(target: Target, sizes: tuple[int, ...], samples: int) -> dict[str, 
     client = target.client()
     fab = Fabric.connect(settings, cards=cards, port=client)
     reader = QueueReader.for_agent(fab, cards.get(QUEUE_AGENT))
+    keeper = Keeper.for_fabric(fab, KeeperConfig())
     out: dict[str, Any] = {}
     held = 0
     try:
@@ -67,12 +75,20 @@ def _measure(target: Target, sizes: tuple[int, ...], samples: int) -> dict[str, 
                 fab.submit(f"backlog {held}", target=QUEUE_AGENT, priority="low")
                 held += 1
             fill_s = time.perf_counter() - fill_started
+            t0 = time.perf_counter()
+            for _ in range(3):  # the first run after a fill moves the overflow to Backlog
+                keeper.run_job("backlog")
+            balance_s = time.perf_counter() - t0
             claim_s: list[float] = []
             complete_s: list[float] = []
             claim_trips: list[int] = []
             complete_trips: list[int] = []
+            keeper_s: list[float] = []
             for i in range(samples):
                 fab.submit(f"probe {size}/{i}", target=QUEUE_AGENT, priority="low")
+                t0 = time.perf_counter()
+                keeper.run_job("backlog")
+                keeper_s.append(time.perf_counter() - t0)
                 client.stats.reset()
                 t0 = time.perf_counter()
                 lease = reader.claim_next("bench", lease_seconds=60.0)
@@ -91,6 +107,9 @@ def _measure(target: Target, sizes: tuple[int, ...], samples: int) -> dict[str, 
                 "claim_trips": round(statistics.fmean(claim_trips), 2),
                 "complete_trips": round(statistics.fmean(complete_trips), 2),
                 "fill_s": round(fill_s, 1),
+                "balance_after_fill_s": round(balance_s, 2),
+                "keeper_backlog_ms": round(statistics.median(keeper_s) * 1000, 1),
+                "queued_cell": len(fab.board.open_in([Column.QUEUED], QUEUE_AGENT)),
                 "errors": dict(client.errors),
             }
     finally:
@@ -113,8 +132,9 @@ def _report(sizes: tuple[int, ...], samples: int, boards: dict[str, dict[str, An
             r = by_size[str(size)]
             rows.append(
                 [
-                    f"{label}: {size} open, claim / complete ms (round trips)",
-                    f"{r['claim_ms']} / {r['complete_ms']} ({r['claim_trips']} / {r['complete_trips']})",
+                    f"{label}: {size} open, claim / complete ms (round trips); keeper's backlog run ms",
+                    f"{r['claim_ms']} / {r['complete_ms']} ({r['claim_trips']} / {r['complete_trips']});"
+                    f" {r['keeper_backlog_ms']}",
                 ]
             )
         base, top = by_size[first], by_size[last]

@@ -34,6 +34,9 @@ def rows_for(res: dict[str, Any]) -> dict[str, str]:
         "Round trips: claim (poll + claim)": _n(t["claim"]["mean"]),
         "Round trips: complete": _n(t["complete"]["mean"]),
         "Round trips: lifecycle submit → claim → complete": _n(t["lifecycle"]["mean"]),
+        "Round trips: the same, the worker woken by the submit's live event (MQTT)": _n(
+            (t.get("lifecycle_woken") or {}).get("mean")
+        ),
         "Round trips: idle poll (empty queue)": _n(t["idle_poll"]),
         "Round trips: lease renewal": _n(t.get("renew")),
         "Round trips: one side effect (intent + receipt)": _n(t.get("side_effect")),

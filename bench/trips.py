@@ -7,6 +7,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -14,11 +15,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.env import CARDS_DIR, QUEUE_AGENT, ROOT, CountingClient, CountingProxy, Target
+from bench.events import SECRET, brokers
 from fabric.cards import CardSet
 from fabric.core import Fabric
+from fabric.events.attach import submitted_event
+from fabric.events.brokers import open_transport
+from fabric.events.publisher import Publisher
+from fabric.events.subscriber import QueueWaker
+from fabric.events.transport import queue_topic
 from fabric.kanboard.port import BoardError
 from fabric.ledger import Lease, LedgerError
-from workers.queue import QueueReader
+from fabric.settings.events import EventsConfig
+from workers.queue import QueueReader, WakeHints
 
 T = TypeVar("T")
 
@@ -151,11 +159,58 @@ def measure_trips(target: Target, cards: CardSet, *, n: int, cli_runs: int, tmp:
         life_ms = statistics.median(life_secs) * 1000
         out["lifecycle_ms"] = round(life_ms, 2)
         out["lifecycle_x_getTask"] = round(life_ms / get_ms, 1)
+    out["lifecycle_woken"] = _woken_lifecycles(fab, cards, sample, max(5, n // 2))
     out["spoiled_samples"] = dict(sample.spoiled)
     out["errors"] = dict(client.errors)
     out["cli"] = measure_cli(target, settings.project, settings.locks_project, runs=cli_runs, tmp=tmp)
     client.close()
     return out
+
+
+def _woken_lifecycles(fab: Fabric, cards: CardSet, sample: _Sampler, n: int) -> dict[str, Any] | None:
+    """submit → claim → complete where the worker is woken by the submit's live event, as
+    a fabric with a broker runs (the submitter publishes it signed over the machine's
+    Mosquitto; the worker's QueueWaker turns it into a hint): the claim needs no poll.
+    None when no MQTT broker answers (AGAP_BENCH_MQTT)."""
+    found = brokers().get("mqtt")
+    if found is None:
+        return None
+    config = EventsConfig(
+        scheme="mqtt", host=found[0], port=found[1], secret=SECRET.encode(), prefix="bench-trips"
+    )
+    hints = WakeHints()
+    arrived = threading.Event()
+
+    def hinted(task_id: int | None, uid: str | None) -> None:
+        if task_id is not None and uid:
+            hints.add(task_id, uid)
+            arrived.set()
+
+    card = cards.get(QUEUE_AGENT)
+    reader = QueueReader.for_agent(fab, card, hints=hints)
+    publisher = Publisher(open_transport(config), config.secret)
+    waker = QueueWaker(open_transport(config), card.queue_name, config.secret, hinted)
+    fab.submit_listeners.append(
+        lambda receipt, spec: publisher.publish(submitted_event(receipt), also=(queue_topic(receipt.queue),))
+    )
+    counts: list[int] = []
+    try:
+        for i in range(n):
+            arrived.clear()
+            sub, receipt = sample("lifecycle_woken_submit", fab.submit, f"woken {i}", target=QUEUE_AGENT)
+            if receipt is None or sub is None or not arrived.wait(10):  # the broker's delivery, bounded
+                continue
+            t, lease = sample("lifecycle_woken_claim", reader.claim_next, "bench", lease_seconds=60.0)
+            if lease is None or lease.task_id != receipt.task_id or t is None:
+                continue
+            done = sample("lifecycle_woken_complete", fab.ledger.complete, lease, "bench://result")[0]
+            if done is not None:
+                counts.append(sub + t + done)
+    finally:
+        fab.submit_listeners.pop()
+        waker.close()
+        publisher.close(1.0)
+    return _spread(counts) if counts else None
 
 
 def _lifecycle(fab: Fabric, reader: QueueReader, intent: str) -> bool:

@@ -9,7 +9,8 @@ Every call names a bank under ``{url}/v1/default/banks/{bank_id}``:
 * ``POST …/memories`` ``{"items": [{content, context, timestamp, document_id, tags}]}``: a
   retain (Hindsight extracts facts with its LLM, synchronously);
 * ``POST …/reflect`` ``{query, budget, max_tokens}`` → ``{"text": ...}``: an answer its LLM
-  writes from the bank;
+  writes from the bank (after ``GET …/memories/list?limit=1``: a reflect on a bank Hindsight
+  does not know makes the bank and runs its LLM on nothing, where the list API says 404);
 * ``POST …/consolidate`` → ``{"operation_id": ...}``: its consolidation into observations
   (queued; Hindsight also runs it after every retain by default).
 
@@ -135,6 +136,9 @@ class HindsightClient:
         )
 
     def reflect(self, bank: str, body: dict[str, Any]) -> str:
+        # Hindsight 1.1.0 answers a reflect on a bank it does not know by making the bank and
+        # running its LLM on nothing: the list API (no LLM) says 404 for it first.
+        self.list_memories(bank, limit=1)
         data = _object(self.call("POST", bank, "reflect", json_body=body), self._where(bank, "reflect"))
         text = data.get("text")
         if not isinstance(text, str):
@@ -214,8 +218,9 @@ def detail(raw: bytes) -> str:
     """Hindsight's (FastAPI's) error ``detail`` as one short line."""
     try:
         d = json.loads(raw).get("detail")
-    except (ValueError, AttributeError):
-        return raw[:160].decode("utf-8", "replace").strip()
+    except (ValueError, AttributeError):  # not Hindsight's JSON: a proxy's page, say
+        text = re.sub(r"<[^>]*>", " ", raw[:2000].decode("utf-8", "replace"))
+        return " ".join(text.split())[:160]
     if isinstance(d, list) and d and isinstance(d[0], dict):  # a validation error
         first = d[0]
         loc = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
@@ -238,12 +243,19 @@ def check_status(status: int, raw: bytes, where: str, bank: str) -> None:
             where=where,
             hint="set AGAP_HINDSIGHT_KEY to its HINDSIGHT_API_TENANT_API_KEY",
         ).with_exit(EXIT_UNREACHABLE)
-    if status == 404:
+    if status == 404 and detail(raw) == f"Bank '{bank}' not found":
         raise HindsightRefused(
             f"Hindsight has no bank {bank!r} (HTTP 404)",
             status=status,
             where=where,
             hint="bank ids are case-sensitive: check the spelling",
+        )
+    if status == 404:  # FastAPI's "Not Found": no such route, so no Hindsight API at this URL
+        raise HindsightRefused(
+            f"no Hindsight API at this URL (HTTP 404: {detail(raw)})",
+            status=status,
+            where=where,
+            hint="set AGAP_HINDSIGHT_URL to Hindsight's base URL, e.g. http://127.0.0.1:8888 (no /v1 path)",
         )
     raise HindsightRefused(
         f"Hindsight refused the request (HTTP {status}): {detail(raw)}", status=status, where=where

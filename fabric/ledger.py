@@ -206,9 +206,13 @@ class Ledger:
         files: Iterable[tuple[str, str]] = (),
         extra_meta: dict[str, str] | None = None,
         result_url: str | None = None,
+        held: int | None = None,
     ) -> Record:
         """Win epoch n+1 with its lock tag, then write its record and projections (the
         board rewrites the card when what it asks of a person changes: same round trip).
+
+        ``held``: this caller already won that epoch's lock (TaskBoard.read_and_lock, on
+        a basis read before it); it must be n+1.
         """
         uid, current = self._require(view)
         if current.state not in LEGAL[op]:
@@ -218,7 +222,10 @@ class Ledger:
                 hint=f"{op} is allowed from: {', '.join(sorted(s.value for s in LEGAL[op]))}",
             )
         nxt = current.epoch + 1
-        if not self.board.lock(epoch_lock(uid, nxt)):
+        if held is not None:
+            if held != nxt:
+                raise LostRace(view.id, nxt)  # a basis other than the one the lock was won on
+        elif not self.board.lock(epoch_lock(uid, nxt)):
             self._after_lost_lock(view, nxt)
         if self.clock() - view.read_at > self.recheck_after:
             fresh = self.board.read(view.id)
@@ -282,8 +289,9 @@ class Ledger:
 
     # -- worker transitions ----------------------------------------------------------
 
-    def claim(self, view: TaskView, worker: str, *, lease_seconds: float) -> Lease:
-        """Take a queued task: win the next epoch, start an attempt, hold a lease."""
+    def claim(self, view: TaskView, worker: str, *, lease_seconds: float, held: int | None = None) -> Lease:
+        """Take a queued task: win the next epoch (or use the one ``held``), start an
+        attempt, hold a lease."""
         uid, current = self._require(view)
         assert view.spec is not None
         now = self.clock()
@@ -310,6 +318,7 @@ class Ledger:
                 lease_seconds=lease_seconds,
             ),
             comment=None,
+            held=held,
         )
         return Lease(
             view.id,
@@ -608,7 +617,9 @@ class Ledger:
             f"{current.attempt}/{view.spec.max_attempts}).",
         )
 
-    def dead_letter(self, task_id: int, by: str, reason: str, view: TaskView | None = None) -> Record:
+    def dead_letter(
+        self, task_id: int, by: str, reason: str, view: TaskView | None = None, *, held: int | None = None
+    ) -> Record:
         """Move a task to the dead letter column (poison, or given up on)."""
         view = view or self.board.read(task_id)
         return self._transition(
@@ -617,7 +628,31 @@ class Ledger:
             by,
             lambda n, p: self._record(n, p, State.DEAD, "dead_letter", by, reason=reason),
             comment=f"Dead letter ({by}): {reason}",
+            held=held,
         )
+
+    def restate(self, view: TaskView, held: int, by: str, reason: str) -> Record:
+        """Write the epoch ``held`` (won, but not to be used: e.g. a claim whose basis
+        turned out not claimable) as the task's current state again, so it is no gap."""
+        _, current = self._require(view)
+        if held != current.epoch + 1:
+            raise LostRace(view.id, current.epoch + 1)
+        record = self._record(
+            held,
+            current,
+            current.state,
+            "restate",
+            by,
+            owner=current.owner,
+            lease_until=current.lease_until,
+            not_before=current.not_before,
+            assignee=current.assignee,
+            result_ref=current.result_ref,
+            lease_seconds=current.lease_seconds,
+            reason=reason,
+        )
+        self._write(view, record)
+        return record
 
     def verify(self, task_id: int, by: str, note: str = "", view: TaskView | None = None) -> Record:
         """Close a done task as verified. The producer may not verify its own work.

@@ -104,12 +104,16 @@ class _Relay:
                 data = os.read(self.read_fd, 64)
             except OSError:
                 return
+            # Signals read together arrived together: one time for all of them, taken
+            # before acting on the first (which starts threads and may wait for a CPU on a
+            # busy machine), or a second Ctrl-C sent with the first would read as a
+            # deliberate second stop.
+            now = time.monotonic()
             for signum in data:
                 if signum in STOP_SIGNALS:  # the fd carries every handled signal
-                    self._received(signum)
+                    self._received(signum, now)
 
-    def _received(self, signum: int) -> None:
-        now = time.monotonic()
+    def _received(self, signum: int, now: float) -> None:
         with self.lock:
             self.signals += 1
             first = self.signals == 1

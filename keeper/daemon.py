@@ -33,13 +33,13 @@ from fabric.core import Fabric
 from fabric.degraded import Backoff, BoardWait, transient
 from fabric.errors import ConfigError
 from fabric.hindsight import HindsightClient
-from fabric.kanboard.layout import META_HOOK
+from fabric.kanboard.layout import META_HOOK, Column
 from fabric.kanboard.port import BoardError
 from fabric.kanboard.quotas import QuotaStore
 from fabric.retain import client_from_settings
 from fabric.settings.keeper import JOBS, KeeperConfig
 from fabric.signals import grace, set_on_signal
-from keeper import decisions, duties, gc, gestures, memory, openclaw, quotas, snapshot, sweeps
+from keeper import backlog, decisions, duties, gc, gestures, memory, openclaw, quotas, snapshot, sweeps
 from keeper.metrics import Metrics
 from keeper.notify import Notifier
 from keeper.replies import MatrixReplies, ReplyReport
@@ -81,6 +81,8 @@ class Keeper:
     # Shared quota slots found kept for good (their holder finished): not read again.
     _quota_settled: set[int] = field(default_factory=set)
     _quota_store: QuotaStore | None = None
+    # What the backlog job knows of each lane's Backlog between its reads.
+    _backlog: backlog.BacklogWatch = field(default_factory=backlog.BacklogWatch)
     # Set once the daemon stops: a job the scheduler had queued but not started is skipped,
     # so stopping waits for at most the one job that is running.
     _stopping: threading.Event = field(default_factory=threading.Event)
@@ -128,7 +130,7 @@ class Keeper:
         fab = self.fab()
         start = time.perf_counter()
         trips0 = fab.port.stats.trips
-        snap = snapshot.take(fab)
+        snap = snapshot.take(fab, with_backlog=True)
         report = sweeps.SweepReport(trips=snap.trips)
         sweeps.sweep_leases(
             fab, snap, report, grace=self.config.lease_grace, repair_after=self.config.repair_after
@@ -149,6 +151,7 @@ class Keeper:
             lambda r: fab.board.layout.queue_of(r.swimlane_id),
             fab.clock(),
             models=[c.id for c in fab.cards.models()],
+            backlog=snap.backlog_rows,
         )
         m.observe_schedules(snap.project_meta, fab.clock())
         with m.lock:
@@ -160,6 +163,25 @@ class Keeper:
             m.corrupted_tasks = len(report.problems)
             m.sweep_trips = fab.port.stats.trips - trips0
             m.sweep_seconds = time.perf_counter() - start
+        return report
+
+    def job_backlog(self) -> backlog.BacklogReport:
+        """Keep each lane's Queued cell short (keeper.backlog): one read of the Queued
+        cells, of the Backlog too only when that can change something."""
+        fab = self.fab()
+        if Column.BACKLOG not in fab.board.layout.columns:
+            return backlog.BacklogReport()
+        now = fab.clock()
+        queued = fab.board.open_in([Column.QUEUED])
+        held = self._backlog.cached()
+        reads = 1
+        if self._backlog.needs_read(queued, now):
+            held = fab.board.open_in([Column.BACKLOG])
+            self._backlog.read(held, now)
+            reads += 1
+        report = backlog.balance(fab, queued, held)
+        self._backlog.moved(report, {r.id: r for r in (*queued, *held)}, now)
+        report.trips += reads
         return report
 
     def job_gaps(self) -> sweeps.SweepReport:
@@ -266,7 +288,11 @@ class Keeper:
         fab = self.fab()
         n = self._notifier()
         sent, failed = n.sent, n.failed
-        report = duties.sweep_deadlines(fab, snapshot.take(fab), self.config, n)
+        snap = snapshot.take(fab, with_backlog=True)
+        # Backlog cards are read only when overdue (their rows carry the due date).
+        overdue = [r for r in snap.backlog_rows if r.due_at and r.due_at <= fab.clock()]
+        snap.views += fab.board.read_meta_many(overdue) if overdue else []
+        report = duties.sweep_deadlines(fab, snap, self.config, n)
         with self.metrics.lock:
             self.metrics.escalations_total += len(report.escalated)
         self._count_notes(sent, failed)

@@ -347,12 +347,12 @@ def gather_digests(fab: Fabric, cfg: KeeperConfig) -> dict[str, Digest]:
     since = now - DAY
     digests = {c.id: Digest(c) for c in fab.cards.humans()}
     snap = snapshot.take(fab, with_done=True)
-    # Recently finished closed tasks and recent dead letters: rows first, metadata for the
-    # recent ones only (bounded by a day's work, not by history).
+    # Recently finished closed tasks and the open dead letters: rows first, metadata for
+    # those only (bounded by a day's work and what waits on people, not by history). A
+    # dead letter's age is its record's: the fabric's moves leave date_moved alone.
     closed_rows = fab.board.search("status:closed")
-    recent = [r for r in closed_rows if r.completed_at >= since]
-    recent += [r for r in snap.dead_rows if r.moved_at >= since]
-    views = fab.board.read_meta_many(recent) if recent else []
+    recent = [r for r in closed_rows if r.completed_at >= since] + list(snap.dead_rows)
+    views = [v for v in fab.board.read_meta_many(recent) if _of_the_day(v, since)] if recent else []
     done_id = fab.board.layout.columns[Column.DONE]
     for view in snap.views:
         if view.current is None or view.spec is None or view.problems:
@@ -382,6 +382,12 @@ def gather_digests(fab: Fabric, cfg: KeeperConfig) -> dict[str, Digest]:
         cell[0] += 1
         cell[1] += _float(view.meta.get(META_COST))
     return digests
+
+
+def _of_the_day(view: TaskView, since: float) -> bool:
+    """False for a dead letter dead since before the day (an earlier digest said it)."""
+    cur = view.current
+    return cur is None or cur.state != State.DEAD or cur.at >= since
 
 
 def write_digests(fab: Fabric, cfg: KeeperConfig) -> list[Receipt]:

@@ -30,7 +30,7 @@ from fabric.core import Fabric
 from fabric.errors import FabricError
 from fabric.kanboard.gestures import MOVED_TO, Rule, Trigger, help_text, match
 from fabric.kanboard.gestures import card_kind as table_kind
-from fabric.kanboard.layout import COLUMN_OF_STATE, Column
+from fabric.kanboard.layout import COLUMN_OF_STATE, Column, column_fits
 from fabric.kanboard.rows import BoardComment
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import APPROVAL_REF, IllegalTransition
@@ -117,7 +117,7 @@ def sweep_gestures(
     report = GestureReport()
     by_card = acts.acts_by_people(fab.cards, snap.activity)  # task id -> its act
     watched = snap.watched()
-    arrived = {a.task_id for a in snap.activity if a.kind == "arrive" and a.user_id} - watched
+    arrived = acts.arrivals(fab.cards, snap.activity) - watched
     report.foreign = sorted(
         v.id for v in (*snap.views, *snap.closed_active) if v.id in arrived and _foreign(fab, v)
     )
@@ -183,7 +183,7 @@ def _consider(
     open_mismatch = view.is_open != expected_open(rec)
     home = layout.swimlanes.get(view.spec.queue, view.task.swimlane_id)
     lane_mismatch = view.is_open and view.task.swimlane_id != home  # a lane of no queue too
-    if col == expected_column(rec) and not open_mismatch and not lane_mismatch:
+    if column_fits(col, rec.state, rec.assignee) and not open_mismatch and not lane_mismatch:
         return
     if not open_mismatch and not view.is_open and rec.state in TERMINAL:
         return  # closed as it should be; Kanboard leaves a closed card in its column
@@ -229,7 +229,7 @@ def _rule(g: Gesture) -> Rule | None:
         return match(Trigger.CLOSE, rec.state, waiting=waiting, approval=approval)
     # A move to another lane is a reroute only for work queued for an agent (what waits on
     # a person stays theirs); a dead letter revived there goes to that agent (_revive).
-    if g.col == Column.QUEUED and _moved_lane(g):
+    if g.col in (Column.QUEUED, Column.BACKLOG) and _moved_lane(g):
         rule = match(Trigger.TO_LANE, rec.state, waiting=waiting, approval=approval)
         if rule is not None:
             return rule

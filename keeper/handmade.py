@@ -65,7 +65,7 @@ def consider(fab: Fabric, view: TaskView, act: Act | None, submitted: dict[int, 
             _copied(fab, view, sealed.spec, original, username, submitted)
         return  # else a submit still writing its records: the lease sweep's repair
     lane = fab.board.layout.queue_of(view.task.swimlane_id)
-    if column_of(fab, view.task) != Column.QUEUED or lane is None:
+    if column_of(fab, view.task) not in (Column.QUEUED, Column.BACKLOG) or lane is None:
         _hint(fab, view, WHERE)
         return
     person = acts.person_id(fab.cards, username)

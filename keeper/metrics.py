@@ -112,8 +112,10 @@ class Metrics:
         queue_of: Callable[[BoardTask], str | None],
         now: float,
         models: Iterable[str] = (),
+        backlog: Iterable[BoardTask] = (),
     ) -> None:
-        """Rebuild the per-queue and per-model figures from a snapshot's views and rows."""
+        """Rebuild the per-queue and per-model figures from a snapshot's views and rows
+        (``backlog``: the rows of the cards waiting in Backlog, queued all)."""
         stats = {q: QueueStats(q) for q in queues}
 
         def cell(q: str | None) -> QueueStats | None:
@@ -131,6 +133,7 @@ class Metrics:
             d = cell(queue_of(r))
             if d is not None:
                 d.dead_letters += 1
+        _count_waiting(cell, queue_of, backlog, now)
         by_model = {m: ModelStats(m) for m in models}
         for name, st in parks.items():
             p = cell(name)
@@ -269,6 +272,20 @@ class Metrics:
         ):
             metric(name, "gauge", help_, [({"schedule": x["schedule"]}, x[key]) for x in schedules])
         return "\n".join(lines) + "\n"
+
+
+def _count_waiting(
+    cell: Callable[[str | None], QueueStats | None],
+    queue_of: Callable[[BoardTask], str | None],
+    rows: Iterable[BoardTask],
+    now: float,
+) -> None:
+    """Count the cards waiting in Backlog (queued, by their rows) in their queues' depth."""
+    for r in rows:
+        q = cell(queue_of(r))
+        if q is not None:
+            q.depth += 1
+            q.oldest_age = max(q.oldest_age, now - float(r.created_at or now))
 
 
 def _count(q: QueueStats, v: TaskView, now: float) -> None:

@@ -46,6 +46,9 @@ class Snapshot:
     at: float
     views: list[TaskView]  # open tasks in the active columns (and Done when asked)
     dead_rows: list[BoardTask]  # open dead letters (rows only)
+    # Open cards in Backlog, the keeper's overflow of a long queue (rows only, when asked):
+    # their metadata is read only for the few that need a look (keeper.backlog).
+    backlog_rows: list[BoardTask] = field(default_factory=list)
     closed_active: list[TaskView] = field(default_factory=list)  # closed, in an active column
     vanished: list[TaskView] = field(default_factory=list)  # watched or named, read in full
     project_meta: dict[str, str] = field(default_factory=dict)
@@ -64,23 +67,30 @@ class Snapshot:
 
 def column_of(fab: Fabric, row: BoardTask) -> Column | None:
     """The fabric column a row sits in (None for a column the fabric does not know)."""
-    for col, i in fab.board.layout.columns.items():
-        if i == row.column_id:
-            return col
-    return None
+    return fab.board.layout.column_of(row.column_id)
 
 
 def take(
-    fab: Fabric, *, with_done: bool = False, with_activity: bool = False, extra: Iterable[int] = ()
+    fab: Fabric,
+    *,
+    with_done: bool = False,
+    with_activity: bool = False,
+    with_backlog: bool = False,
+    extra: Iterable[int] = (),
 ) -> Snapshot:
     """Read the active part of the board (two round trips), with the project's newest
-    activity when asked (in the first of them), and the tasks ``extra`` names in full
-    (with ``with_done``: cards the webhook said a person moved to another project)."""
+    activity and the rows of its Backlog when asked (in the first of them), and the tasks
+    ``extra`` names in full (with ``with_done``: cards the webhook said a person moved to
+    another project)."""
     store = KeeperStore(fab.board)
     cols = ACTIVE_COLUMNS + ((Column.DONE,) if with_done else ())
     queries = [f"status:open {_cols(cols)}", f'status:open column:"{Column.DEAD.value}"']
+    backlog = with_backlog and Column.BACKLOG in fab.board.layout.columns
     if with_done:
-        queries.append(f"status:closed {_cols((*ACTIVE_COLUMNS, Column.DEAD))}")
+        # Closed by a person where the fabric would not leave a closed card (Backlog too).
+        queries.append(f"status:closed {_cols((*ACTIVE_COLUMNS, Column.DEAD, Column.BACKLOG))}")
+    if backlog:
+        queries.append(f'status:open column:"{Column.BACKLOG.value}"')
     found, meta, activity = store.search_meta_activity(queries, with_activity=with_activity)
     rows, dead_rows = found[0], found[1]
     closed_rows = found[2] if with_done else []
@@ -88,12 +98,13 @@ def take(
         at=fab.clock(),
         views=[],
         dead_rows=dead_rows,
+        backlog_rows=found[-1] if backlog else [],
         project_meta=meta,
         parks=parse_park_states(meta),
         activity=activity,
         trips=1,
     )
-    open_ids = {r.id for r in rows} | {r.id for r in dead_rows}
+    open_ids = {r.id for r in rows} | {r.id for r in dead_rows} | {r.id for r in snap.backlog_rows}
     # A card a person closed before any sweep saw it open in Done (a result closed seconds
     # after it was finished) is in no open search and not watched yet, nor is a copy made in
     # the Dead letter column or a closed card edited: the activity names them.

@@ -186,7 +186,7 @@ def attach_worker(
     worker.add_listener(listener)
     att = WorkerAttachment(config, publisher, listener)
     if wake:
-        att.waker = QueueWaker(open_transport(config), queue, config.secret, worker.wake.set)
+        att.waker = QueueWaker(open_transport(config), queue, config.secret, worker.hinted)
         if config.webhook is not None:
             host, port = config.webhook
             att.webhook = WebhookHint(host, port, worker.wake.set, config.webhook_token)

@@ -34,7 +34,7 @@ from fabric.ledger import Fenced, Lease, LedgerError
 from fabric.results import result_url
 from fabric.signals import stop_requested
 from workers.job import Executor, Job, JobOutcome
-from workers.queue import ClaimCheck, QueueReader
+from workers.queue import ClaimCheck, QueueReader, WakeHints
 
 INTERACTIVE_PRIORITY = 2  # high and urgent tasks count as interactive work
 
@@ -130,6 +130,8 @@ class Worker:
         # Set by a wake-up hint (a submit event, a webhook): an idle slot polls at once.
         # The poll interval stays as the safety net.
         self.wake = threading.Event()
+        # The tasks submit events named: a slot tries these first, without a poll.
+        self.hints = WakeHints()
         # Waiting for a board that is away at start: the sleep returns True once stopped.
         self.sleep: Callable[[float], bool] = self.stop.wait
         self.backoff = Backoff(cap=config.board_wait_cap)
@@ -186,6 +188,7 @@ class Worker:
             self.config.queue,
             clock=fab.clock,
             claim_check=self.claim_policy(fab, self.config.queue),
+            hints=self.hints,
         )
         owner = self.config.owner if self.config.concurrency == 1 else f"{self.config.owner}/{index}"
         while not self.stop.is_set():
@@ -206,6 +209,12 @@ class Worker:
                     reader.invalidate()  # woken by a hint: poll afresh at once
                 continue
             self._process(fab, beat_fab, lease)
+
+    def hinted(self, task_id: int | None, uid: str | None) -> None:
+        """A submit event (QueueWaker): remember the task it names, and wake a slot."""
+        if task_id is not None and uid:
+            self.hints.add(task_id, uid)
+        self.wake.set()
 
     def _idle(self, seconds: float) -> bool:
         """Sleep a poll interval, cut short by a stop or a wake-up hint (returns True)."""

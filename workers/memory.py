@@ -32,7 +32,9 @@ Nothing else: an unknown option, ``newest`` with a query, or a fragment is refus
   rejects (400, 422) is an :class:`~workers.refs.UnresolvableRef`; no answer, a timeout,
   429 or 5xx is a :class:`~workers.refs.RefUnavailable` (a later attempt may succeed) —
   except for ``via=reflect``, which spends Hindsight's LLM quota: only a refused
-  connection or a 429 (nothing spent) is retried, anything else is final.
+  connection or a 429 (nothing spent) is retried, anything else is final. A reflect first
+  lists one memory of the bank (no LLM; its failures are retried as a recall's): Hindsight
+  answers a reflect on a bank it does not know by making the bank, not with a 404.
 """
 
 from __future__ import annotations
@@ -227,8 +229,12 @@ def _when(memory: dict[str, Any]) -> float:
 def _ref_error(ref: str, recall: Recall, exc: HindsightError) -> Exception:
     """The ref error a Hindsight error means: retried only where a retry spends nothing."""
     # A reflect that timed out or failed may have run Hindsight's LLM: only a refused
-    # connection or a 429 says nothing was spent.
-    spent_nothing = exc.status == 429 or (exc.status == 0 and "ConnectionError" in exc.what)
+    # connection, a 429, or the listing a reflect asks first (no LLM) says nothing was spent.
+    spent_nothing = (
+        exc.status == 429
+        or (exc.status == 0 and "ConnectionError" in exc.what)
+        or exc.where.endswith("/memories/list")
+    )
     if exc.transient and (spent_nothing or not recall.reflect):
         return RefUnavailable(ref, f"Hindsight at {exc.where or 'its URL'}: {exc.what}")
     return UnresolvableRef(ref, exc.what, hint=exc.hint)

@@ -13,8 +13,12 @@ Hindsight: where the two could differ it takes the stricter answer.
 * ``POST …/memories`` ``{"items": [{"content", "context", "timestamp", "document_id",
   "tags"}]}``: a retain, one memory per item (Hindsight's LLM would extract facts);
   the bank is made on first use, and a ``document_id`` retained again replaces its memories.
+  An item Hindsight refuses is a 422: blank ``content``, a ``timestamp`` that is not ISO
+  8601 (or ``unset``) or a placeholder year (1, 9999), a non-string context or document id.
 * ``POST …/reflect`` ``{"query", "budget", "max_tokens"}`` → ``{"text", "based_on"}``: the
-  matching memories, listed (Hindsight's LLM would write an answer from them).
+  matching memories, listed (Hindsight's LLM would write an answer from them). As in
+  Hindsight 1.1.0, a reflect on a bank it does not know **makes the bank** and answers from
+  nothing (no 404): :meth:`fabric.hindsight.HindsightClient.reflect` asks the list API first.
 * ``POST …/consolidate`` → ``{"operation_id", "deduplicated"}`` (counted in
   :attr:`HindsightStandIn.consolidations`; nothing is merged).
 * ``PUT /v1/default/banks/{bank_id}`` makes a bank; ``GET /health`` answers
@@ -282,8 +286,9 @@ class HindsightStandIn:
         if not isinstance(items, list):
             return 422, _validation(["body", "items"], "Field required")
         for i, item in enumerate(items):
-            if not isinstance(item, dict) or not isinstance(item.get("content"), str):
-                return 422, _validation(["body", "items", i, "content"], "Field required")
+            problem = _invalid_item(i, item)
+            if problem:
+                return 422, problem
         now = datetime.fromtimestamp(self.clock(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         with self._lock:
             # A document retained again replaces its memories (Hindsight upserts by document_id).
@@ -308,9 +313,10 @@ class HindsightStandIn:
         problem = _invalid_budget(body, need_query=True)
         if problem:
             return problem
-        missing = self._known(bank)
-        if missing:
-            return missing
+        # As Hindsight 1.1.0: a reflect on a bank it does not know makes the bank (empty)
+        # and answers from nothing, where a recall, a listing or a consolidation is a 404.
+        with self._lock:
+            self.banks.setdefault(bank, [])
         picked = _rank(self.memories(bank), str(body["query"]), int(body.get("max_tokens", 4096)))
         lines = [f"From {len(picked)} memor{'y' if len(picked) == 1 else 'ies'} of {bank}:"]
         lines += [f"- {m.text}" for m in picked]
@@ -347,6 +353,34 @@ _NOT_ALLOWED = {"detail": "Method Not Allowed"}
 def _validation(loc: list[Any], msg: str, value: Any = None) -> dict[str, Any]:
     """FastAPI's 422 body."""
     return {"detail": [{"type": "value_error", "loc": loc, "msg": msg, "input": value, "ctx": {"error": {}}}]}
+
+
+def _invalid_item(i: int, item: Any) -> dict[str, Any] | None:
+    """FastAPI's 422 body for a retain item Hindsight 1.1.0 refuses (None: a good one):
+    content missing or blank, a timestamp that is not ISO 8601 (or ``unset``) or is a
+    placeholder year (1, 9999), a context or document id that is not a string."""
+    loc: list[Any] = ["body", "items", i]
+    if not isinstance(item, dict) or "content" not in item:
+        return _validation([*loc, "content"], "Field required")
+    content = item["content"]
+    if not isinstance(content, str):
+        return _validation([*loc, "content", "str"], "Input should be a valid string", content)
+    if not content.strip():
+        return _validation([*loc, "content"], "Value error, content cannot be empty", content)
+    for name in ("context", "document_id"):
+        if item.get(name) is not None and not isinstance(item[name], str):
+            return _validation([*loc, name], "Input should be a valid string", item[name])
+    stamp = item.get("timestamp")
+    if stamp not in (None, "") and str(stamp).lower() != "unset":
+        try:
+            year = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).year
+        except ValueError:
+            msg = f"Value error, Invalid timestamp/event_date format: '{stamp}'. Expected ISO format"
+            return _validation([*loc, "timestamp"], msg, stamp)
+        if year in (1, 9999):
+            msg = f"Value error, timestamp year {year} is a placeholder, not a date"
+            return _validation([*loc, "timestamp"], msg, stamp)
+    return None
 
 
 def _int_param(query: dict[str, list[str]], name: str, default: int) -> int | None:

@@ -33,7 +33,13 @@ FLUSH_AT_EXIT = 1.0
 
 def submitted_event(receipt: Receipt) -> Event:
     return transition_event(
-        receipt.task_id, 0, EventType.SUBMITTED, f"queued on {receipt.queue}", {"queue": receipt.queue}
+        receipt.task_id,
+        0,
+        EventType.SUBMITTED,
+        f"queued on {receipt.queue}",
+        # The uid lets a woken worker read the task and try its first claim's lock in one
+        # round trip (workers.queue.WakeHints): the event is signed, the read checks it.
+        {"queue": receipt.queue, "uid": receipt.uid},
     )
 
 

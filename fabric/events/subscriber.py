@@ -324,14 +324,19 @@ class _Watch:
 
 
 class QueueWaker:
-    """Calls ``hint`` when a signed submit event for ``queue`` arrives (and after a reconnect).
+    """Calls ``hint(task_id, uid)`` when a signed submit event for ``queue`` arrives, and
+    ``hint(None, None)`` after a reconnect (submits may have been missed: poll).
 
-    A hint only makes an idle worker poll now; the poll decides. Forged or malformed
-    payloads are ignored, though a forged hint could cost no more than one poll.
+    A hint makes an idle worker look now; the board decides. Forged or malformed payloads
+    are ignored (the seal), and a task a hint names is read before it is claimed.
     """
 
     def __init__(
-        self, transport: Transport, queue_name: str, secret: bytes, hint: Callable[[], None]
+        self,
+        transport: Transport,
+        queue_name: str,
+        secret: bytes,
+        hint: Callable[[int | None, str | None], None],
     ) -> None:
         self.queue = queue_name
         self.secret = secret
@@ -343,7 +348,7 @@ class QueueWaker:
     def _on(self, sig: Signal) -> None:
         if sig.kind == "up":
             if self._was_up:  # submits may have been missed while away
-                self._fire()
+                self._fire(None, None)
             self._was_up = True
             return
         if sig.kind != "msg":
@@ -354,11 +359,12 @@ class QueueWaker:
             log.debug("queue %s: ignored a wake-up payload (%s)", self.queue, exc.reason)
             return
         if event.kind == EventType.SUBMITTED and event.data.get("queue") in (None, self.queue):
-            self._fire()
+            uid = event.data.get("uid")
+            self._fire(int(event.job_id), uid if isinstance(uid, str) else None)
 
-    def _fire(self) -> None:
+    def _fire(self, task_id: int | None, uid: str | None) -> None:
         self.hints += 1
-        self.hint()
+        self.hint(task_id, uid)
 
     def close(self) -> None:
         self.sub.close()

@@ -364,7 +364,7 @@ class RestoreTarget:
         params: dict[str, Any] = {
             "title": task.title,
             "project_id": self.layout.project_id,
-            "column_id": self.layout.columns[task.column],
+            "column_id": self.layout.column_id(task.column),
             "priority": task.priority,
             "reference": task.reference,
             "color_id": task.color,

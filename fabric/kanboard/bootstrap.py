@@ -23,7 +23,7 @@ from fabric.cards import CardSet, QuotaSpec
 from fabric.errors import ConfigError
 from fabric.kanboard import homes
 from fabric.kanboard.fit import unpack
-from fabric.kanboard.layout import COLUMN_ORDER, LAYOUT_VERSION, META_MEMBERS, Column
+from fabric.kanboard.layout import COLUMN_ORDER, LAYOUT_VERSION, META_MEMBERS, REQUIRED_COLUMNS, Column
 from fabric.kanboard.migrate import MigrationReport, migrate
 from fabric.kanboard.port import BoardRefused, Call, Outcome, RpcPort
 from fabric.kanboard.taskboard import BoardLayout
@@ -152,8 +152,11 @@ def _ensure_homes(
 
 
 def _ensure_columns(port: RpcPort, pid: int, columns: dict[str, int], report: InitReport) -> None:
-    """Add the fabric's columns that are missing (renaming Kanboard's defaults in place)."""
-    for col in COLUMN_ORDER:
+    """Add the fabric's columns that are missing (renaming Kanboard's defaults in place);
+    Backlog, added to a board made before it, is put first."""
+    # Kanboard's own "Backlog" becomes Queued (as it always has); the fabric's Backlog is
+    # then added and moved to the front.
+    for col in (*REQUIRED_COLUMNS, Column.BACKLOG):
         if col.value in columns:
             continue
         default = _RENAME_DEFAULTS.get(col)
@@ -173,6 +176,15 @@ def _ensure_columns(port: RpcPort, pid: int, columns: dict[str, int], report: In
                     f"add column {col.value!r}",
                 )
             )
+            if col == Column.BACKLOG:
+                _expect(
+                    port.call(
+                        "changeColumnPosition",
+                        {"project_id": pid, "column_id": columns[col.value], "position": 1},
+                    ),
+                    "changeColumnPosition",
+                    f"put column {col.value!r} first",
+                )
         report.created.append(f"column {col.value!r}")
 
 
@@ -392,14 +404,14 @@ def _project_layout(
 ) -> BoardLayout:
     """A work project's layout from its columns and swimlanes; its columns must be there."""
     by_title = {c["title"]: int(c["id"]) for c in columns.unwrap() or []}
-    missing = [c.value for c in COLUMN_ORDER if c.value not in by_title]
+    missing = [c.value for c in REQUIRED_COLUMNS if c.value not in by_title]
     if missing:
         raise ConfigError(f"column(s) {', '.join(missing)} missing in {name!r}", hint="run `agap init`")
     return BoardLayout(
         project_name=name,
         project_id=pid,
         locks_project_id=locks_pid,
-        columns={c: by_title[c.value] for c in COLUMN_ORDER},
+        columns={c: by_title[c.value] for c in COLUMN_ORDER if c.value in by_title},
         swimlanes={s["name"]: int(s["id"]) for s in lanes.unwrap() or []},
         users=users,
         me=me,

@@ -41,6 +41,7 @@ class Trigger(StrEnum):
 
 # The column a card was dragged to, as a gesture.
 MOVED_TO = {
+    Column.BACKLOG: Trigger.TO_QUEUED,  # queued too, only not next
     Column.QUEUED: Trigger.TO_QUEUED,
     Column.WORKING: Trigger.TO_WORKING,
     Column.DONE: Trigger.TO_DONE,

@@ -16,6 +16,10 @@ from fabric.task import State
 class Column(StrEnum):
     """The work project's columns, in board order."""
 
+    # Queued too, but not next: the keeper keeps each lane's Queued cell short
+    # (QUEUED_CELL) and the rest of a long queue here, so neither a worker's poll nor its
+    # moves cost what a backlog of thousands holds (keeper.backlog).
+    BACKLOG = "Backlog"
     QUEUED = "Queued"
     WORKING = "Working"
     WAITING = "Waiting on me"
@@ -23,7 +27,15 @@ class Column(StrEnum):
     DEAD = "Dead letter"
 
 
-COLUMN_ORDER = (Column.QUEUED, Column.WORKING, Column.WAITING, Column.DONE, Column.DEAD)
+COLUMN_ORDER = (Column.BACKLOG, Column.QUEUED, Column.WORKING, Column.WAITING, Column.DONE, Column.DEAD)
+# The columns a board must have for the fabric to run on it. Without Backlog (a board made
+# before it, not yet brought up to date by `agap init`) a long queue stays in Queued.
+REQUIRED_COLUMNS = COLUMN_ORDER[1:]
+
+# The queued cards a lane's Queued cell holds at most once the keeper has balanced it; it
+# tops the cell up from Backlog when it holds fewer than half as many. A worker reads its
+# poll's best CANDIDATES (workers.queue) of these.
+QUEUED_CELL = 32
 
 # The projection: which column shows a task in each state.
 COLUMN_OF_STATE = {
@@ -43,6 +55,13 @@ def projected_column(state: State, assignee: str | None) -> Column:
     if state == State.QUEUED and assignee:
         return Column.WAITING
     return COLUMN_OF_STATE[state]
+
+
+def column_fits(column: Column | None, state: State, assignee: str | None) -> bool:
+    """True when a card in ``column`` shows a record of ``state`` as it should: its
+    projected column, or Backlog for a queued task (the keeper's overflow of Queued)."""
+    want = projected_column(state, assignee)
+    return column == want or (column == Column.BACKLOG and want == Column.QUEUED)
 
 
 # -- task metadata keys (values are strings: Kanboard stores text) -----------------

@@ -1,9 +1,11 @@
 """The card moves one board connection made, checked once competing moves have committed.
 
-Concurrent ``moveTaskPosition`` calls lose updates on PostgreSQL: each rewrites the
-positions (and column) of every card in the column it leaves, from a snapshot that may
-predate another mover's commit, so a card can land back where it was. So every move the
-fabric makes is remembered here, read back once ``VERIFY_AFTER`` has passed (in the round
+The fabric moves a card with ``moveTaskToProject`` to its own project (:data:`MOVE`): one
+row updated, so its moves neither cost what a column holds nor lose each other. But a
+person's drag in Kanboard's UI is ``moveTaskPosition``, which rewrites the position and
+column of every open card in the cells it touches, from a snapshot that may predate the
+fabric's commit, so a card the fabric just moved can land back where it was. So every
+move the fabric makes is remembered here, read back once ``VERIFY_AFTER`` has passed (in the round
 trip of the connection's next search, or when it closes), and sent again up to
 ``MOVE_TRIES`` times, only while the record it projects is still the task's latest (a
 later transition's writer checks its own) and no person has moved the card since (a
@@ -29,6 +31,8 @@ VERIFY_AFTER = 0.5
 MOVE_TRIES = 5
 REPAIR_AGE = 2.0
 MEMORY = 1000  # moves remembered at most: the keeper's sweep is the backstop
+# How the fabric moves a card: to its own project, in one row (see the module doc).
+MOVE = "moveTaskToProject"
 
 
 @dataclass
@@ -66,9 +70,9 @@ class MoveTracker:
     def remember(self, calls: Sequence[Call], task_id: int, epoch: int) -> None:
         """Note the card moves among ``calls`` (made for record ``epoch`` of ``task_id``)."""
         for c in calls:
-            if c.method == "moveTaskPosition" and isinstance(c.params, dict):
+            if c.method == MOVE and isinstance(c.params, dict):
                 self._moved[task_id] = self._new(
-                    int(c.params["column_id"]), int(c.params["swimlane_id"]), epoch
+                    int(c.params["column_id"]), int(c.params.get("swimlane_id", 0)), epoch
                 )
         if len(self._moved) > MEMORY:
             self._moved.clear()
@@ -103,8 +107,8 @@ class MoveTracker:
             if row.error is not None or meta.error is not None or not isinstance(row.value, dict):
                 continue  # gone, or unreadable: the keeper's sweep is the backstop
             task = BoardTask.parse(row.value)
-            if task.column_id == move.column_id:
-                continue  # where we put it
+            if task.column_id == move.column_id or not task.is_open:
+                continue  # where we put it, or closed since: a close is a gesture or a transition
             if task.moved_at > move.at + MOVE_TOLERANCE or by_people.get(tid, -1) >= int(move.at):
                 continue  # moved again since (a person's gesture): theirs to keep
             if epoch_of(tid, task, meta.value) != move.epoch:
@@ -127,4 +131,4 @@ def _moved_by_people(out: Outcome, people: set[int]) -> dict[int, int]:
     return found
 
 
-__all__ = ["MOVE_TOLERANCE", "MOVE_TRIES", "REPAIR_AGE", "VERIFY_AFTER", "Again", "MoveTracker"]
+__all__ = ["MOVE", "MOVE_TOLERANCE", "MOVE_TRIES", "REPAIR_AGE", "VERIFY_AFTER", "Again", "MoveTracker"]

@@ -26,6 +26,7 @@ IDEMPOTENT = frozenset(
         "saveTaskMetadata",
         "saveProjectMetadata",
         "moveTaskPosition",
+        "moveTaskToProject",
         "updateTask",
         "closeTask",
         "openTask",

@@ -27,6 +27,7 @@ from fabric.kanboard.layout import (
     META_SPEC,
     META_UID,
     Column,
+    column_fits,
     cron_key,
     epoch_lock,
     park_key,
@@ -34,7 +35,7 @@ from fabric.kanboard.layout import (
     receipt_reference,
     record_key,
 )
-from fabric.kanboard.moves import MOVE_TOLERANCE, MOVE_TRIES, REPAIR_AGE, VERIFY_AFTER, MoveTracker
+from fabric.kanboard.moves import MOVE, MOVE_TOLERANCE, MOVE_TRIES, REPAIR_AGE, VERIFY_AFTER, MoveTracker
 from fabric.kanboard.port import (
     BoardError,
     BoardRefused,
@@ -82,7 +83,10 @@ class TaskNotFound(InvalidInput):
         self.task_id = task_id
 
 
-BOTTOM = 1_000_000  # Kanboard clamps a too-large position to the bottom of the cell
+def keep_closed(view: TaskView, calls: Sequence[Call], *, reopen: bool) -> bool:
+    """True when ``calls`` move a closed card that is to stay closed: the fabric's move
+    (``moveTaskToProject``) reopens a card, so the batch must close it again after."""
+    return not view.is_open and not reopen and any(c.method == MOVE for c in calls)
 
 
 #: The states whose card the keeper redraws when it lags its record (TaskBoard.redraw):
@@ -383,10 +387,8 @@ class TaskBoard:
         rec = fresh.current if fresh is not None else None
         if fresh is None or rec is None or fresh.epoch != view.epoch:
             return False
-        calls = [
-            c for c in self._projection_calls(fresh, rec, description=None) if c.method == "moveTaskPosition"
-        ]
-        if not calls or fresh.task.moved_at > fresh.fabric_moved_at + MOVE_TOLERANCE:
+        calls = [c for c in self._projection_calls(fresh, rec, description=None) if c.method == MOVE]
+        if not calls or not fresh.is_open or fresh.task.moved_at > fresh.fabric_moved_at + MOVE_TOLERANCE:
             return False
         self._batch([self.stamp_call(fresh.id, rec.epoch), *calls])
         self._moves.remember(calls, fresh.id, rec.epoch)
@@ -413,7 +415,7 @@ class TaskBoard:
         calls: list[Call] = []
         if (view.task.column_id, view.task.swimlane_id) != (want, lane):
             calls += [self.stamp_call(view.id, epoch), self.move_call(view.id, want, lane)]
-        if view.is_open and not is_open:
+        if not is_open and (view.is_open or keep_closed(view, calls, reopen=False)):
             calls.append(Call("closeTask", {"task_id": view.id}))
         elif not view.is_open and is_open:
             calls.append(Call("openTask", {"task_id": view.id}))
@@ -421,6 +423,12 @@ class TaskBoard:
             calls.append(self.comment_call(view.id, comment))
         if calls:
             self._batch(calls)
+
+    def move_cards(self, moves: Sequence[tuple[int, Column, int]]) -> None:
+        """Move open cards (id, column, swimlane) without a transition: the keeper keeping
+        a lane's Queued cell short (keeper.backlog). One round trip, one row a card."""
+        if moves:
+            self._batch([self.move_call(tid, self.layout.columns[col], lane) for tid, col, lane in moves])
 
     def stamp_call(self, task_id: int, epoch: int) -> Call:
         """Mark a move the fabric makes outside a record's batch (see META_PROJECTED).
@@ -434,17 +442,23 @@ class TaskBoard:
         )
 
     def move_call(self, task_id: int, column_id: int, swimlane_id: int) -> Call:
-        """Move a card to the bottom of a cell (swimlane 0: where it is)."""
-        return Call(
-            "moveTaskPosition",
-            {
-                "project_id": self.layout.project_id,
-                "task_id": task_id,
-                "column_id": column_id,
-                "position": BOTTOM,
-                "swimlane_id": swimlane_id,
-            },
-        )
+        """Move a card to a cell of the work project (swimlane 0: the lane it is in).
+
+        ``moveTaskToProject`` to its own project, not ``moveTaskPosition``: Kanboard
+        updates this one row (at the bottom of the column, reopened, ``date_moved`` left
+        as it was), where ``moveTaskPosition`` rewrites the position of every open card in
+        both cells, so a move cost what the columns held, and concurrent moves on
+        PostgreSQL deadlocked or lost each other's updates. A closed card is closed again
+        in the same batch by whoever moves it (:func:`keep_closed`).
+        """
+        params: dict[str, Any] = {
+            "task_id": task_id,
+            "project_id": self.layout.project_id,
+            "column_id": column_id,
+        }
+        if swimlane_id:
+            params["swimlane_id"] = swimlane_id
+        return Call(MOVE, params)
 
     def open_in(self, columns: Iterable[Column], queue: str | None = None) -> list[BoardTask]:
         """Open tasks in the given columns (and queue): what polls and sweeps look at."""
@@ -494,6 +508,39 @@ class TaskBoard:
         uid is bound here (the ``<uid>/e0`` tag of this locks project names it). Reads
         every lock tag: only for a card seen in another project."""
         return view.uid is not None and self._lock_holder(epoch_lock(view.uid, 0)) == f"t{view.id}"
+
+    def read_and_lock(self, row: BoardTask | int, uid: str, epoch: int) -> tuple[TaskView, bool]:
+        """Read a task's records (and its row, given only its id), then try to win epoch
+        ``epoch`` of task ``uid``, in one round trip: the view as it was read *before* the
+        attempt, and whether this caller created the lock tag (an ambiguous failure is
+        settled as :meth:`lock` settles it).
+
+        The read comes first in the batch (Kanboard runs a batch's items in order), so a
+        won tag is won on a basis read before it, as the epoch ledger requires.
+        """
+        nonce, name = secrets.token_hex(6), epoch_lock(uid, epoch)
+        create = Call(
+            "createTag", {"project_id": self.layout.locks_project_id, "tag": name, "color_id": nonce}
+        )
+        tid = row if isinstance(row, int) else row.id
+        reads = self.read_calls([tid]) if isinstance(row, int) else self.meta_calls([row])
+        try:
+            *out, tag = self.port.batch([*reads, create])
+        except MaybeDone:  # lost in transit: whether the tag was made is read back
+            won = self._settled(name, nonce)
+            return self.read_many([tid]).get(tid) or parse_view(tid, None, {}, self.clock()), won
+        task = out[0].value if isinstance(row, int) else row
+        view = parse_view(tid, task if task else None, out[-1].unwrap(), self.clock())
+        if tag.error is None:
+            return view, bool(tag.value)
+        return view, tag.error.maybe_done and self._settled(name, nonce)
+
+    def _settled(self, name: str, nonce: str) -> bool:
+        """Whether an ambiguous ``createTag`` of ours made lock tag ``name``."""
+        try:
+            return self._lock_holder(name) == nonce
+        except (BoardUnavailable, RpcError):
+            return False  # counted as lost; a won lock then shows up as a gap
 
     def _lock_holder(self, name: str) -> str | None:
         """The nonce of lock tag ``name``'s creator, or None if the tag does not exist.
@@ -719,7 +766,7 @@ class TaskBoard:
         calls.extend(self._projection_calls(view, record, description=description))
         if comment:
             calls.append(self.comment_call(view.id, comment))
-        if close:
+        if close or keep_closed(view, calls, reopen=reopen):
             calls.append(Call("closeTask", {"task_id": view.id}))
         if reopen:
             calls.append(Call("openTask", {"task_id": view.id}))
@@ -735,7 +782,7 @@ class TaskBoard:
     def _projection_calls(self, view: TaskView, record: Record, *, description: str | None) -> list[Call]:
         column = projected_column(record.state, record.assignee)
         calls = []
-        if view.task.column_id != self.layout.columns[column]:
+        if not column_fits(self.layout.column_of(view.task.column_id), record.state, record.assignee):
             calls.append(self.move_call(view.id, self.layout.columns[column], view.task.swimlane_id))
         update: dict[str, Any] = {}
         owner = self.layout.users.get(record.assignee or "", 0)

@@ -61,6 +61,19 @@ class BoardLayout:
                 return name
         return None
 
+    def column_id(self, column: Column) -> int:
+        """The id of ``column``; a board without Backlog keeps a long queue in Queued."""
+        if column not in self.columns and column == Column.BACKLOG:
+            column = Column.QUEUED
+        return self.columns[column]
+
+    def column_of(self, column_id: int) -> Column | None:
+        """The fabric column with this id (None: a column the fabric does not own)."""
+        for col, cid in self.columns.items():
+            if cid == column_id:
+                return col
+        return None
+
     def to_json(self) -> str:
         return json.dumps(self._to_dict(), sort_keys=True)
 

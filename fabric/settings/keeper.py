@@ -18,6 +18,7 @@ from fabric.settings import registry
 # Job name -> the environment variable of its interval.
 JOB_INTERVALS: dict[str, str] = {
     "leases": "AGAP_KEEPER_LEASES_EVERY",
+    "backlog": "AGAP_KEEPER_BACKLOG_EVERY",
     "gaps": "AGAP_KEEPER_GAPS_EVERY",
     "gestures": "AGAP_KEEPER_GESTURES_EVERY",
     "inbox": "AGAP_KEEPER_INBOX_EVERY",

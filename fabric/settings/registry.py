@@ -392,6 +392,13 @@ REGISTRY: tuple[Var, ...] = (
         "15s",
     ),
     _v(
+        "AGAP_KEEPER_BACKLOG_EVERY",
+        "duration",
+        "keeper",
+        _EVERY.format("backlog") + " (keep each lane's Queued cell short, the rest in Backlog)",
+        "2s",
+    ),
+    _v(
         "AGAP_KEEPER_GAPS_EVERY", "duration", "keeper", _EVERY.format("gaps") + " (resolve epoch gaps)", "30s"
     ),
     _v(

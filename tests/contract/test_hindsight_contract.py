@@ -285,3 +285,58 @@ def test_a_reflect_ref_gets_hindsights_own_answer(hindsight: Hindsight) -> None:
     )
     assert text.startswith(f"Hindsight bank {bank}, reflect 'When is the mimsy piano lesson?':"), text
     assert len(text.splitlines()) >= 2
+
+
+def test_a_reflect_on_an_unknown_bank_makes_the_bank_so_the_client_lists_first(hindsight: Hindsight) -> None:
+    # Hindsight 1.1.0 answers a reflect on a bank it does not know with 200, having made the
+    # bank and run its LLM on nothing. The fabric's client asks the list API (no LLM) first.
+    bank = hindsight.bank("ghost")
+    with pytest.raises(HindsightRefused, match="no bank") as missing:
+        hindsight.client().reflect(bank, {"query": "Where is the kettle?", "budget": "low"})
+    assert missing.value.status == 404
+    assert hindsight.http("GET", bank, "memories/list").status_code == 404  # the client made none
+    raw = hindsight.http("POST", bank, "reflect", json={"query": "Where is the kettle?", "budget": "low"})
+    assert raw.status_code == 200, raw.text
+    listed = hindsight.http("GET", bank, "memories/list")
+    assert listed.status_code == 200 and listed.json()["items"] == []
+
+
+def test_a_wrong_base_url_is_fastapis_not_found_not_a_missing_bank(hindsight: Hindsight) -> None:
+    bank = hindsight.bank()
+    headers = {"Authorization": f"Bearer {hindsight.key}"} if hindsight.key else {}
+    wrong = f"{hindsight.url}/hindsight"
+    resp = requests.post(
+        f"{wrong}/v1/default/banks/{bank}/memories",
+        json={"items": [{"content": "The wrongway kettle."}]},
+        headers=headers,
+        timeout=TIMEOUT,
+    )
+    assert (resp.status_code, resp.json()) == (404, {"detail": "Not Found"})
+    with pytest.raises(HindsightRefused, match="no Hindsight API at this URL") as err:
+        HindsightClient(wrong, hindsight.key, timeout=TIMEOUT).retain(bank, [{"content": "The x."}])
+    assert "no bank" not in err.value.line() and len(err.value.line().splitlines()) == 1
+    assert hindsight.http("GET", bank, "memories/list").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("item", "field"),
+    [
+        ({"content": ""}, "content"),
+        ({"content": " \n "}, "content"),
+        ({"content": "The snickersnee clock.", "timestamp": "soon"}, "timestamp"),
+        ({"content": "The snickersnee clock.", "timestamp": "9999-12-31T00:00:00Z"}, "timestamp"),
+        ({"content": "The snickersnee clock.", "context": 5}, "context"),
+        ({"content": "The snickersnee clock.", "document_id": 5}, "document_id"),
+    ],
+)
+def test_a_retain_item_hindsight_refuses_is_a_422_and_makes_nothing(
+    hindsight: Hindsight, item: dict[str, Any], field: str
+) -> None:
+    bank = hindsight.bank()
+    resp = hindsight.http("POST", bank, "memories", json={"items": [item]})
+    assert resp.status_code == 422, resp.text
+    assert resp.json()["detail"][0]["loc"][:4] == ["body", "items", 0, field]
+    assert hindsight.http("GET", bank, "memories/list").status_code == 404  # no bank made
+    with pytest.raises(HindsightRefused, match=r"HTTP 422\): items\.0\.") as err:
+        hindsight.client().retain(bank, [item])
+    assert len(err.value.line().splitlines()) == 1

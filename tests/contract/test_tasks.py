@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from fabric.kanboard.port import RpcError
+from fabric.kanboard.port import MaybeDone, RpcError
 from tests.contract.conftest import Board, Project, make_project, same
 
 INT_FIELDS = (
@@ -229,6 +229,41 @@ def test_move_task_position_refusals(board: Board, project: Project) -> None:
         "moveTaskPosition", {"project_id": project.id, "task_id": task, "column_id": done, "position": 1}
     )
     assert reply["error"]["data"] == "Wrong number of arguments"
+
+
+def test_move_task_to_its_own_project_updates_one_row(board: Board, project: Project) -> None:
+    """The fabric's move (fabric.kanboard.moves.MOVE): the card goes to the column asked,
+    at "open tasks in that column + 1", and no other card's position changes; date_moved
+    and date_modification are left alone; true whatever happened."""
+    ready, done = project.column("Ready"), project.column("Done")
+    others = [project.task(f"ready {i}", column_id=ready) for i in range(3)]
+    before = {t: board.call("getTask", [t])["position"] for t in others}
+    task = project.task("moving")
+    row = board.call("getTask", [task])
+    move = {"task_id": task, "project_id": project.id}
+    assert (
+        board.call("moveTaskToProject", {**move, "column_id": ready, "swimlane_id": project.swimlane_id})
+        is True
+    )
+    got = board.call("getTask", [task])
+    assert (got["column_id"], got["swimlane_id"], got["position"]) == (ready, project.swimlane_id, 4)
+    assert (got["date_moved"], got["date_modification"]) == (row["date_moved"], row["date_modification"])
+    assert {t: board.call("getTask", [t])["position"] for t in others} == before
+    # To where it already is: still true, and the count includes the card itself.
+    assert board.call("moveTaskToProject", {**move, "column_id": ready}) is True
+    assert board.call("getTask", [task])["position"] == 5
+    # No column or swimlane: it stays in its own.
+    assert board.call("moveTaskToProject", move) is True
+    got = board.call("getTask", [task])
+    assert (got["column_id"], got["swimlane_id"]) == (ready, project.swimlane_id)
+    # A closed card is reopened by the move (the fabric closes it again in the same batch).
+    assert board.call("closeTask", [task]) is True
+    assert board.call("moveTaskToProject", {**move, "column_id": done}) is True
+    got = board.call("getTask", [task])
+    assert got["column_id"] == done and same(got["is_active"], board.flag(1))
+    # A task that does not exist: PHP dies reading its fields (HTTP 500, no body).
+    with pytest.raises(MaybeDone, match="HTTP 500"):
+        board.call("moveTaskToProject", {**move, "task_id": 2_000_000_000, "column_id": done})
 
 
 def test_closed_task_can_be_moved(board: Board, project: Project) -> None:

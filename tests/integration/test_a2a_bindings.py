@@ -21,6 +21,9 @@ from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
+    Message,
+    Part,
+    Role,
     SendMessageRequest,
     TaskPushNotificationConfig,
 )
@@ -356,6 +359,70 @@ def test_grpc_bad_input_gets_the_bindings_errors(a2a: Env) -> None:
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert str(err.value.details()).startswith("malformed request: ")
     assert a2a.open_tasks() == before and a2a.stub.chat_requests() == []
+
+
+def test_errors_carry_the_specs_status_on_rest_and_grpc(a2a: Env) -> None:
+    """A2A v1.0 section 5.4 maps each A2A error to an HTTP and a gRPC status; the SDK's own
+    table differs for some (400 for a task that cannot be canceled and for a part the agent
+    does not take, FAILED_PRECONDITION for an unsupported operation). The server answers
+    the spec's: 409 / FAILED_PRECONDITION, 415 / INVALID_ARGUMENT, 400 and gRPC
+    UNIMPLEMENTED, with the same reason, and nothing more reaches the board."""
+    h = {"A2A-Version": "1.0", "Authorization": f"Bearer {ALICE}"}
+    md = (("authorization", f"Bearer {ALICE}"), ("a2a-version", "1.0"))
+
+    def text(mid: str, task: str = "") -> dict[str, Any]:
+        message: dict[str, Any] = {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "hello"}]}
+        return {"message": {**message, "taskId": task} if task else message}
+
+    done = httpx.post(f"{a2a.url}/message:send", json=text("spec-err-1"), headers=h, timeout=30)
+    assert done.status_code == 200, done.text
+    task = done.json()["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    wait_until(lambda: a2a.open_tasks() == 1, 10, "the sync call journaled to the board")
+    before, chats = a2a.open_tasks(), len(a2a.stub.chat_requests())
+
+    def rest(path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        r = httpx.post(f"{a2a.url}{path}", json=body, headers=h, timeout=30)
+        error = r.json()["error"]
+        return r.status_code, {k: error[k] for k in ("code", "status")} | error["details"][0]
+
+    raw_part = {"raw": "dGNr", "mediaType": "application/x-tck"}
+    raw = {"message": {"messageId": "spec-err-2", "role": "ROLE_USER", "parts": [raw_part]}}
+    info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "domain": "a2a-protocol.org", "metadata": {}}
+    assert rest("/message:send", raw) == (
+        415,
+        {"code": 415, "status": "INVALID_ARGUMENT", "reason": "CONTENT_TYPE_NOT_SUPPORTED", **info},
+    )
+    assert rest(f"/tasks/{task['id']}:cancel", {}) == (
+        409,
+        {"code": 409, "status": "FAILED_PRECONDITION", "reason": "TASK_NOT_CANCELABLE", **info},
+    )
+    assert rest("/message:send", text("spec-err-3", task["id"])) == (
+        400,
+        {"code": 400, "status": "UNIMPLEMENTED", "reason": "UNSUPPORTED_OPERATION", **info},
+    )
+
+    def grpc_message(mid: str, part: Part, task_id: str = "") -> SendMessageRequest:
+        message = Message(message_id=mid, role=Role.ROLE_USER, parts=[part], task_id=task_id)
+        return SendMessageRequest(message=message, tenant="helper")
+
+    channel, stub = raw_stub(a2a)
+    with channel:
+        codes = []
+        for call, request in (
+            (stub.SendMessage, grpc_message("spec-err-4", Part(raw=b"tck", media_type="application/x-tck"))),
+            (stub.CancelTask, CancelTaskRequest(id=task["id"], tenant="helper")),
+            (stub.SendMessage, grpc_message("spec-err-5", Part(text="hello"), task["id"])),
+        ):
+            with pytest.raises(grpc.RpcError) as err:
+                call(request, metadata=md, timeout=10)
+            codes.append(err.value.code())
+    assert codes == [
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.UNIMPLEMENTED,
+    ]
+    assert a2a.open_tasks() == before and len(a2a.stub.chat_requests()) == chats
 
 
 # -- durability -------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from fabric.embedded.flavour import install
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.port import Call
@@ -85,5 +86,6 @@ def test_processes_lose_no_write_and_tags_have_one_winner(tmp_path: Path) -> Non
         client.close()
 
     with sqlite3.connect(db) as conn:
+        install(conn)  # the collation its indexes are built with
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []

@@ -137,6 +137,15 @@ def _kill_one(rng: random.Random, workers: list[BaseProcess]) -> None:
     workers.remove(victim)
 
 
+def _overtaken(fab: Fabric, task_ids: list[int], uid: str, epoch: int) -> bool:
+    """True once task ``uid`` has a record past ``epoch`` (its frozen owner is fenced);
+    False while the board is away (a restart)."""
+    try:
+        return any(v.uid == uid and v.epoch > epoch for v in fab.board.read_many(task_ids).values())
+    except (BoardError, requests.RequestException):
+        return False
+
+
 def _all_done(fab: Fabric, task_ids: list[int]) -> bool:
     """Every task done (False while the board is away)."""
     try:
@@ -205,7 +214,14 @@ def test_sigkilled_workers_lose_no_task_and_fenced_output_is_not_accepted(
             if frozen is None and (busy := _busy_owner(log, "sleeper")):
                 os.kill(sleeper.pid, signal.SIGSTOP)  # type: ignore[arg-type]
                 frozen, frozen_at = busy, time.monotonic()
-            if frozen and not thawed and time.monotonic() - frozen_at > 3 * LEASE + 2:
+            # Thawed once its lease is long gone *and* a sweep has taken the task from it
+            # (a slow sweep on a loaded board must not let the sleeper wake still owning it).
+            if (
+                frozen
+                and not thawed
+                and time.monotonic() - frozen_at > 3 * LEASE + 2
+                and _overtaken(fab, task_ids, *frozen)
+            ):
                 os.kill(sleeper.pid, signal.SIGCONT)  # type: ignore[arg-type]
                 thawed = True
             if kills < KILLS and rng.random() < 0.5:

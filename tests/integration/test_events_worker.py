@@ -104,6 +104,14 @@ def test_a_submit_wakes_an_idle_worker_long_before_its_poll(shared_broker: Broke
     gate = Gate(hold=False)
     worker = make_worker(fab, gate, poll=30.0)  # the safety net alone would take 30 s
     worker.wake = idling = Idling()
+    named: list[tuple[int | None, str | None]] = []
+    hinted = worker.hinted
+
+    def recorded(tid: int | None, uid: str | None) -> None:
+        named.append((tid, uid))
+        hinted(tid, uid)
+
+    worker.hinted = recorded  # type: ignore[method-assign,assignment]
     att = attach_worker(worker, env=shared_broker.env())
     assert att is not None and att.waker is not None
     waker = att.waker
@@ -113,7 +121,8 @@ def test_a_submit_wakes_an_idle_worker_long_before_its_poll(shared_broker: Broke
         wait_until(lambda: waker._was_up, timeout=30, what="the wake-up subscription")
         wait_until(lambda: idling.waits >= 1, timeout=30, what="the worker idle after its first poll")
         t0 = time.monotonic()
-        tid = submitter.submit("wake up", target=QUEUE).task_id
+        receipt = submitter.submit("wake up", target=QUEUE)
+        tid = receipt.task_id
         shared_broker.retained_tasks.append(tid)
         # Done well inside the 30 s poll interval: only a wake-up can do that.
         wait_until(lambda: state_of(fab, tid) == State.DONE, timeout=20, what="done before the next poll")
@@ -121,6 +130,8 @@ def test_a_submit_wakes_an_idle_worker_long_before_its_poll(shared_broker: Broke
     att.close()
     assert took < 20.0, f"the wake-up did not work: {took:.1f}s"
     assert waker.hints >= 1
+    # The event named the task and its uid: the worker claimed it without a poll.
+    assert (tid, receipt.uid) in named
 
 
 def another_submitter(fab: Fabric, broker: Broker) -> Fabric:

@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from fabric.apps.cli import main
 from fabric.cards import load_cards
@@ -139,6 +140,24 @@ def test_stdio_lists_the_tools_and_resources(env: dict[str, str], mode: str) -> 
     tools, resources, templates = run(go())
     assert tools == TOOLS
     assert sorted(resources) == ["agap://queue", "agap://targets"] and templates == ["agap://task/{task_id}"]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_stdio_an_unknown_prompt_is_invalid_params_on_both_wires(env: dict[str, str], mode: str) -> None:
+    """The server has no prompts: prompts/get names one that does not exist, which is bad
+    input (-32602, as the spec says), not the SDK's ValueError (code 0 on the handshake
+    wire, -32603 "Internal server error" with a traceback on the 2026-07-28 one)."""
+
+    async def go() -> MCPError:
+        async with stdio(env, mode=mode) as client:
+            assert (await client.list_prompts()).prompts == []
+            with pytest.raises(MCPError) as info:
+                await client.get_prompt("test_simple_prompt")
+            return info.value
+
+    error = run(go())
+    assert error.error.code == -32602, error.error
+    assert error.error.message == "Unknown prompt: test_simple_prompt"
 
 
 def test_stdio_submit_claim_heartbeat_complete(env: dict[str, str], fab: Fabric) -> None:

@@ -9,7 +9,14 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from fabric.errors import EXIT_INVALID, EXIT_UNREACHABLE
-from fabric.hindsight import HindsightClient, HindsightRefused, HindsightUnavailable, detail, valid_bank_id
+from fabric.hindsight import (
+    HindsightClient,
+    HindsightRefused,
+    HindsightUnavailable,
+    check_status,
+    detail,
+    valid_bank_id,
+)
 from tests.fakes.hindsight_stub import HindsightStub, Memory
 
 
@@ -80,4 +87,47 @@ def test_detail_reads_fastapis_shapes() -> None:
     assert detail(b'{"detail": [{"loc": ["body", "budget"], "msg": "Input should be low"}]}') == (
         "budget: Input should be low"
     )
-    assert detail(b"<html>gateway</html>") == "<html>gateway</html>"
+    assert detail(b"<html>gateway</html>") == "gateway"
+    assert detail(b"Internal Server Error") == "Internal Server Error"
+
+
+def test_a_404_from_no_route_says_the_url_is_wrong_not_the_bank(stub: HindsightStub) -> None:
+    # A retain makes its bank, so its 404 means no Hindsight API at that URL (a wrong base
+    # URL answers FastAPI's "Not Found"), never "no bank ... check the spelling".
+    wrong = HindsightClient(f"{stub.url}/hindsight", "k")
+    calls: list[Callable[[], object]] = [
+        lambda: wrong.retain("Adolf::tg::ada", [{"content": "x"}]),
+        lambda: wrong.recall("Adolf::tg::ada", {"query": "bike"}),
+    ]
+    for call in calls:
+        with pytest.raises(HindsightRefused) as err:
+            call()
+        line = err.value.line()
+        assert "no Hindsight API at this URL (HTTP 404: Not Found)" in line and "no bank" not in line, line
+        assert "AGAP_HINDSIGHT_URL" in line and len(line.splitlines()) == 1
+        assert err.value.exit_code == EXIT_INVALID and err.value.status == 404
+    assert [m.text for m in stub.memories("Adolf::tg::ada")] == ["Ada's bike is in the shed."]
+
+
+def test_an_error_page_that_is_not_json_is_one_line() -> None:
+    page = (
+        b"<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n"
+        b"<center><h1>413 Request Entity Too Large</h1></center>\r\n</body>\r\n</html>\r\n"
+    )
+    assert detail(page) == "413 Request Entity Too Large 413 Request Entity Too Large"
+    for status in (413, 404):
+        with pytest.raises(HindsightRefused) as err:
+            check_status(status, page, "http://h/v1/default/banks/b/memories", "b")
+        assert len(err.value.line().splitlines()) == 1, err.value.line()
+
+
+def test_a_reflect_on_an_unknown_bank_is_a_404_and_makes_no_bank(stub: HindsightStub) -> None:
+    # Hindsight 1.1.0 makes the bank and runs its LLM on nothing when asked to reflect on a
+    # bank it does not know: the client asks the list API (no LLM) first.
+    with pytest.raises(HindsightRefused, match="no bank 'nobody'") as err:
+        HindsightClient(stub.url, "k").reflect("nobody", {"query": "where is the bike?"})
+    assert err.value.exit_code == EXIT_INVALID and err.value.status == 404
+    assert "nobody" not in stub.banks
+    assert not [r for r in stub.requests if r.path.endswith("/reflect")]
+    text = HindsightClient(stub.url, "k").reflect("Adolf::tg::ada", {"query": "where is the bike?"})
+    assert "bike is in the shed" in text

@@ -490,7 +490,9 @@ def test_a_new_card_moved_away_and_back_before_any_sweep_is_still_this_projects(
     pid = elsewhere(fab)
     me = as_person(fab, "alvis")
     assert me.call("moveTaskToProject", {"task_id": tid, "project_id": pid})
-    assert me.call("moveTaskToProject", {"task_id": tid, "project_id": fab.board.layout.project_id})
+    layout = fab.board.layout
+    back = {"column_id": layout.columns[Column.WAITING], "swimlane_id": layout.swimlanes["alvis"]}
+    assert me.call("moveTaskToProject", {"task_id": tid, "project_id": layout.project_id, **back})
     report = gestures(k)
     assert report.foreign == [], "its uid is bound in this project's locks"
     assert tid in snapshot.take(fab, with_done=True).watched()

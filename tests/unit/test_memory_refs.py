@@ -131,12 +131,26 @@ def test_via_reflect_asks_hindsights_reflect(stub: HindsightStub) -> None:
 
 
 def test_a_failed_reflect_is_not_retried_where_its_llm_may_have_run(stub: HindsightStub) -> None:
-    stub.fail_next(1, 500)
+    stub.fail_next(1, 500, on="/reflect")
     with pytest.raises(UnresolvableRef):  # final: a retry would spend Hindsight's LLM quota again
         resolver(stub.url).resolve("hindsight://adolf-alvis/dentist?via=reflect")
-    stub.fail_next(1, 429)
+    stub.fail_next(1, 429, on="/reflect")
     with pytest.raises(RefUnavailable):  # a 429 spent nothing: a later attempt may
         resolver(stub.url).resolve("hindsight://adolf-alvis/dentist?via=reflect")
+    # The listing a reflect asks first runs no LLM: its 500 is retried, and no reflect went out.
+    reflects = len([r for r in stub.requests if r.path.endswith("/reflect")])
+    stub.fail_next(1, 500, on="/memories/list")
+    with pytest.raises(RefUnavailable):
+        resolver(stub.url).resolve("hindsight://adolf-alvis/dentist?via=reflect")
+    assert len([r for r in stub.requests if r.path.endswith("/reflect")]) == reflects
+
+
+def test_a_reflect_on_an_unknown_bank_is_unresolvable_and_makes_no_bank(stub: HindsightStub) -> None:
+    # Hindsight would make the bank and answer from nothing: the reader asks the list first.
+    with pytest.raises(UnresolvableRef, match="no bank 'adolf-archive'"):
+        resolver(stub.url).resolve("hindsight://adolf-archive/dentist?via=reflect")
+    assert "adolf-archive" not in stub.banks
+    assert not [r for r in stub.requests if r.path.endswith("/reflect")]
 
 
 def test_a_query_without_a_word_character_is_refused_by_hindsight(stub: HindsightStub) -> None:

@@ -48,10 +48,14 @@ from a2a.types.a2a_pb2 import (
     Task,
     TaskPushNotificationConfig,
 )
-from a2a.utils.errors import InvalidParamsError
+from a2a.utils.errors import A2A_ERROR_REASONS, A2AError, InvalidParamsError
+from a2a.utils.grpc_status import status_to_grpc
+from google.protobuf import any_pb2  # type: ignore[import-untyped,unused-ignore]
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped,unused-ignore]
 
 from .auth import REALM, TokenTable
 from .convert import PROTOCOL_VERSION
+from .errors import DOMAIN, spec_grpc_status
 
 log = logging.getLogger("agap.a2a.grpc")
 
@@ -193,6 +197,27 @@ class BearerInterceptor(grpc.aio.ServerInterceptor):
         return grpc.unary_unary_rpc_method_handler(unary, request_deserializer=des, response_serializer=ser)
 
 
+class SpecGrpcHandler(GrpcHandler):
+    """The SDK's servicer, aborting with the spec's status where the SDK's differs
+    (:mod:`.errors`: UNIMPLEMENTED, not FAILED_PRECONDITION, for an unsupported operation),
+    with the same ``google.rpc.Status`` details (the reason the SDK's client reads)."""
+
+    async def abort_context(self, error: A2AError, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        reason = A2A_ERROR_REASONS.get(type(error), "")
+        name = spec_grpc_status(reason)
+        if name is None:
+            await super().abort_context(error, context)
+            return
+        code = grpc.StatusCode[name]
+        status = status_pb2.Status(code=code.value[0], message=getattr(error, "message", None) or str(error))
+        detail = any_pb2.Any()
+        detail.Pack(error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN))
+        status.details.append(detail)
+        rich = status_to_grpc(status)
+        context.set_trailing_metadata((*(context.trailing_metadata() or ()), *rich.trailing_metadata))
+        await context.abort(rich.code, rich.details)
+
+
 class TenantRouter(RequestHandler):
     """The per-agent handlers behind one servicer: a request's ``tenant`` names its agent."""
 
@@ -299,7 +324,7 @@ class GrpcListener:
     async def start(self, handlers: Mapping[str, RequestHandler]) -> None:
         """Bind and serve ``handlers`` (agent id → handler); :attr:`port` is then the bound one."""
         server = grpc.aio.server(interceptors=[BearerInterceptor(self.tokens)])
-        servicer = GrpcHandler(TenantRouter(handlers), context_builder=BearerContext(self.tokens))
+        servicer = SpecGrpcHandler(TenantRouter(handlers), context_builder=BearerContext(self.tokens))
         a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         host = f"[{self.host}]" if ":" in self.host else self.host
         target = f"{host}:{self._want}"

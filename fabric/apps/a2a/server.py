@@ -54,6 +54,7 @@ from workers.shared_quota import Across
 from . import convert as cv
 from .auth import BearerGate, TokenTable
 from .checks import CardLastModified, EnumGuard
+from .errors import SpecErrorStatus
 from .handler import FabricRequestHandler
 from .runner import Runner
 from .service import A2AService, ServiceConfig
@@ -159,6 +160,7 @@ def build_app(
         lifespan=lifespan,
         middleware=[
             Middleware(CardLastModified, paths=public, since=time.time()),
+            Middleware(SpecErrorStatus),
             Middleware(BearerGate, tokens=tokens, public_paths=public),
             Middleware(EnumGuard),
         ],

@@ -37,7 +37,10 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    INVALID_PARAMS,
+    GetPromptRequestParams,
     SetLevelRequestParams,
     SubscribeRequestParams,
     SubscriptionsListenRequestParams,
@@ -453,6 +456,7 @@ def build_server(
     _add_lease_tools(mcp, tools)
     _add_resources(mcp, tools)
     _add_watching(mcp, Watcher(tools, events=events))
+    _add_prompt_errors(mcp)
     # subscriptions/listen with taskIds: notifications/tasks (notify.TaskListen); without,
     # the SDK's own listen on the same bus.
     listen = TaskListen(handles, mcp._subscriptions, events=events, every=watch_every)
@@ -489,6 +493,25 @@ def _add_watching(mcp: MCPServer[Any], watcher: Watcher) -> None:
     low.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, unsubscribe)
     low.add_request_handler("logging/setLevel", SetLevelRequestParams, set_level)
     log.addHandler(SessionLog(watcher))
+
+
+def _add_prompt_errors(mcp: MCPServer[Any]) -> None:
+    """prompts/get naming a prompt the server does not have is bad input: -32602, as the
+    spec says. The SDK raises a ValueError there, which reaches the client as code 0 on the
+    handshake wire and as -32603 "Internal server error" (with a logged traceback) on the
+    2026-07-28 one. Prompts the server has go to the SDK's handler as before."""
+    low = mcp._lowlevel_server
+    entry = low.get_request_handler("prompts/get")
+    if entry is None:  # no prompts capability at all: the SDK answers method not found
+        return
+    sdk = entry.handler
+
+    async def get_prompt(ctx: ServerRequestContext[Any, Any], params: GetPromptRequestParams) -> Any:
+        if params.name not in {p.name for p in await mcp.list_prompts()}:
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt: {params.name}")
+        return await sdk(ctx, params)
+
+    low.add_request_handler("prompts/get", GetPromptRequestParams, get_prompt)
 
 
 def check_token(token: str, name: str) -> str:

@@ -465,40 +465,42 @@ def moveTaskToProject(
     category_id: Any = None,
     owner_id: Any = None,
 ) -> bool:
-    """TaskProjectMoveModel::moveToProject: the task keeps its id, metadata, comments and
-    files, lands in the column and swimlane of the same names (unless given), reopened,
-    and ``task.move.project`` is recorded in the project it lands in. True whatever
-    happened (Kanboard does not look)."""
-    pid = php.to_int(project_id)
-    event = None
+    """TaskProjectMoveModel::moveToProject: one row updated, nothing renumbered.
+
+    The card keeps its id, metadata, comments and files, and goes to the destination's
+    column and swimlane *of the same name* (its own when not given), at position "open
+    tasks in that column, every lane, plus one", reopened, its tags synced to the project;
+    ``date_moved`` and ``date_modification`` are left as they were. Kanboard answers true
+    whatever happened (a task that does not exist is an HTTP 500), and fires
+    ``task.move.project``, recorded in the project the card lands in.
+    """
     with api.store.write() as db:
         task = task_row(db, task_id)
         if task is None:
-            return True
-        col = task["column_id"] if column_id is None else column_id
+            # prepare() reads the missing task's fields: a PHP TypeError, an HTTP 500.
+            raise php.Fatal("moveTaskToProject: no such task")
+        pid = php.to_int(project_id)
+        col = task["column_id"] if column_id is None else php.to_int(column_id)
+        # prepare(): the position counts the column asked for, before it is mapped by name.
+        (count,) = db.execute(
+            "SELECT COUNT(*) FROM tasks WHERE project_id = ? AND column_id = ? AND is_active = 1",
+            (pid, col),
+        ).fetchone()
         values = {
             "is_active": 1,
             "project_id": pid,
             "column_id": col,
-            "position": db.execute(
-                "SELECT COUNT(*) FROM tasks WHERE project_id = ? AND column_id = ? AND is_active = 1",
-                (pid, php.to_int(col)),
-            ).fetchone()[0]
-            + 1,
-            "swimlane_id": task["swimlane_id"] if swimlane_id is None else swimlane_id,
-            "category_id": task["category_id"] if category_id is None else category_id,
-            "owner_id": task["owner_id"] if owner_id is None else owner_id,
-            "priority": task["priority"],
+            "position": int(count) + 1,
+            "swimlane_id": task["swimlane_id"] if swimlane_id is None else php.to_int(swimlane_id),
+            "category_id": task["category_id"] if category_id is None else php.to_int(category_id),
+            "owner_id": task["owner_id"] if owner_id is None else php.to_int(owner_id),
+            "priority": php.to_int(task["priority"]),
         }
         _destination(api, db, values)
         _copy_tags(api, db, task["id"], task["id"], pid, move=True)
-        stored = {k: php.stored(v) for k, v in values.items()}
-        try:
-            cols = ", ".join(f"{k} = ?" for k in stored)
-            db.execute(f"UPDATE tasks SET {cols} WHERE id = ?", (*stored.values(), task["id"]))
-        except sqlite3.IntegrityError:
-            return True  # a column or swimlane of no project: nothing moved, true all the same
-        event = project_move_event(api, db, task["id"], values)
+        names = ", ".join(f"{k} = ?" for k in values)
+        db.execute(f"UPDATE tasks SET {names} WHERE id = ?", (*values.values(), task["id"]))
+        event = project_move_event(api, db, int(task["id"]), values)
     deliver(api, [event])
     return True
 

@@ -1,0 +1,101 @@
+"""How the fabric moves a card: one row (``moveTaskToProject`` to its own project).
+
+Kanboard's ``moveTaskPosition`` rewrites every open card of both cells, so a move cost what
+a column held; the fabric's move updates the card alone. That move reopens a closed card,
+so a batch that moves a closed card closes it again, and a lost move is never re-sent to
+a card closed since (a close is a transition or a person's gesture).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fabric.core import Fabric
+from fabric.kanboard.layout import Column
+from fabric.kanboard.moves import MOVE
+from fabric.kanboard.port import Call
+from fabric.task import State
+from tests.conftest import FakeClock
+
+LEASE = 300.0
+
+
+def _row(fab: Fabric, tid: int) -> dict[str, Any]:
+    got = fab.port.call("getTask", {"task_id": tid})
+    assert isinstance(got, dict)
+    return got
+
+
+def _column(fab: Fabric, tid: int) -> Column:
+    cid = int(_row(fab, tid)["column_id"])
+    return next(c for c, i in fab.board.layout.columns.items() if i == cid)
+
+
+class Recording:
+    """The storage port with every call it sent, by method."""
+
+    def __init__(self, fab: Fabric) -> None:
+        self.methods: list[str] = []
+        inner = fab.board.port
+        batch = inner.batch
+
+        def recorded(calls: Any, *a: Any, **kw: Any) -> Any:
+            self.methods += [c.method for c in calls]
+            return batch(calls, *a, **kw)
+
+        inner.batch = recorded  # type: ignore[method-assign]
+
+
+def test_a_claim_and_a_completion_move_one_row_each(local_fabric: Fabric) -> None:
+    fab = local_fabric
+    others = [fab.submit(f"backlog {i}", target="kimi").task_id for i in range(5)]
+    tid = fab.submit("the one that runs", target="kimi").task_id
+    positions = {t: _row(fab, t)["position"] for t in others}
+    seen = Recording(fab)
+    lease = fab.ledger.claim(fab.board.read(tid), "w1", lease_seconds=LEASE)
+    assert _column(fab, tid) == Column.WORKING
+    fab.ledger.complete(lease, "file:///r")
+    assert _column(fab, tid) == Column.DONE
+    assert seen.methods.count(MOVE) == 2 and "moveTaskPosition" not in seen.methods
+    # Nothing else in the Queued cell was renumbered.
+    assert {t: _row(fab, t)["position"] for t in others} == positions
+
+
+def test_a_closed_card_moved_by_the_fabric_stays_closed(local_fabric: Fabric) -> None:
+    fab = local_fabric
+    tid = fab.submit("closed, then put back", target="kimi").task_id
+    fab.ledger.cancel(tid, "alvis", "no longer needed")
+    view = fab.board.read(tid)
+    assert not view.is_open and view.current is not None and view.current.state == State.CANCELED
+    fab.board.put_back(view, view.epoch, Column.DEAD, is_open=False)
+    assert _column(fab, tid) == Column.DEAD
+    assert not int(_row(fab, tid)["is_active"]), "the move reopened it and the batch closed it again"
+    # And a record written on a closed card (no reopen asked) leaves it closed too.
+    fab.board.put_back(fab.board.read(tid), view.epoch, Column.DONE, is_open=False)
+    assert _column(fab, tid) == Column.DONE and not int(_row(fab, tid)["is_active"])
+
+
+def test_a_lost_move_is_not_sent_again_to_a_card_closed_since(local_fabric: Fabric, clock: FakeClock) -> None:
+    """A claim's move lost to a person's drag, and the card then closed: the close is theirs."""
+    fab = local_fabric
+    tid = fab.submit("claimed, dragged, closed", target="kimi").task_id
+    fab.ledger.claim(fab.board.read(tid), "w1", lease_seconds=LEASE)
+    layout = fab.board.layout
+    # Where a concurrent position rewrite put the card back, then closed by someone.
+    fab.port.batch(
+        [
+            Call(
+                "moveTaskPosition",
+                {
+                    "project_id": layout.project_id,
+                    "task_id": tid,
+                    "column_id": layout.columns[Column.QUEUED],
+                    "position": 1,
+                    "swimlane_id": int(_row(fab, tid)["swimlane_id"]),
+                },
+            ),
+            Call("closeTask", {"task_id": tid}),
+        ]
+    )
+    fab.board.close()  # settles this connection's moves: reads them back
+    assert _column(fab, tid) == Column.QUEUED and not int(_row(fab, tid)["is_active"])
