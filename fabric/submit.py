@@ -198,10 +198,11 @@ class Submitter:
                 view = self.board.read(row.id)
                 if view.current is None and time.monotonic() >= deadline:
                     view = repair_unrecorded(self.board, view) or view
-                if view.spec is not None and view.uid is not None:
-                    if view.spec.digest() != spec.digest():
+                if view.submitted is not None and view.uid is not None:
+                    # As submitted: a priority a person set on the card since is no collision.
+                    if view.submitted.digest() != spec.digest():
                         raise ActionIdCollision(spec.actor, spec.action_id, view.id)
-                    return Receipt(view.id, view.uid, False, view.spec.queue)
+                    return Receipt(view.id, view.uid, False, view.submitted.queue)
             if time.monotonic() >= deadline:
                 raise StuckReceipt(spec.action_id)
             time.sleep(0.05)

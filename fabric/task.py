@@ -1,7 +1,8 @@
 """The fabric's data: a task's spec (what to do) and its per-epoch state records.
 
 Both are stored as compact JSON strings in Kanboard task metadata. The spec never
-changes after submit; a new record is written for each epoch.
+changes after submit; a new record is written for each epoch. A person may change a task's
+priority and deadline on its card: those :class:`Terms` are kept beside the spec.
 """
 
 from __future__ import annotations
@@ -443,6 +444,30 @@ class Record:
     @classmethod
     def from_meta(cls, text: str) -> Record:
         return cls.from_dict(_loads(text))
+
+
+class Terms(BaseModel):
+    """A task's priority and deadline as a person set them on its card (Kanboard's UI),
+    attributed: they override the spec's, which keeps what was submitted (a retried
+    submit with the same action id must still find the same task)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    priority: int = Field(ge=0, le=3)
+    deadline: float | None = None
+    by: str  # the person (their card id)
+    at: float
+
+    def apply(self, spec: TaskSpec) -> TaskSpec:
+        """``spec`` with these terms."""
+        return spec.model_copy(update={"priority": self.priority, "deadline": self.deadline})
+
+    def to_meta(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_meta(cls, text: str) -> Terms:
+        return cls.model_validate_json(text)
 
 
 def parse_priority(text: str | int) -> int:

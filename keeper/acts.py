@@ -45,6 +45,24 @@ def acts_by_people(cards: CardSet, activity: Iterable[BoardActivity]) -> dict[in
     return found
 
 
+def edits_by_people(cards: CardSet, activity: Iterable[BoardActivity]) -> dict[int, list[BoardActivity]]:
+    """Each card's edits by people (title, description, priority, due date, assignee),
+    oldest first; an agent's own user's (a confined worker's projection) are not a person's."""
+    agents = agent_usernames(cards)
+    found: dict[int, list[BoardActivity]] = {}
+    for row in activity:
+        if row.kind == "edit" and row.user_id and row.username and row.username not in agents and row.edited:
+            found.setdefault(row.task_id, []).insert(0, row)
+    return found
+
+
+def arrivals(cards: CardSet, activity: Iterable[BoardActivity]) -> set[int]:
+    """Cards a person moved into this project from another ("Move to another project");
+    an agent's own user moving its cards within its home writes the same row."""
+    agents = agent_usernames(cards)
+    return {r.task_id for r in activity if r.kind == "arrive" and r.user_id and r.username not in agents}
+
+
 def agent_usernames(cards: CardSet) -> set[str]:
     """Kanboard usernames an agent may act under: its card id, and a confined agent's own user."""
     return {name for c in cards if not c.is_human for name in (c.id, board_username(c))}
@@ -109,6 +127,8 @@ __all__ = [
     "acts_by_people",
     "agent_usernames",
     "allowed",
+    "arrivals",
+    "edits_by_people",
     "latest_comment",
     "person_id",
     "waits_on",

@@ -89,6 +89,10 @@ class Keeper:
     # Set by poke() (Kanboard's webhook: a person just did something); the gesture job
     # runs again at once, also when the poke came while it was running.
     _poked: threading.Event = field(default_factory=threading.Event)
+    # Cards the webhook said a person moved to another project: read by the next gesture
+    # sweep wherever they are (a closed one is in no search and not watched).
+    _moved: set[int] = field(default_factory=set)
+    _moved_lock: threading.Lock = field(default_factory=threading.Lock)
     # Clear while a job runs (jobs never overlap: one executor thread).
     _idle: threading.Event = field(default_factory=_set_event)
     _sched: Any = None
@@ -196,6 +200,12 @@ class Keeper:
         if sched is not None and not self._stopping.is_set():
             sched.modify_job("gestures", next_run_time=_now_dt())
 
+    def note_moved(self, task_id: int) -> None:
+        """Remember a card a person moved to another project (from the webhook receiver's
+        thread); the gesture job the same event pokes reads it."""
+        with self._moved_lock:
+            self._moved.add(task_id)
+
     def openclaw_run(self, payload: Any, query: dict[str, str]) -> str:
         """Record an OpenClaw run's outcome (keeper.openclaw; from the webhook receiver)."""
         with self._hook_lock:
@@ -223,15 +233,20 @@ class Keeper:
         self._poked.clear()
         fab = self.fab()
         self.publish_hook()  # again, when the board was away at start
-        snap = snapshot.take(fab, with_done=True, with_activity=True)
-        report = gestures.sweep_gestures(fab, snap, tolerance=self.config.move_tolerance)
+        with self._moved_lock:
+            moved, self._moved = self._moved, set()
+        snap = snapshot.take(fab, with_done=True, with_activity=True, extra=moved)
+        report = gestures.sweep_gestures(
+            fab, snap, tolerance=self.config.move_tolerance, escalate_to=self.config.escalate_to
+        )
         # The cards whose worker could not draw them (a confined agent's: no seal key), as
         # any other card of their state reads; the ones just acted on are read next time.
-        touched = {*report.acted, *report.explained, *report.refused, *report.repaired}
+        touched = {*report.acted, *report.explained, *report.refused, *report.repaired, *report.edited}
+        touched |= {*report.brought_back, *report.foreign}
         report.redrawn = fab.board.redraw(v for v in snap.views if v.id not in touched)
-        snapshot.save_watch(fab, snap)
+        snapshot.save_watch(fab, snap, skip=report.foreign)
         with self.metrics.lock:
-            self.metrics.gestures_total += len(report.acted)
+            self.metrics.gestures_total += len(report.acted) + len(report.edited) + len(report.brought_back)
             self.metrics.repairs_total += len(report.repaired) + len(report.explained)
         return report
 

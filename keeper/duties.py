@@ -112,13 +112,15 @@ def _escalate(fab: Fabric, cfg: KeeperConfig, notifier: Notifier, view: TaskView
         f'Decide: task #{view.id} "{title}" missed its deadline\n\n'
         f"Task #{view.id} (queue {spec.queue}) was due {_when(spec.deadline or 0)} and is "
         f"still {cur.state.value} (attempt {cur.attempt}/{spec.max_attempts}). Nothing was "
-        f"changed on it. Decide: let it run, cancel it (close its card), or resubmit it "
-        f"with a new deadline. Close this card when decided."
+        f"changed on it. Decide: let it run, cancel it (close its card), give it a new due "
+        f"date (**Edit the task** on its card), or resubmit it. Close this card when decided."
     )
+    # Once per deadline: a deadline a person set on the card since may be missed too.
+    key = f"escalate:{view.uid}" if view.terms is None else f"escalate:{view.uid}:{int(spec.deadline or 0)}"
     receipt = fab.submit(
         intent,
         target=human.id,
-        key=f"escalate:{view.uid}",
+        key=key,
         actor=KEEPER,
         priority="urgent",
         refs=(f"task:{view.id}",),

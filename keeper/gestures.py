@@ -14,7 +14,9 @@ column, swimlane or open/closed state disagrees with its record is one of two th
   module dispatches on it (:data:`HANDLERS`), cards offer its lines, and the README's
   gesture table is made from it.
 
-A card a person made with "+" is handled by :mod:`keeper.handmade`.
+A card a person made with "+" (or copied with "Duplicate") is handled by
+:mod:`keeper.handmade`; a person's edits (title, description, priority, due date,
+assignee) and a card moved to another project by :mod:`keeper.edits`.
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ from functools import partial
 from fabric.core import Fabric
 from fabric.errors import FabricError
 from fabric.kanboard.gestures import MOVED_TO, Rule, Trigger, help_text, match
+from fabric.kanboard.gestures import card_kind as table_kind
 from fabric.kanboard.layout import COLUMN_OF_STATE, Column, column_fits
 from fabric.kanboard.rows import BoardComment
 from fabric.kanboard.taskboard import TaskView
 from fabric.ledger import APPROVAL_REF, IllegalTransition
 from fabric.task import GATE_ACTOR, PROMOTE_ACTOR, TERMINAL, Record, State, TaskSpec
-from keeper import acts, handmade
+from keeper import acts, edits, handmade
 from keeper.acts import UNKNOWN, Act
 from keeper.decisions import decision_for, settle_decision
 from keeper.snapshot import Snapshot, column_of
@@ -55,7 +58,12 @@ class GestureReport(SweepReport):
     refused: dict[int, str] = field(default_factory=dict)  # task id -> why (put back)
     by: dict[int, str] = field(default_factory=dict)  # task id -> who made the gesture
     decisions_closed: list[int] = field(default_factory=list)
-    submitted: dict[int, int] = field(default_factory=dict)  # hand-made card -> its task
+    submitted: dict[int, int] = field(default_factory=dict)  # hand-made card or copy -> its task
+    edited: dict[int, list[str]] = field(default_factory=dict)  # task id -> the edit rules applied
+    brought_back: list[int] = field(default_factory=list)  # moved to another project, and back
+    # Cards a person moved here from another project: their own project's keeper brings
+    # them back; this one leaves them alone (and does not watch them).
+    foreign: list[int] = field(default_factory=list)
     # Cards drawn again because they lagged their record (a confined agent's worker has
     # no seal key: TaskBoard.redraw).
     redrawn: list[int] = field(default_factory=list)
@@ -102,12 +110,27 @@ def changed_at(view: TaskView, closed_mismatch: bool) -> float:
     return float(row.moved_at)
 
 
-def sweep_gestures(fab: Fabric, snap: Snapshot, *, tolerance: float = 15.0) -> GestureReport:
-    """Act on people's gestures, repair lagging projections (see the module doc)."""
+def sweep_gestures(
+    fab: Fabric, snap: Snapshot, *, tolerance: float = 15.0, escalate_to: str = ""
+) -> GestureReport:
+    """Act on people's gestures and edits, repair lagging projections (see the module doc)."""
     report = GestureReport()
     by_card = acts.acts_by_people(fab.cards, snap.activity)  # task id -> its act
-    for view in (*snap.views, *snap.closed_active, *snap.vanished):
+    watched = snap.watched()
+    arrived = acts.arrivals(fab.cards, snap.activity) - watched
+    report.foreign = sorted(
+        v.id for v in (*snap.views, *snap.closed_active) if v.id in arrived and _foreign(fab, v)
+    )
+    views = [v for v in (*snap.views, *snap.closed_active, *snap.vanished) if v.id not in report.foreign]
+    for view in views:
         report.scanned += 1
+        if edits.moved_away(fab, view):
+            if view.current is not None and view.spec is not None and usable(view, report):
+                # One this keeper watched is its project's; any other (the webhook named it)
+                # only if its uid is bound here.
+                mine = partial(_bring_back, fab, view, view.current, report, watched=view.id in watched)
+                guarded(view, report, mine)
+            continue
         if view.current is None and not view.problems:
             act = by_card.get(view.id)
             guarded(view, report, partial(handmade.consider, fab, view, act, report.submitted))
@@ -115,7 +138,37 @@ def sweep_gestures(fab: Fabric, snap: Snapshot, *, tolerance: float = 15.0) -> G
         if view.current is None or not usable(view, report) or view.spec is None:
             continue
         _consider(fab, view, view.current, by_card.get(view.id), tolerance, report)
+    # Edits, once a card's moves are settled: a card acted on now is weighed next time.
+    touched = {*report.acted, *report.refused, *report.explained, *report.repaired, *report.brought_back}
+    report.edited = edits.sweep_edits(
+        fab,
+        views,
+        acts.edits_by_people(fab.cards, snap.activity),
+        report,
+        escalate_to=escalate_to,
+        skip=touched,
+    )
     return report
+
+
+def _foreign(fab: Fabric, view: TaskView) -> bool:
+    """A card a person moved here from another project that is a task of another project
+    (its uid is not bound here). A card with no records is a person's own card, whatever
+    project it was made in."""
+    if view.uid is None:
+        return False
+    try:
+        return not fab.board.owns(view)
+    except FabricError:
+        return True  # unsure: leave it for the next sweep
+
+
+def _bring_back(fab: Fabric, view: TaskView, rec: Record, report: GestureReport, *, watched: bool) -> None:
+    if not watched and not fab.board.owns(view):
+        return  # another project's task: its own keeper's
+    edits.bring_back(fab, view, expected_column(rec), is_open=expected_open(rec))
+    report.brought_back.append(view.id)
+    log.info("task #%s: moved to another project; brought back", view.id)
 
 
 def _consider(
@@ -186,8 +239,9 @@ def _rule(g: Gesture) -> Rule | None:
 
 def card_kind(view: TaskView, rec: Record) -> tuple[bool, bool]:
     """(waits on a person, is an approval): what picks a card's rules in the table."""
-    waiting = rec.state == State.QUEUED and expected_column(rec) == Column.WAITING
-    return waiting, view.spec is not None and view.spec.actor in APPROVALS
+    assert view.spec is not None
+    waiting, approval, _ = table_kind(rec, view.spec)
+    return waiting, approval
 
 
 def perform(fab: Fabric, g: Gesture, rule: Rule, report: GestureReport) -> str:

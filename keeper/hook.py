@@ -16,7 +16,9 @@ main keeper's receiver routes (:class:`HomeRoutes`): a person's event on a home'
 is forwarded, with the same token, to the receiver that home's keeper published in its
 project's metadata (loopback unless told otherwise), which pokes that keeper's gesture
 job. A forward that fails pokes the main keeper instead (harmless: it never looks into a
-home) and the home's own sweep stays the safety net.
+home) and the home's own sweep stays the safety net. A card moved to another project is
+named by the project it landed in: that event pokes the main keeper too (a work card moved
+into a home is the main keeper's to bring back).
 
 ``POST /openclaw`` is OpenClaw's "run finished" webhook (:mod:`keeper.openclaw`), with
 its own token (``AGAP_KEEPER_OPENCLAW_TOKEN``, which OpenClaw sends as ``Authorization:
@@ -45,6 +47,7 @@ from keeper.serving import BackgroundServer
 log = logging.getLogger("agap.keeper.hook")
 
 MAX_BODY = 1 << 20  # Kanboard's event data is a task and a comment or two
+MOVED_TO_PROJECT = "task.move.project"  # Kanboard's event for "Move to another project"
 
 
 class HookServer(BackgroundServer):
@@ -67,6 +70,7 @@ class HookServer(BackgroundServer):
         route: Callable[[Any], bool] | None = None,
         openclaw: Callable[[Any, dict[str, str]], str] | None = None,
         openclaw_token: str = "",
+        moved: Callable[[int], None] | None = None,
     ) -> None:
         if not token:
             raise ConfigError(
@@ -78,6 +82,7 @@ class HookServer(BackgroundServer):
         self.ignored = 0  # authenticated events that were not a person's
         self.forwarded = 0  # a person's events sent on to the keeper of their project
         self._poke = poke
+        self._moved = moved  # told the id of a card a person moved to another project
         self._route = route
         self._ignore = frozenset(ignore)
         self.openclaw = openclaw if openclaw_token else None
@@ -97,9 +102,15 @@ class HookServer(BackgroundServer):
             return
         self.events += 1
         log.debug("webhook: %s by %s", payload.get("event_name"), author)
+        moved = task_of(payload) if payload.get("event_name") == MOVED_TO_PROJECT else None
+        if moved is not None and self._moved is not None:
+            self._moved(moved)  # a closed card is in no search: the keeper reads this one
         if self._route is not None and self._route(payload):
             self.forwarded += 1
-            return
+            # A card moved to another project is named by where it landed; the keeper of
+            # where it came from must notice, and only this one may be it.
+            if payload.get("event_name") != MOVED_TO_PROJECT:
+                return
         self._poke()
 
 
@@ -114,6 +125,17 @@ def project_of(payload: Any) -> int | None:
             except (TypeError, ValueError):
                 return None
     return None
+
+
+def task_of(payload: Any) -> int | None:
+    """The task a webhook event is about."""
+    data = payload.get("event_data") if isinstance(payload, dict) else None
+    task = data.get("task") if isinstance(data, dict) else None
+    found = task.get("id") if isinstance(task, dict) else None
+    try:
+        return int(found) if found is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 class HomeRoutes:
@@ -276,4 +298,4 @@ def _openclaw(
     return 200, line
 
 
-__all__ = ["HomeRoutes", "HookServer", "project_of"]
+__all__ = ["HomeRoutes", "HookServer", "project_of", "task_of"]

@@ -7,8 +7,10 @@ The keeper never lists history. Every sweep reads:
    closed cards still sitting in an active column (a human closed them), and the work
    project's metadata (queue park states, the keeper's watch list);
 2. one batch of metadata reads for those tasks, plus a full read of the few watched tasks
-   that left the open Done column since the last look, and of the tasks the newest
-   activity shows a person closing (one closed before any sweep saw it open).
+   that left the open columns since the last look (closed, or moved to another project),
+   and of the tasks the newest activity shows a person closing, making or editing that no
+   search above read in full (one closed before any sweep saw it open, a copy made in the
+   Dead letter column, an edit of a closed card).
 
 Both batches grow with active work, never with the number of closed tasks.
 """
@@ -27,8 +29,10 @@ from fabric.kanboard.rows import BoardActivity, BoardTask
 from fabric.kanboard.taskboard import TaskView, parse_park_states
 
 ACTIVE_COLUMNS = (Column.QUEUED, Column.WORKING, Column.WAITING)
-# META_WATCH (project metadata): open Done tasks the keeper saw last time, to notice a
-# human closing one, which takes it out of every open search.
+# META_WATCH (project metadata): the open tasks the keeper saw last time, to notice a person
+# closing one in Done or moving one to another project, which takes it out of every search.
+# Activity kinds that name a task to read in full, wherever it is.
+NAMING = frozenset({"close", "create", "edit"})
 
 
 def _cols(columns: Iterable[Column]) -> str:
@@ -46,7 +50,7 @@ class Snapshot:
     # their metadata is read only for the few that need a look (keeper.backlog).
     backlog_rows: list[BoardTask] = field(default_factory=list)
     closed_active: list[TaskView] = field(default_factory=list)  # closed, in an active column
-    vanished: list[TaskView] = field(default_factory=list)  # watched, no longer open in Done
+    vanished: list[TaskView] = field(default_factory=list)  # watched or named, read in full
     project_meta: dict[str, str] = field(default_factory=dict)
     parks: dict[str, dict[str, Any]] = field(default_factory=dict)
     activity: list[BoardActivity] = field(default_factory=list)  # newest first (when asked)
@@ -67,10 +71,17 @@ def column_of(fab: Fabric, row: BoardTask) -> Column | None:
 
 
 def take(
-    fab: Fabric, *, with_done: bool = False, with_activity: bool = False, with_backlog: bool = False
+    fab: Fabric,
+    *,
+    with_done: bool = False,
+    with_activity: bool = False,
+    with_backlog: bool = False,
+    extra: Iterable[int] = (),
 ) -> Snapshot:
     """Read the active part of the board (two round trips), with the project's newest
-    activity and the rows of its Backlog when asked (in the first of them)."""
+    activity and the rows of its Backlog when asked (in the first of them), and the tasks
+    ``extra`` names in full (with ``with_done``: cards the webhook said a person moved to
+    another project)."""
     store = KeeperStore(fab.board)
     cols = ACTIVE_COLUMNS + ((Column.DONE,) if with_done else ())
     queries = [f"status:open {_cols(cols)}", f'status:open column:"{Column.DEAD.value}"']
@@ -93,13 +104,14 @@ def take(
         activity=activity,
         trips=1,
     )
-    open_ids = {r.id for r in rows} | {r.id for r in dead_rows}
+    open_ids = {r.id for r in rows} | {r.id for r in dead_rows} | {r.id for r in snap.backlog_rows}
     # A card a person closed before any sweep saw it open in Done (a result closed seconds
-    # after it was finished) is in no open search and not watched yet: the activity names it.
-    closed_by_people = {a.task_id for a in activity if a.kind == "close" and a.user_id and a.task_id}
+    # after it was finished) is in no open search and not watched yet, nor is a copy made in
+    # the Dead letter column or a closed card edited: the activity names them.
+    named = {a.task_id for a in activity if a.kind in NAMING and a.user_id and a.task_id}
     closed_ids = {r.id for r in closed_rows}
-    recent = (closed_by_people - open_ids - closed_ids) if with_done else set()
-    vanished = sorted((snap.watched() - open_ids) | recent) if with_done else []
+    recent = ((named | set(extra)) - {r.id for r in rows} - closed_ids) if with_done else set()
+    vanished = sorted((snap.watched() - open_ids - closed_ids) | recent) if with_done else []
     if not rows and not closed_rows and not vanished:
         return snap
     views, snap.vanished = store.read_views([*rows, *closed_rows], vanished)
@@ -108,10 +120,10 @@ def take(
     return snap
 
 
-def save_watch(fab: Fabric, snap: Snapshot) -> None:
-    """Remember the open Done tasks (one write, only when the set changed)."""
-    done_id = fab.board.layout.columns[Column.DONE]
-    now_ids = sorted(v.id for v in snap.views if v.task.column_id == done_id)
+def save_watch(fab: Fabric, snap: Snapshot, *, skip: Iterable[int] = ()) -> None:
+    """Remember the open tasks but ``skip`` (cards of another project's tasks: one write,
+    only when the set changed)."""
+    now_ids = sorted(({v.id for v in snap.views} | {r.id for r in snap.dead_rows}) - set(skip))
     if set(now_ids) == snap.watched():
         return
     fab.board.save_project_meta({META_WATCH: json.dumps(now_ids)})

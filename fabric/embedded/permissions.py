@@ -70,6 +70,7 @@ _MEMBER_WRITES = frozenset(
         "removeTask",
         "moveTaskPosition",
         "moveTaskToProject",
+        "duplicateTaskToProject",
         "createTask",
         "updateTask",
         "setTaskTags",
@@ -369,6 +370,7 @@ _SPECIAL: dict[str, _Special] = {
     "getAllTags": _all_tags,
     "setTaskTags": _set_tags,
     "moveTaskToProject": _to_project,
+    "duplicateTaskToProject": _to_project,
 }
 
 __all__ = ["Forbidden", "Permit", "SignedIn", "check", "has_rule", "required_role"]

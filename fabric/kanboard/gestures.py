@@ -1,9 +1,12 @@
 """What a person's gestures in Kanboard's UI mean: one table, and everything made from it.
 
 Each :class:`Rule` says which cards it is for (the record's state; whether the card
-waits on a person; whether it is an approval), which gesture it answers (a close, a
-move to a column, a move to another lane, a card made with "+") and what the fabric does.
-The keeper dispatches on it (each rule names its handler, :mod:`keeper.gestures`), a card
+waits on a person; whether it is an approval; whether it is the fabric's own), which
+gesture it answers (a close, a move to a column, a move to another lane, a card made with
+"+", an edit, a reassign, a duplicate, a move to another project) and what the fabric
+does. The keeper dispatches on it (each rule names its handler: :mod:`keeper.gestures`
+for moves and closes, :mod:`keeper.edits` for edits, :mod:`keeper.handmade` for new
+cards and copies), a card
 offers the rules that answer it (:mod:`fabric.kanboard.cardtext`), the comment on a card
 put back lists them, and the README's and ``docs/POLICY.md``'s gesture tables are its
 :func:`markdown` (a test keeps both in sync, as the settings and exit codes are kept).
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from fabric.kanboard.layout import Column
-from fabric.task import State
+from fabric.task import GATE_ACTOR, KEEPER_ACTOR, PROMOTE_ACTOR, TERMINAL, Record, State, TaskSpec
 
 
 class Trigger(StrEnum):
@@ -28,6 +31,12 @@ class Trigger(StrEnum):
     TO_LANE = "to another lane"  # Queued, in another agent's (or person's) swimlane
     NEW_CARD = "new card"  # made with "+" (keeper.handmade)
     OTHER = "other"  # anything else
+    # Edits (keeper.edits): what a person changed in "Edit the task" or the card's menu.
+    EDIT_TERMS = "priority or due date"
+    EDIT_TEXT = "title, description or reference"
+    REASSIGN = "assignee"
+    DUPLICATE = "duplicate"  # the card's "Duplicate" (keeper.handmade)
+    TO_PROJECT = "to another project"  # "Move to another project"
 
 
 # The column a card was dragged to, as a gesture.
@@ -51,6 +60,7 @@ class Rule:
     states: frozenset[State] = frozenset()  # the record's states it is for (empty: any)
     waiting: bool | None = None  # the card waits on a person (None: either)
     approval: bool | None = None  # the card is an approval (a taint gate, a promotion)
+    own: bool | None = None  # the fabric's own card (a gate, a promotion, a decision, a digest)
     offer: str = ""  # the line a card that it answers shows ("" : none)
     help: str = ""  # the clause in the comment on a card put back ("" : none)
     cli: str = ""  # the same gesture from a shell, {id} for the task ("" : none)
@@ -59,11 +69,12 @@ class Rule:
     def triggers(self) -> frozenset[Trigger]:
         return self.trigger if isinstance(self.trigger, frozenset) else frozenset({self.trigger})
 
-    def applies(self, state: State, *, waiting: bool, approval: bool) -> bool:
+    def applies(self, state: State, *, waiting: bool, approval: bool, own: bool = False) -> bool:
         return (
             (not self.states or state in self.states)
             and (self.waiting is None or self.waiting == waiting)
             and (self.approval is None or self.approval == approval)
+            and (self.own is None or self.own == own)
         )
 
 
@@ -72,6 +83,9 @@ _ASKING = frozenset({State.INPUT_REQUIRED})
 _QUEUED = frozenset({State.QUEUED})
 _DONE = frozenset({State.DONE})
 _DEAD = frozenset({State.DEAD})
+_CLOSED = TERMINAL
+_OPEN = frozenset(State) - TERMINAL
+_EDITS = frozenset({Trigger.EDIT_TERMS, Trigger.EDIT_TEXT, Trigger.REASSIGN})
 
 GESTURES: tuple[Rule, ...] = (
     Rule(
@@ -239,6 +253,68 @@ GESTURES: tuple[Rule, ...] = (
         "one comment saying where to make it",
     ),
     Rule(
+        "duplicate",
+        Trigger.DUPLICATE,
+        "any task but the fabric's own",
+        "**Duplicate** it",
+        'submits the same work again as you (routing and policy apply, as for a card made with "+"; '
+        "a deadline that has passed is dropped); the copy is closed, naming the new task",
+        own=False,
+    ),
+    Rule(
+        "duplicate",
+        Trigger.DUPLICATE,
+        "a gate, a promotion, a decision or a digest",
+        "**Duplicate** it",
+        "closes the copy, with one comment: the fabric's own cards are not work to do again",
+        own=True,
+    ),
+    Rule(
+        "edit_closed",
+        _EDITS,
+        "closed (verified, canceled or dropped)",
+        "edit it (**Edit the task**), or change its assignee",
+        "puts it back, with one comment: a closed task does not change (to do it again, **Duplicate** it)",
+        states=_CLOSED,
+    ),
+    Rule(
+        "amend",
+        Trigger.EDIT_TERMS,
+        "open, and yours: waiting on you, or work done for you (you verify it), or you are their deputy",
+        "change its priority or due date (**Edit the task**)",
+        "sets the task's priority or deadline, as you, with one comment; anyone else's change, or "
+        "a due date that has passed, is put back with one comment saying who may, or what to give",
+        states=_OPEN,
+    ),
+    Rule(
+        "restore_text",
+        Trigger.EDIT_TEXT,
+        "open",
+        "edit its title, description or reference (**Edit the task**)",
+        "puts them back (a card's text is drawn from its task; agents never read it), with one "
+        "comment quoting what you wrote and what to do instead: the card's own gestures (an answer "
+        'is a comment), or, for other work, close it and make a new card with "+"',
+        states=_OPEN,
+    ),
+    Rule(
+        "restore_assignee",
+        Trigger.REASSIGN,
+        "open",
+        "change its assignee (**Assign to me**, or the assignee in **Edit the task**)",
+        "puts the assignee back (a card is assigned to the person it waits on: it stays in their "
+        "**My tasks**), with one comment saying who may answer it, and how to give it to someone "
+        "(drag it to their lane)",
+        states=_OPEN,
+    ),
+    Rule(
+        "bring_back",
+        Trigger.TO_PROJECT,
+        "any task",
+        "**Move to another project**",
+        "moves it back where its state says (closed again if it was), with one comment: to give it "
+        "to someone, drag it to their lane; to keep a copy, **Duplicate to another project**",
+    ),
+    Rule(
         "put_back",
         Trigger.OTHER,
         "anything else",
@@ -248,10 +324,22 @@ GESTURES: tuple[Rule, ...] = (
 )
 
 
-def match(trigger: Trigger, state: State, *, waiting: bool, approval: bool) -> Rule | None:
+#: The actors of the fabric's own cards: an approval (a taint gate, a promotion), a decision
+#: or a digest (the keeper's).
+APPROVAL_ACTORS = frozenset({GATE_ACTOR, PROMOTE_ACTOR})
+OWN_ACTORS = APPROVAL_ACTORS | {KEEPER_ACTOR}
+
+
+def card_kind(rec: Record, spec: TaskSpec) -> tuple[bool, bool, bool]:
+    """(waits on a person, is an approval, is the fabric's own): what picks a card's rules."""
+    waiting = rec.state == State.QUEUED and bool(rec.assignee)
+    return waiting, spec.actor in APPROVAL_ACTORS, spec.actor in OWN_ACTORS
+
+
+def match(trigger: Trigger, state: State, *, waiting: bool, approval: bool, own: bool = False) -> Rule | None:
     """The first rule for this gesture on this card (None: it means nothing)."""
     for rule in GESTURES:
-        if trigger in rule.triggers and rule.applies(state, waiting=waiting, approval=approval):
+        if trigger in rule.triggers and rule.applies(state, waiting=waiting, approval=approval, own=own):
             return rule
     return None
 
@@ -292,11 +380,14 @@ def markdown() -> str:
 
 
 __all__ = [
+    "APPROVAL_ACTORS",
     "CLOSE",
     "GESTURES",
     "MOVED_TO",
+    "OWN_ACTORS",
     "Rule",
     "Trigger",
+    "card_kind",
     "commands",
     "help_text",
     "markdown",

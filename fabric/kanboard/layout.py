@@ -83,6 +83,12 @@ META_NOTIFIED = "fabric.notified"  # the epoch whose inbox notice was sent
 # own batch (a re-sent or repaired move): with the record's time, it tells the fabric's
 # moves from a person's.
 META_PROJECTED = "fabric.projected"
+# The priority and deadline a person set on the card, attributed (fabric.task.Terms, JSON):
+# they override the spec's (keeper/edits.py).
+META_TERMS = "fabric.terms"
+# The newest activity row of a person's edit of this card the keeper has handled (its id):
+# each edit is handled once, across restarts (keeper/edits.py).
+META_EDITED = "fabric.edited"
 # The keeper told the person who made this card by hand where to make it instead (once).
 META_HINTED = "fabric.hinted"
 # The keeper's retain of the result into a Hindsight bank (a card's memory.retain): JSON

@@ -59,6 +59,7 @@ class BoardTask:
     title: str = ""
     description: str = ""
     reference: str = ""  # the idempotency key (fabric.kanboard.layout)
+    project_id: int = 0  # 0 where the row does not say (a search's rows are its project's)
     priority: int = 0
     color: str = ""
     column_id: int = 0
@@ -85,6 +86,7 @@ class BoardTask:
             title=as_text(g("title")),
             description=as_text(g("description")),
             reference=as_text(g("reference")),
+            project_id=as_int(g("project_id")),
             priority=as_int(g("priority")),
             color=as_text(g("color_id")),
             column_id=as_int(g("column_id")),
@@ -179,6 +181,20 @@ ACTIVITY_KINDS = {
     "task.open": "open",
     "task.create": "create",
     "comment.create": "comment",
+    "task.update": "edit",
+    "task.assignee_change": "edit",
+    "task.move.project": "arrive",  # recorded in the project the card was moved to
+}
+
+# What a person may edit on a card, by Kanboard's field name in an edit's ``changes``: the
+# typed row's attribute that holds it, and how its value reads.
+EDIT_FIELDS: dict[str, tuple[str, Any]] = {
+    "title": ("title", as_text),
+    "description": ("description", as_text),
+    "priority": ("priority", as_int),
+    "date_due": ("due_at", as_int),
+    "owner_id": ("owner_id", as_int),
+    "reference": ("reference", as_text),
 }
 
 
@@ -187,7 +203,10 @@ class BoardActivity:
     """One row of a project's activity: what a signed-in user did to a task, and when.
 
     Kanboard writes one only for a signed-in user (its web UI, user-auth JSON-RPC), never
-    for the application token. ``kind`` is move, close, open, create, comment or other.
+    for the application token. ``kind`` is move, close, open, create, comment, edit (a
+    title, description, priority, due date or assignee changed: ``edited`` holds the new
+    values, by :class:`BoardTask` attribute), arrive (moved here from another project) or
+    other.
     """
 
     id: int
@@ -198,6 +217,7 @@ class BoardActivity:
     at: int = 0
     column_id: int = 0  # where the card was after the event
     swimlane_id: int = 0
+    edited: Mapping[str, Any] = field(default_factory=dict)  # row attribute -> its new value
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -205,6 +225,10 @@ class BoardActivity:
         g = row.get
         found = g("task")
         task: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        # An empty PHP array is a JSON list: no changes.
+        found_changes = g("changes")
+        changes: Mapping[str, Any] = found_changes if isinstance(found_changes, Mapping) else {}
+        edited = {attr: read(changes[name]) for name, (attr, read) in EDIT_FIELDS.items() if name in changes}
         return cls(
             id=as_int(g("id")),
             kind=ACTIVITY_KINDS.get(as_text(g("event_name")), "other"),
@@ -214,6 +238,7 @@ class BoardActivity:
             at=as_int(g("date_creation")),
             column_id=as_int(task.get("column_id")),
             swimlane_id=as_int(task.get("swimlane_id")),
+            edited=edited,
             raw=dict(row),
         )
 

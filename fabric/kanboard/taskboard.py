@@ -224,27 +224,37 @@ class TaskBoard:
         return [v.id for v in stale]
 
     def _redraw_call(self, view: TaskView, result_url: str | None) -> Call:
+        return Call("updateTask", {"id": view.id, "description": self.drawing(view, result_url)})
+
+    def drawing(self, view: TaskView, result_url: str | None, record: Record | None = None) -> str:
+        """The description the fabric draws for ``view`` as ``record`` (default: its current
+        one) shows it, with the spec as ``view`` carries it (a person's terms included)."""
         assert view.spec is not None and view.uid is not None
         first = view.records.get(0)
-        text = self.describe(
+        return self.describe(
             view.spec,
             view.uid,
             assignee=first.assignee if first else None,
-            record=view.current,
+            record=view.current if record is None else record,
             result_url=result_url,
         )
-        return Call("updateTask", {"id": view.id, "description": text})
 
-    def _result_urls(self, views: Sequence[TaskView]) -> dict[int, str]:
+    def result_urls(self, views: Sequence[TaskView]) -> dict[int, str]:
+        """The viewer links of the views' results, found from their attachments (never
+        from what a card's text says: a person may have written it)."""
+        return self._result_urls(views, keep=False)
+
+    def _result_urls(self, views: Sequence[TaskView], *, keep: bool = True) -> dict[int, str]:
         """The viewer links of the views' results attached to their own tasks (one round
-        trip, none when there is nothing to link)."""
+        trip, none when there is nothing to link); ``keep``: the link a card already gives,
+        when it gives one (not for a description a person wrote)."""
         urls: dict[int, str] = {}
         wanted: dict[int, str] = {}  # task id -> the attachment whose file id is needed
         for v in views:
             ref = v.current.result_ref if v.current else None
             if not ref or self.links is None:
                 continue
-            if kept := result_link_in(v.task.description, ref):
+            if keep and (kept := result_link_in(v.task.description, ref)):
                 urls[v.id] = kept
             elif (name := result_file(ref, v.id)) is not None:
                 wanted[v.id] = name
@@ -492,6 +502,12 @@ class TaskBoard:
                 return holder == nonce
             backoff(attempt)
         return False
+
+    def owns(self, view: TaskView) -> bool:
+        """Whether ``view`` is a task of this board's project, wherever its card is now: its
+        uid is bound here (the ``<uid>/e0`` tag of this locks project names it). Reads
+        every lock tag: only for a card seen in another project."""
+        return view.uid is not None and self._lock_holder(epoch_lock(view.uid, 0)) == f"t{view.id}"
 
     def read_and_lock(self, row: BoardTask | int, uid: str, epoch: int) -> tuple[TaskView, bool]:
         """Read a task's records (and its row, given only its id), then try to win epoch

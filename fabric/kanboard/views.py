@@ -19,12 +19,13 @@ from fabric.kanboard.layout import (
     META_PARK_PREFIX,
     META_PROJECTED,
     META_SPEC,
+    META_TERMS,
     META_UID,
     Column,
     record_epoch,
 )
 from fabric.kanboard.rows import BoardTask, meta_map
-from fabric.task import Record, TaskSpec
+from fabric.task import Record, TaskSpec, Terms
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,10 @@ class GapNote:
 
 @dataclass
 class TaskView:
-    """One task as read from the board: its typed row (``task``), spec and per-epoch records."""
+    """One task as read from the board: its typed row (``task``), spec and per-epoch records.
+
+    ``spec`` carries the priority and deadline a person set on the card (``terms``), if
+    any; :attr:`submitted` is the spec as it was submitted."""
 
     id: int
     task: BoardTask
@@ -123,6 +127,13 @@ class TaskView:
     meta: dict[str, str]
     read_at: float
     problems: list[str] = field(default_factory=list)
+    terms: Terms | None = None
+    as_submitted: TaskSpec | None = None  # set when terms changed the spec
+
+    @property
+    def submitted(self) -> TaskSpec | None:
+        """The spec as submitted: what an idempotent submit compares with."""
+        return self.as_submitted or self.spec
 
     @property
     def row(self) -> Mapping[str, Any]:
@@ -189,6 +200,12 @@ def parse_view(
             spec = TaskSpec.from_meta(values[META_SPEC])
         except ValueError as exc:
             problems.append(f"{META_SPEC}: unreadable ({_short(exc)})")
+    terms: Terms | None = None
+    if values.get(META_TERMS):
+        try:
+            terms = Terms.from_meta(values[META_TERMS])
+        except (ValidationError, ValueError) as exc:
+            problems.append(f"{META_TERMS}: unreadable ({_short(exc)})")
     records: dict[int, Record] = {}
     for key, value in values.items():
         epoch = record_epoch(key)
@@ -203,15 +220,18 @@ def parse_view(
             problems.append(f"{key}: record says epoch {rec.epoch}")
             continue
         records[epoch] = rec
+    amended = terms.apply(spec) if terms is not None and spec is not None else None
     return TaskView(
         id=task_id,
         task=row if isinstance(row, BoardTask) else BoardTask.parse(row or {}),
         uid=values.get(META_UID) or None,
-        spec=spec,
+        spec=amended or spec,
         records=records,
         meta=values,
         read_at=read_at,
         problems=problems,
+        terms=terms,
+        as_submitted=spec if amended is not None else None,
     )
 
 

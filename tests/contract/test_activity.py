@@ -156,3 +156,115 @@ def test_a_person_comments_only_as_themselves(board: Board) -> None:
     tid = project.task("a card")
     assert me.call("createComment", {"task_id": tid, "user_id": other, "content": "as someone else"}) is False
     assert me.call("createComment", {"task_id": tid, "user_id": uid, "content": "as me"})
+
+
+def test_a_persons_edit_records_task_update_with_what_changed(board: Board) -> None:
+    project = make_project(board, "g_edit")
+    uid, name, me = person(board, project)
+    tid = project.task("as made", priority=1)
+    edit = {"id": tid, "title": "as edited", "priority": 3, "date_due": "2031-02-03 10:20"}
+    assert me.call("updateTask", edit)
+    [row] = activity(board, project)
+    assert (row["event_name"], row["creator_id"], row["author_username"]) == ("task.update", uid, name)
+    assert set(row) == ROW_KEYS | {"changes"} and set(row["task"]) == TASK_KEYS
+    due = board.call("getTask", {"task_id": tid})["date_due"]
+    assert row["changes"] == {"title": "as edited", "priority": 3, "date_due": int(due)}
+    assert row["task"]["title"] == "as edited"
+    assert row["event_title"] == f"G Person updated the task #{tid}"
+    assert me.call("updateTask", {"id": tid, "title": "as edited", "priority": 3}), "nothing changes"
+    assert len(activity(board, project)) == 1, "an update that changes nothing records nothing"
+
+
+def test_a_persons_reassign_records_task_assignee_change(board: Board) -> None:
+    project = make_project(board, "g_assign")
+    uid, _, me = person(board, project)
+    tid = project.task("to assign")
+    assert me.call("updateTask", {"id": tid, "owner_id": uid})
+    assert me.call("updateTask", {"id": tid, "owner_id": 0})
+    unassigned, assigned = activity(board, project)
+    assert [assigned["event_name"], unassigned["event_name"]] == ["task.assignee_change"] * 2
+    assert assigned["changes"] == {"owner_id": uid} and unassigned["changes"] == {"owner_id": 0}
+    assert assigned["event_title"] == f"G Person changed the assignee of the task #{tid} to G Person"
+    assert unassigned["event_title"] == f"G Person removed the assignee of the task #{tid}"
+    # The assignee and anything else at once is an update, not an assignee change.
+    assert me.call("updateTask", {"id": tid, "owner_id": uid, "title": "and renamed"})
+    assert activity(board, project)[0]["event_name"] == "task.update"
+    # Someone who is not a member cannot be given the card: nothing happens.
+    stranger = board.call("createUser", {"username": board.unique("g_x"), "password": PASSWORD})
+    assert me.call("updateTask", {"id": tid, "owner_id": stranger}) is False
+    assert len(activity(board, project)) == 3
+    assert int(board.call("getTask", {"task_id": tid})["owner_id"]) == uid
+
+
+def test_a_move_to_another_project_keeps_the_task_and_records_it_there(board: Board) -> None:
+    home, away = make_project(board, "g_from"), make_project(board, "g_to")
+    uid, _, me = person(board, home)
+    assert board.call("addProjectUser", {"project_id": away.id, "user_id": uid, "role": "project-member"})
+    second = list(home.columns)[1]
+    tid = home.task("to move away", column_id=home.column(second), priority=2)
+    assert board.call("saveTaskMetadata", {"task_id": tid, "values": {"k": "v"}})
+    assert board.call("createComment", {"task_id": tid, "user_id": 0, "content": "a note"})
+    assert board.call("closeTask", {"task_id": tid})
+    assert me.call("moveTaskToProject", {"task_id": tid, "project_id": away.id}) is True
+    task = board.call("getTask", {"task_id": tid})
+    assert int(task["project_id"]) == away.id and task["is_active"] == board.flag(1), "moved and reopened"
+    assert int(task["column_id"]) == away.column(second), "the column of the same title"
+    assert int(task["swimlane_id"]) == away.swimlane_id and int(task["priority"]) == 2
+    assert board.call("getTaskMetadata", {"task_id": tid}) == {"k": "v"}, "its metadata goes with it"
+    assert [c["comment"] for c in board.call("getAllComments", {"task_id": tid})] == ["a note"]
+    [row] = activity(board, away)
+    assert (row["event_name"], row["creator_id"], row["task_id"]) == ("task.move.project", uid, tid)
+    assert row["changes"] in ([], {})
+    assert row["event_title"] == f'G Person moved the task #{tid} "to move away" to the project "{away.name}"'
+    assert activity(board, home) == [], "nothing is recorded where it came from"
+    # Back, with the application token: true, and no row anywhere.
+    first = next(iter(home.columns))
+    assert board.call(
+        "moveTaskToProject",
+        {
+            "task_id": tid,
+            "project_id": home.id,
+            "column_id": home.column(first),
+            "swimlane_id": home.swimlane_id,
+        },
+    )
+    task = board.call("getTask", {"task_id": tid})
+    assert (int(task["project_id"]), int(task["column_id"])) == (home.id, home.column(first))
+    assert len(activity(board, away)) == 1 and activity(board, home) == []
+
+
+def test_a_duplicate_copies_the_card_but_not_its_metadata_and_records_its_creation(board: Board) -> None:
+    project = make_project(board, "g_dup")
+    uid, name, me = person(board, project)
+    second = list(project.columns)[1]
+    tid = project.task(
+        "the original",
+        description="what to do",
+        reference="rcpt:0123",
+        priority=2,
+        date_due="2031-02-03 10:20",
+        column_id=project.column(second),
+        owner_id=uid,
+    )
+    assert board.call("saveTaskMetadata", {"task_id": tid, "values": {"k": "v"}})
+    assert board.call("createComment", {"task_id": tid, "user_id": 0, "content": "a note"})
+    copy = me.call("duplicateTaskToProject", {"task_id": tid, "project_id": project.id})
+    assert isinstance(copy, int) and copy > tid
+    old, new = (board.call("getTask", {"task_id": t}) for t in (tid, copy))
+    copied = (
+        "title",
+        "description",
+        "reference",
+        "priority",
+        "date_due",
+        "column_id",
+        "swimlane_id",
+        "owner_id",
+    )
+    for key in copied:
+        assert new[key] == old[key], key
+    assert int(new["creator_id"]) == uid and int(old["creator_id"]) == 0
+    assert board.call("getTaskMetadata", {"task_id": copy}) == {}
+    assert board.call("getAllComments", {"task_id": copy}) == []
+    rows = [r for r in activity(board, project) if r["event_name"] == "task.create"]
+    assert [(r["task_id"], r["creator_id"], r["author_username"]) for r in rows] == [(copy, uid, name)]

@@ -43,6 +43,17 @@ class Recorder:
         self.pokes += 1
 
 
+class Capture(HookServer):
+    """A receiver that keeps every payload it is sent, in ``seen``."""
+
+    def __init__(self, seen: list[dict[str, Any]]) -> None:
+        super().__init__(lambda: None, token=TOKEN)
+        self.seen = seen
+
+    def received(self, payload: Any) -> None:
+        self.seen.append(payload)
+
+
 def person(fab: Fabric, board: EmbeddedBoard, name: str) -> KanboardClient:
     """A project member signed in with a password: the board as Kanboard's UI shows it to them."""
     uid = fab.port.call("createUser", {"username": name, "password": PASSWORD, "name": name.title()})
@@ -130,12 +141,7 @@ def test_the_embedded_board_posts_what_kanboard_posts(
     http_fabric: Fabric, embedded_board: EmbeddedBoard
 ) -> None:
     seen: list[dict[str, Any]] = []
-
-    class Capture(HookServer):
-        def received(self, payload: Any) -> None:
-            seen.append(payload)
-
-    with Capture(lambda: None, token=TOKEN) as hook:
+    with Capture(seen) as hook:
         # A URL with a query already: Kanboard appends "&token=", and the receiver checks it.
         embedded_board.set_webhook(hook.url + "hook?x=1", TOKEN)
         g = person(http_fabric, embedded_board, "g_poster")
@@ -241,3 +247,56 @@ def test_a_forward_to_a_home_keeper_that_is_gone_pokes_the_main_keeper() -> None
         assert requests.post(hook.url + "?token=" + TOKEN, json=body, timeout=5).status_code == 200
         wait_until(lambda: pokes.pokes == 1, timeout=10, what="the main keeper poked instead")
         assert hook.forwarded == 0
+
+
+def test_a_persons_edit_is_put_back_at_once(
+    http_fabric: Fabric, embedded_board: EmbeddedBoard, keeper_with_hook: tuple[Keeper, HookServer]
+) -> None:
+    """An edit fires task.update with what changed; the receiver pokes, the keeper acts."""
+    fab = http_fabric
+    _, hook = keeper_with_hook
+    tid = fab.submit("summarise the week", target="kimi", actor="alvis").task_id
+    drawn = fab.board.read(tid).task.title
+    g = person(fab, embedded_board, "g_editor")
+    assert g.call("updateTask", {"id": tid, "title": "summarise the year"})
+    wait_until(lambda: fab.board.read(tid).task.title == drawn, timeout=30, what="the title put back")
+    assert hook.events >= 1
+    lines = [c.text for c in fab.board.comments(tid) if c.user_id == 0 and "summarise the year" in c.text]
+    assert len(lines) == 1 and lines[0].startswith("g_editor changed its title")
+
+
+def test_the_embedded_board_posts_an_edit_with_what_changed(
+    http_fabric: Fabric, embedded_board: EmbeddedBoard
+) -> None:
+    seen: list[dict[str, Any]] = []
+    with Capture(seen) as hook:
+        embedded_board.set_webhook(hook.url, TOKEN)
+        g = person(http_fabric, embedded_board, "g_changer")
+        tid = http_fabric.submit("a card to edit", target="kimi").task_id
+        assert g.call("updateTask", {"id": tid, "priority": 3})
+        me = g.call("getMe")["id"]
+        assert g.call("updateTask", {"id": tid, "owner_id": me})
+    mine = [p for p in seen if p["event_author"] == "g_changer"]
+    assert [p["event_name"] for p in mine] == ["task.update", "task.assignee_change"]
+    assert mine[0]["event_data"]["changes"] == {"priority": 3}
+    assert mine[1]["event_data"]["changes"] == {"owner_id": me}
+    assert mine[1]["event_data"]["task"]["assignee_username"] == "g_changer"
+
+
+def test_a_move_to_another_project_pokes_the_main_keeper_and_names_the_card() -> None:
+    """The event names the project the card landed in; a home's keeper is told (forwarded),
+    and so is the main keeper, which may be the one whose card left."""
+    pokes, moved = Recorder(), list[int]()
+    with HookServer(pokes, token=TOKEN, route=lambda payload: True, moved=moved.append) as hook:
+        body = {
+            "event_name": "task.move.project",
+            "event_data": {"task_id": 42, "task": {"id": 42, "project_id": 7}, "changes": []},
+            "event_author": "alvis",
+        }
+        assert requests.post(hook.url + "?token=" + TOKEN, json=body, timeout=5).status_code == 200
+        wait_until(lambda: pokes.pokes == 1, timeout=10, what="the main keeper poked")
+        assert moved == [42] and hook.forwarded == 1
+        close = dict(body, event_name="task.close")
+        assert requests.post(hook.url + "?token=" + TOKEN, json=close, timeout=5).status_code == 200
+        wait_until(lambda: hook.forwarded == 2, timeout=10, what="the close forwarded")
+        assert pokes.pokes == 1 and moved == [42], "any other forwarded event pokes only its home"

@@ -135,6 +135,7 @@ def _hook(keeper: Keeper, config: KeeperConfig, settings: Settings, *, home: str
         route=route,
         openclaw=None if home else keeper.openclaw_run,
         openclaw_token="" if home else config.openclaw_token,
+        moved=keeper.note_moved,
     ).start()
     if home:
         keeper.hook_url = hook.url

@@ -1,7 +1,8 @@
 """Kanboard's project activity and its webhook, as the embedded board writes them.
 
-Kanboard turns each task event (create, close, open, a move, a comment) into two things,
-both inside the request that caused it:
+Kanboard turns each task event (create, update, assignee change, close, open, a move, a
+move to another project, a comment, a file) into two things, both inside the request that
+caused it:
 
 * a ``project_activities`` row, only when a *user* is signed in (user-auth JSON-RPC or
   the web UI; never for the application token), with that user as ``creator_id`` and the
@@ -48,6 +49,9 @@ _TITLES = {
     ),
     "task.move.swimlane": '{author} moved the task #{id} to the swimlane "{swimlane_name}"',
     "comment.create": "{author} commented on the task #{id}",
+    "task.update": "{author} updated the task #{id}",
+    "task.move.project": '{author} moved the task #{id} "{title}" to the project "{project_name}"',
+    "task.file.create": "{author} attached a file to the task #{id}",
 }
 
 
@@ -148,6 +152,56 @@ def move_events(api: Board, db: sqlite3.Connection, before: dict[str, Any], posi
     return [e for e in (record(api, db, n, int(before["id"]), extra) for n in names) if e is not None]
 
 
+def update_events(
+    api: Board, db: sqlite3.Connection, before: dict[str, Any], values: dict[str, Any]
+) -> list[TaskEvent]:
+    """TaskModificationModel::fireEvents, after ``before`` was updated with ``values``.
+
+    The changes are the values that differ from the task before (PHP's
+    ``array_diff_assoc``: compared as strings), less ``date_modification``. Only the
+    assignee changed: ``task.assignee_change``; anything else changed: ``task.update``
+    (Kanboard's ``task.create_update`` reaches no webhook and no activity); nothing
+    changed: no event.
+    """
+    changes = {
+        k: v
+        for k, v in values.items()
+        if k != "date_modification" and php.as_text(v) != php.as_text(before.get(k))
+    }
+    if not changes:
+        return []
+    assignee_only = "owner_id" in changes and len(changes) == 1
+    name = "task.assignee_change" if assignee_only else "task.update"
+    event = record(api, db, name, int(before["id"]), {"changes": changes})
+    return [] if event is None else [event]
+
+
+def project_move_event(
+    api: Board, db: sqlite3.Connection, task_id: int, values: dict[str, Any]
+) -> TaskEvent | None:
+    """TaskProjectMoveModel's ``task.move.project``: its changes are the values that differ
+    from the task as it is *after* the move (TaskEventBuilder compares with the task it
+    reads then), so usually none: Kanboard's empty PHP array, a JSON ``[]``. The row and
+    the event belong to the project the task is in now."""
+    after = task_details(api, db, task_id) or {}
+    changes = {k: v for k, v in values.items() if php.as_text(v) != php.as_text(after.get(k))}
+    return record(api, db, "task.move.project", task_id, {"changes": changes or []})
+
+
+def file_event(api: Board, db: sqlite3.Connection, file_id: int) -> TaskEvent | None:
+    """TaskFileEventBuilder: the file row and its task (no ``task_id`` of its own)."""
+    row = db.execute(
+        "SELECT id, name, path, is_image, task_id, date, user_id, size FROM task_has_files WHERE id = ?",
+        (file_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    event = record(api, db, "task.file.create", int(row["task_id"]), {"file": dict(row)})
+    if event is not None:
+        event.data.pop("task_id")
+    return event
+
+
 def comment_event(api: Board, db: sqlite3.Connection, comment_id: int) -> TaskEvent | None:
     """CommentEventBuilder: the comment joined with its author (none without one), and its task."""
     row = db.execute(
@@ -195,6 +249,12 @@ def configure_webhook(api: Board, url: str, token: str) -> None:
 
 def _title(event: dict[str, Any]) -> str:
     task = event.get("task") or {}
+    if event["event_name"] == "task.assignee_change":
+        # TaskEventBuilder::buildTitleWithAuthor: the assignee's name, else their username.
+        assignee = task.get("assignee_name") or task.get("assignee_username")
+        if assignee:
+            return f"{event['author']} changed the assignee of the task #{event['task_id']} to {assignee}"
+        return f"{event['author']} removed the assignee of the task #{event['task_id']}"
     fmt = _TITLES.get(str(event["event_name"]), "")
     return fmt.format(author=event["author"], **{**task, "id": event["task_id"]}) if fmt else ""
 

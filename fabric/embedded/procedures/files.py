@@ -8,6 +8,7 @@ import sqlite3
 from typing import Any
 
 from fabric.embedded import php
+from fabric.embedded.procedures.activity import caller, deliver, file_event
 from fabric.embedded.procedures.base import Board, procedure, task_row
 
 _IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a")
@@ -38,7 +39,7 @@ def createTaskFile(api: Board, project_id: Any, task_id: Any, filename: Any, blo
             # Kanboard's thumbnailer dies on an image name with non-image bytes.
             raise php.Fatal("not an image")
         digest = hashlib.sha1(f"{name}{now}".encode()).hexdigest()
-        return api.insert(
+        file_id = api.insert(
             db,
             "task_has_files",
             {
@@ -47,11 +48,14 @@ def createTaskFile(api: Board, project_id: Any, task_id: Any, filename: Any, blo
                 "is_image": is_image,
                 "task_id": task["id"],
                 "date": now,
-                "user_id": 0,
+                "user_id": caller(),  # FileModel::create: the signed-in user, else 0
                 "size": len(data),
                 "blob": data,
             },
         )
+        event = file_event(api, db, file_id)
+    deliver(api, [event])
+    return file_id
 
 
 @procedure

@@ -29,23 +29,30 @@ def _tag_taken(api: Board, db: sqlite3.Connection, project_id: int, name: str, b
     )
 
 
-def _find_or_create_tag(api: Board, db: sqlite3.Connection, project_id: int, name: str) -> int | None:
-    # Kanboard resolves a name with ILIKE (wildcards live; SQLite folds ASCII only,
-    # PostgreSQL all of Unicode, MySQL accents too), preferring a global tag (project 0);
-    # a name not found is created.
+def tag_by_name(api: Board, db: sqlite3.Connection, project_id: int, name: str) -> int | None:
+    """TagModel::getIdByName: ILIKE (wildcards live; SQLite folds ASCII only, PostgreSQL all
+    of Unicode, MySQL accents too), a global tag (project 0) first."""
     row = db.execute(
         f"SELECT id FROM tags WHERE project_id IN (0, ?) AND {fl.like_sql(api.flavour, 'name')}"
         " ORDER BY project_id, id LIMIT 1",
         (project_id, name),
     ).fetchone()
-    if row is not None:
-        return int(row[0])
+    return None if row is None else int(row[0])
+
+
+def find_or_create_tag(
+    api: Board, db: sqlite3.Connection, project_id: int, name: str, color_id: Any = None
+) -> int | None:
+    """The tag ``name`` of a project (:func:`tag_by_name`), created when not found."""
+    found = tag_by_name(api, db, project_id, name)
+    if found is not None:
+        return found
     name = api.fit("tags", "name", name)
     if _tag_taken(api, db, project_id, name):
         api.refused(db, "tags")
         return None
     try:
-        return api.insert(db, "tags", {"name": name, "project_id": project_id})
+        return api.insert(db, "tags", {"name": name, "project_id": project_id, "color_id": color_id})
     except sqlite3.IntegrityError:
         return None
 
@@ -65,7 +72,7 @@ def save_tags(api: Board, db: sqlite3.Connection, project_id: int, task_id: int,
         )
     }
     for name in names:
-        tag_id = _find_or_create_tag(api, db, project_id, name)
+        tag_id = find_or_create_tag(api, db, project_id, name)
         if tag_id is not None and tag_id not in current:
             db.execute(
                 "INSERT OR IGNORE INTO task_has_tags (task_id, tag_id) VALUES (?, ?)", (task_id, tag_id)

@@ -8,10 +8,19 @@ from typing import Any
 from fabric.embedded import flavour as fl
 from fabric.embedded import php
 from fabric.embedded.flavour import SqlError
-from fabric.embedded.procedures.activity import caller, deliver, move_events, record
+from fabric.embedded.procedures.activity import (
+    TaskEvent,
+    caller,
+    deliver,
+    file_event,
+    move_events,
+    project_move_event,
+    record,
+    update_events,
+)
 from fabric.embedded.procedures.app import COLORS
-from fabric.embedded.procedures.base import Board, procedure, row_dict, task_row
-from fabric.embedded.procedures.tags import save_tags, tag_list
+from fabric.embedded.procedures.base import Board, procedure, project_row, row_dict, task_row
+from fabric.embedded.procedures.tags import find_or_create_tag, save_tags, tag_list
 from fabric.embedded.procedures.users import assignable
 from fabric.embedded.search import build_where
 from fabric.kanboard.dates import BadDate, parse_input_date
@@ -270,7 +279,9 @@ def updateTask(
             stored["color_id"] = api.fit("tasks", "color_id", stored["color_id"])
         cols = ", ".join(f"{k} = ?" for k in stored)
         db.execute(f"UPDATE tasks SET {cols} WHERE id = ?", (*stored.values(), task["id"]))
-        return True
+        events = update_events(api, db, task, values)
+    deliver(api, list(events))
+    return True
 
 
 @procedure
@@ -374,6 +385,76 @@ def _move_across(
     return ok
 
 
+def _allowed(db: sqlite3.Connection, project_id: int, user_id: int) -> bool:
+    """ProjectPermissionModel::isUserAllowed: a signed-in admin may give anyone anything;
+    else an active user with a role in the project."""
+    me = db.execute("SELECT role FROM users WHERE id = ?", (caller(),)).fetchone()
+    if me is not None and me[0] == "app-admin":
+        return True
+    user = db.execute("SELECT is_active FROM users WHERE id = ?", (user_id,)).fetchone()
+    role = db.execute(
+        "SELECT role FROM project_has_users WHERE project_id = ? AND user_id = ?", (project_id, user_id)
+    ).fetchone()
+    return user is not None and user[0] == 1 and role is not None and bool(role[0])
+
+
+def _named_id(api: Board, db: sqlite3.Connection, table: str, column: str, pid: int, ident: Any) -> int:
+    """The id of the row of project ``pid`` named as row ``ident`` is (0: none), compared as
+    the backend compares names."""
+    name = db.execute(f"SELECT {column} FROM {table} WHERE id = ?", (php.to_int(ident),)).fetchone()
+    if name is None:
+        return 0
+    found = db.execute(
+        f"SELECT id FROM {table} WHERE project_id = ? AND {api.eq(column)} ORDER BY id LIMIT 1",
+        (pid, name[0]),
+    ).fetchone()
+    return 0 if found is None else int(found[0])
+
+
+def _destination(api: Board, db: sqlite3.Connection, values: dict[str, Any]) -> None:
+    """TaskDuplicationModel::checkDestinationProjectValues: the assignee, category, swimlane,
+    column and priority of ``values`` as they exist in its project (by name), in place."""
+    pid = php.to_int(values["project_id"])
+    if php.to_int(values["owner_id"]) > 0 and not _allowed(db, pid, php.to_int(values["owner_id"])):
+        values["owner_id"] = 0
+    if php.to_int(values["category_id"]) > 0:
+        values["category_id"] = _named_id(api, db, "categories", "name", pid, values["category_id"])
+    values["swimlane_id"] = _named_id(api, db, "swimlanes", "name", pid, values["swimlane_id"]) or (
+        _first_id(db, "swimlanes", pid, active_only=True) or 0
+    )
+    if php.to_int(values["column_id"]) > 0:
+        values["column_id"] = _named_id(api, db, "columns", "title", pid, values["column_id"]) or (
+            _first_id(db, "columns", pid) or 0
+        )
+    project = db.execute(
+        "SELECT priority_default, priority_start, priority_end FROM projects WHERE id = ?", (pid,)
+    ).fetchone()
+    priority = php.to_int(values["priority"])
+    if project is not None and not project[1] <= priority <= project[2]:
+        values["priority"] = project[0]
+
+
+def _copy_tags(
+    api: Board, db: sqlite3.Connection, task_id: int, to_task: int, pid: int, *, move: bool
+) -> None:
+    """TagDuplicationModel: the task's tags, by name, in project ``pid`` (created there with
+    their colour if missing): moved (``syncTaskTagsToAnotherProject``: only the tags of
+    another project) or copied to ``to_task``."""
+    tags = db.execute(
+        "SELECT g.id, g.name, g.color_id, g.project_id FROM task_has_tags th JOIN tags g ON g.id = th.tag_id"
+        " WHERE th.task_id = ? ORDER BY g.id",
+        (task_id,),
+    ).fetchall()
+    for tag_id, name, color, project in tags:
+        if move and project in (0, pid):
+            continue
+        new = find_or_create_tag(api, db, pid, str(name), color)
+        if move:
+            db.execute("DELETE FROM task_has_tags WHERE task_id = ? AND tag_id = ?", (task_id, tag_id))
+        if new is not None:
+            db.execute("INSERT OR IGNORE INTO task_has_tags (task_id, tag_id) VALUES (?, ?)", (to_task, new))
+
+
 @procedure
 def moveTaskToProject(
     api: Board,
@@ -386,11 +467,12 @@ def moveTaskToProject(
 ) -> bool:
     """TaskProjectMoveModel::moveToProject: one row updated, nothing renumbered.
 
-    The card goes to the destination's column and swimlane *of the same name* (its own
-    when not given), at position "open tasks in that column, every lane, plus one",
-    reopened; ``date_moved`` and ``date_modification`` are left as they were. Kanboard
-    answers true whatever happened (a task that does not exist is an HTTP 500), and fires
-    ``task.move.project``.
+    The card keeps its id, metadata, comments and files, and goes to the destination's
+    column and swimlane *of the same name* (its own when not given), at position "open
+    tasks in that column, every lane, plus one", reopened, its tags synced to the project;
+    ``date_moved`` and ``date_modification`` are left as they were. Kanboard answers true
+    whatever happened (a task that does not exist is an HTTP 500), and fires
+    ``task.move.project``, recorded in the project the card lands in.
     """
     with api.store.write() as db:
         task = task_row(db, task_id)
@@ -404,47 +486,109 @@ def moveTaskToProject(
             "SELECT COUNT(*) FROM tasks WHERE project_id = ? AND column_id = ? AND is_active = 1",
             (pid, col),
         ).fetchone()
-        lane = task["swimlane_id"] if swimlane_id is None else php.to_int(swimlane_id)
-        owner = task["owner_id"] if owner_id is None else php.to_int(owner_id)
-        category = task["category_id"] if category_id is None else php.to_int(category_id)
         values = {
             "is_active": 1,
             "project_id": pid,
-            "column_id": _same_name(db, "columns", "title", col, pid) or _first_id(db, "columns", pid)
-            if col > 0
-            else col,
+            "column_id": col,
             "position": int(count) + 1,
-            "swimlane_id": _same_name(db, "swimlanes", "name", lane, pid)
-            or _first_id(db, "swimlanes", pid, active_only=True)
-            or 0,
-            "category_id": _same_name(db, "categories", "name", category, pid) if category > 0 else category,
-            "owner_id": owner if owner <= 0 or assignable(db, pid, owner) else 0,
-            "priority": _priority_in(db, pid, php.to_int(task["priority"])),
+            "swimlane_id": task["swimlane_id"] if swimlane_id is None else php.to_int(swimlane_id),
+            "category_id": task["category_id"] if category_id is None else php.to_int(category_id),
+            "owner_id": task["owner_id"] if owner_id is None else php.to_int(owner_id),
+            "priority": php.to_int(task["priority"]),
         }
+        _destination(api, db, values)
+        _copy_tags(api, db, task["id"], task["id"], pid, move=True)
         names = ", ".join(f"{k} = ?" for k in values)
         db.execute(f"UPDATE tasks SET {names} WHERE id = ?", (*values.values(), task["id"]))
-        event = record(api, db, "task.move.project", int(task["id"]), {"changes": {}})
+        event = project_move_event(api, db, int(task["id"]), values)
     deliver(api, [event])
     return True
 
 
-def _same_name(db: sqlite3.Connection, table: str, field: str, row_id: int, project_id: int) -> int | None:
-    """The id of the row of ``project_id`` named as row ``row_id`` is (getIdByName)."""
-    found = db.execute(
-        f"SELECT d.id FROM {table} s JOIN {table} d ON d.{field} = s.{field} AND d.project_id = ?"
-        " WHERE s.id = ? ORDER BY d.id LIMIT 1",
-        (project_id, row_id),
-    ).fetchone()
-    return None if found is None else int(found[0])
+# TaskDuplicationModel::$fieldsToDuplicate
+_DUPLICATED = (
+    "title",
+    "description",
+    "date_due",
+    "color_id",
+    "project_id",
+    "column_id",
+    "owner_id",
+    "score",
+    "priority",
+    "category_id",
+    "time_estimated",
+    "swimlane_id",
+    "recurrence_status",
+    "recurrence_trigger",
+    "recurrence_factor",
+    "recurrence_timeframe",
+    "recurrence_basedate",
+    "external_provider",
+    "external_uri",
+    "reference",
+)
 
 
-def _priority_in(db: sqlite3.Connection, project_id: int, priority: int) -> int:
-    """ProjectTaskPriorityModel::getPriorityForProject: kept when in the project's range."""
-    row = db.execute(
-        "SELECT priority_default, priority_start, priority_end FROM projects WHERE id = ?", (project_id,)
-    ).fetchone()
-    default, start, end = (0, 0, 3) if row is None else (int(row[0] or 0), int(row[1] or 0), int(row[2] or 3))
-    return priority if start <= priority <= end else default
+@procedure
+def duplicateTaskToProject(
+    api: Board,
+    task_id: Any,
+    project_id: Any,
+    swimlane_id: Any = None,
+    column_id: Any = None,
+    category_id: Any = None,
+    owner_id: Any = None,
+) -> int | bool:
+    """TaskProjectDuplicationModel::duplicateToProject: a new task (made by the caller)
+    with the copied fields (the reference and description included; no metadata, no
+    comments), mapped into the project by name, its tags and files copied; events: the
+    copy's ``task.create``, then a ``task.file.create`` per file. Kanboard also links the
+    two tasks ("is a duplicate of"); the embedded board has no task links.
+
+    A task that does not exist is ``false`` here; Kanboard, given one with the application
+    token, makes an "Untitled" task (a user is refused by its permission check)."""
+    pid = php.to_int(project_id)
+    now = api.now()
+    events: list[TaskEvent | None] = []
+    with api.store.write() as db:
+        task = task_row(db, task_id)
+        if task is None or project_row(db, pid) is None:
+            return False
+        values = {k: task[k] for k in _DUPLICATED}
+        overrides = {
+            "column_id": column_id,
+            "swimlane_id": swimlane_id,
+            "category_id": category_id,
+            "owner_id": owner_id,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None}, project_id=pid)
+        _destination(api, db, values)
+        # TaskCreationModel::create: the defaults, the signed-in user as creator, the dates.
+        values["creator_id"] = caller()
+        if php.empty(values["column_id"]):
+            values["column_id"] = _first_id(db, "columns", pid)
+        if php.empty(values["title"]):
+            values["title"] = "Untitled"
+        position = _next_position(db, pid, values["column_id"], values["swimlane_id"])
+        values.update(position=position, date_creation=now, date_modification=now, date_moved=now)
+        try:
+            new_id = api.insert(db, "tasks", {k: php.stored(v) for k, v in values.items()})
+        except sqlite3.IntegrityError:
+            return False
+        events.append(record(api, db, "task.create", new_id))
+        _copy_tags(api, db, task["id"], new_id, pid, move=False)
+        files = db.execute(
+            "SELECT name, path, is_image, size, blob FROM task_has_files WHERE task_id = ? ORDER BY id",
+            (task["id"],),
+        ).fetchall()
+        for f in files:
+            fid = api.insert(
+                db, "task_has_files", {**dict(f), "task_id": new_id, "date": now, "user_id": caller()}
+            )
+            events.append(file_event(api, db, fid))
+    deliver(api, events)
+    return new_id
 
 
 def _first_id(
