@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -446,28 +446,52 @@ class Record:
         return cls.from_dict(_loads(text))
 
 
-class Terms(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Terms:
     """A task's priority and deadline as a person set them on its card (Kanboard's UI),
     attributed: they override the spec's, which keeps what was submitted (a retried
     submit with the same action id must still find the same task)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    priority: int = Field(ge=0, le=3)
+    priority: int
     deadline: float | None = None
     by: str  # the person (their card id)
     at: float
 
     def apply(self, spec: TaskSpec) -> TaskSpec:
         """``spec`` with these terms."""
-        return spec.model_copy(update={"priority": self.priority, "deadline": self.deadline})
+        return replace(spec, priority=self.priority, deadline=self.deadline)
 
     def to_meta(self) -> str:
-        return self.model_dump_json()
+        return _json({"priority": self.priority, "deadline": self.deadline, "by": self.by, "at": self.at})
 
     @classmethod
     def from_meta(cls, text: str) -> Terms:
-        return cls.model_validate_json(text)
+        data = _loads(text)
+        if not isinstance(data, dict):
+            raise SpecError([("", "must be a mapping (key: value)")])
+        errs: list[tuple[str, str]] = []
+        priority, by, at, deadline = (
+            data.get("priority"),
+            data.get("by"),
+            data.get("at"),
+            data.get("deadline"),
+        )
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 3:
+            errs.append(("priority", "must be a whole number from 0 to 3"))
+        if not isinstance(by, str):
+            errs.append(("by", "must be text"))
+        if isinstance(at, bool) or not isinstance(at, int | float):
+            errs.append(("at", "must be a number"))
+        if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int | float)):
+            errs.append(("deadline", "must be a number"))
+        if errs:
+            raise SpecError(errs)
+        return cls(
+            priority=int(priority),  # type: ignore[arg-type]
+            deadline=None if deadline is None else float(deadline),
+            by=str(by),
+            at=float(at),  # type: ignore[arg-type]
+        )
 
 
 def parse_priority(text: str | int) -> int:

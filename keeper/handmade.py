@@ -22,6 +22,7 @@ never answer for the original.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from fabric.core import Fabric
 from fabric.errors import FabricError
@@ -112,7 +113,7 @@ def _copied(
         return
     now = fab.clock()
     passed = spec.deadline is not None and spec.deadline <= now
-    again = spec.model_copy(update={"actor": person, "deadline": None if passed else spec.deadline})
+    again = replace(spec, actor=person, deadline=None if passed else spec.deadline)
     try:
         receipt = fab.resubmit(again, key=f"copy/{view.id}/{view.task.created_at}", target=spec.target)
     except FabricError as exc:

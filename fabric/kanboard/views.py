@@ -204,7 +204,7 @@ def parse_view(
     if values.get(META_TERMS):
         try:
             terms = Terms.from_meta(values[META_TERMS])
-        except (ValidationError, ValueError) as exc:
+        except ValueError as exc:
             problems.append(f"{META_TERMS}: unreadable ({_short(exc)})")
     records: dict[int, Record] = {}
     for key, value in values.items():
