@@ -151,22 +151,22 @@ class QueueReader:
     def candidates(self, rows: list[BoardTask]) -> list[BoardTask]:
         """The best few rows, in the order to try them.
 
-        Only a reader that has just lost a race to another worker shuffles them within each
-        priority (never a lower priority before a higher one), so contending workers spread
-        out while a worker alone takes the soonest deadline, then the oldest task, first.
+        Only a reader that has just lost a race to another worker shuffles, within each
+        priority (never a lower priority before a higher one) and over every row it keeps
+        (a Queued cell holds up to 32), so contending workers spread out over the cell
+        while a worker alone takes the soonest deadline, then the oldest task, first.
         """
-        top = rows[:CANDIDATES]
         if time.monotonic() - self._lost_at > CONTENDED_SECONDS:
-            return top
+            return rows[:CANDIDATES]
         groups: dict[int, list[BoardTask]] = {}
-        for r in top:
+        for r in rows:
             groups.setdefault(r.priority, []).append(r)
         spread: list[BoardTask] = []
         for prio in sorted(groups, reverse=True):
             g = groups[prio]
             self.rng.shuffle(g)
             spread.extend(g)
-        return spread
+        return spread[:CANDIDATES]
 
     def claim_next(self, owner: str, *, lease_seconds: float, min_priority: int = 0) -> Lease | None:
         """Claim the best due task, or None when there is nothing this worker can take.
@@ -186,7 +186,7 @@ class QueueReader:
         while True:
             rows = [r for r in self._rows if r.priority >= min_priority]
             while rows:
-                order = self.candidates(rows[:CANDIDATES])
+                order = self.candidates(rows)
                 # Whatever happens to a row tried (ours, someone else's, not claimable now),
                 # it leaves the kept list; the next poll brings back what is still queued.
                 # Rows not tried stay for the next claim.
@@ -200,7 +200,8 @@ class QueueReader:
                     lease = self._try(view, owner, lease_seconds)
                     if lease is not None:
                         return lease
-                rows = rows[CANDIDATES:]
+                tried = {r.id for r in order}
+                rows = [r for r in rows if r.id not in tried]
             if fresh:
                 return None
             self.poll()
