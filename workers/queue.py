@@ -200,8 +200,8 @@ class QueueReader:
                     lease = self._try(view, owner, lease_seconds)
                     if lease is not None:
                         return lease
-                tried = {r.id for r in order}
-                rows = [r for r in rows if r.id not in tried]
+                seen = {r.id for r in order}
+                rows = [r for r in rows if r.id not in seen]
             if fresh:
                 return None
             self.poll()
