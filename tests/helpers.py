@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from fabric.cards import load_cards
+from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.embedded.store import hash_password
 from fabric.kanboard.client import KanboardClient
+from fabric.kanboard.layout import Column
 from fabric.people import find_person
 from workers.loop import Worker
 
@@ -220,3 +222,16 @@ class UpShell:
         with contextlib.suppress(AssertionError):
             wait_until(there, timeout, f"task {task_id} to be {state}")
         return shown
+
+
+def card_row(fab: Fabric, tid: int) -> dict[str, Any]:
+    """A card's row as Kanboard answers ``getTask``."""
+    r = fab.port.call("getTask", {"task_id": tid})
+    assert isinstance(r, dict)
+    return r
+
+
+def card_column(fab: Fabric, tid: int) -> Column:
+    """The fabric column a card sits in."""
+    cid = int(card_row(fab, tid)["column_id"])
+    return next(c for c, i in fab.board.layout.columns.items() if i == cid)

@@ -16,19 +16,9 @@ from fabric.kanboard.moves import MOVE
 from fabric.kanboard.port import Call
 from fabric.task import State
 from tests.conftest import FakeClock
+from tests.helpers import card_column, card_row
 
 LEASE = 300.0
-
-
-def _row(fab: Fabric, tid: int) -> dict[str, Any]:
-    got = fab.port.call("getTask", {"task_id": tid})
-    assert isinstance(got, dict)
-    return got
-
-
-def _column(fab: Fabric, tid: int) -> Column:
-    cid = int(_row(fab, tid)["column_id"])
-    return next(c for c, i in fab.board.layout.columns.items() if i == cid)
 
 
 class Recording:
@@ -50,15 +40,15 @@ def test_a_claim_and_a_completion_move_one_row_each(local_fabric: Fabric) -> Non
     fab = local_fabric
     others = [fab.submit(f"backlog {i}", target="kimi").task_id for i in range(5)]
     tid = fab.submit("the one that runs", target="kimi").task_id
-    positions = {t: _row(fab, t)["position"] for t in others}
+    positions = {t: card_row(fab, t)["position"] for t in others}
     seen = Recording(fab)
     lease = fab.ledger.claim(fab.board.read(tid), "w1", lease_seconds=LEASE)
-    assert _column(fab, tid) == Column.WORKING
+    assert card_column(fab, tid) == Column.WORKING
     fab.ledger.complete(lease, "file:///r")
-    assert _column(fab, tid) == Column.DONE
+    assert card_column(fab, tid) == Column.DONE
     assert seen.methods.count(MOVE) == 2 and "moveTaskPosition" not in seen.methods
     # Nothing else in the Queued cell was renumbered.
-    assert {t: _row(fab, t)["position"] for t in others} == positions
+    assert {t: card_row(fab, t)["position"] for t in others} == positions
 
 
 def test_a_closed_card_moved_by_the_fabric_stays_closed(local_fabric: Fabric) -> None:
@@ -68,11 +58,11 @@ def test_a_closed_card_moved_by_the_fabric_stays_closed(local_fabric: Fabric) ->
     view = fab.board.read(tid)
     assert not view.is_open and view.current is not None and view.current.state == State.CANCELED
     fab.board.put_back(view, view.epoch, Column.DEAD, is_open=False)
-    assert _column(fab, tid) == Column.DEAD
-    assert not int(_row(fab, tid)["is_active"]), "the move reopened it and the batch closed it again"
+    assert card_column(fab, tid) == Column.DEAD
+    assert not int(card_row(fab, tid)["is_active"]), "the move reopened it and the batch closed it again"
     # And a record written on a closed card (no reopen asked) leaves it closed too.
     fab.board.put_back(fab.board.read(tid), view.epoch, Column.DONE, is_open=False)
-    assert _column(fab, tid) == Column.DONE and not int(_row(fab, tid)["is_active"])
+    assert card_column(fab, tid) == Column.DONE and not int(card_row(fab, tid)["is_active"])
 
 
 def test_a_lost_move_is_not_sent_again_to_a_card_closed_since(local_fabric: Fabric, clock: FakeClock) -> None:
@@ -91,11 +81,11 @@ def test_a_lost_move_is_not_sent_again_to_a_card_closed_since(local_fabric: Fabr
                     "task_id": tid,
                     "column_id": layout.columns[Column.QUEUED],
                     "position": 1,
-                    "swimlane_id": int(_row(fab, tid)["swimlane_id"]),
+                    "swimlane_id": int(card_row(fab, tid)["swimlane_id"]),
                 },
             ),
             Call("closeTask", {"task_id": tid}),
         ]
     )
     fab.board.close()  # settles this connection's moves: reads them back
-    assert _column(fab, tid) == Column.QUEUED and not int(_row(fab, tid)["is_active"])
+    assert card_column(fab, tid) == Column.QUEUED and not int(card_row(fab, tid)["is_active"])

@@ -19,6 +19,8 @@ from fabric.task import GATE_ACTOR, State
 from keeper.daemon import Keeper
 from keeper.gestures import HUMAN
 from tests.conftest import FakeClock
+from tests.helpers import card_column as col
+from tests.helpers import card_row as row
 from tests.helpers import wait_until
 
 LEASE = 300.0
@@ -65,17 +67,6 @@ def close(fab: Fabric, tid: int, user: str = "alvis") -> None:
 def comment(fab: Fabric, tid: int, text: str, user: str = "alvis") -> None:
     uid = fab.board.layout.users[user]
     assert as_person(fab, user).call("createComment", {"task_id": tid, "user_id": uid, "content": text})
-
-
-def row(fab: Fabric, tid: int) -> dict[str, Any]:
-    r = fab.port.call("getTask", {"task_id": tid})
-    assert isinstance(r, dict)
-    return r
-
-
-def col(fab: Fabric, tid: int) -> Column:
-    cid = int(row(fab, tid)["column_id"])
-    return next(c for c, i in fab.board.layout.columns.items() if i == cid)
 
 
 def rec(fab: Fabric, tid: int) -> tuple[State, str, str | None, str]:
