@@ -23,7 +23,9 @@ from fabric.task import GATE_ACTOR, KEEPER_ACTOR, State
 from keeper import snapshot
 from keeper.daemon import Keeper
 from tests.conftest import ROOT, FakeClock, make_fabric
-from tests.unit.test_keeper_gestures import as_person, claim, col, gestures, rec, row
+from tests.helpers import card_column as col
+from tests.helpers import card_row as row
+from tests.unit.test_keeper_gestures import as_person, claim, gestures, rec
 
 DAY = 86400.0
 
