@@ -34,7 +34,7 @@ from fabric.embedded.local import LocalPort
 from fabric.embedded.rpc import BoardApi
 from fabric.errors import ConfigError
 from fabric.kanboard.bootstrap import load_layout
-from fabric.kanboard.layout import COLUMN_ORDER, Column, projected_column
+from fabric.kanboard.layout import COLUMN_ORDER, Column, column_fits
 from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.kanboard.weblinks import links_for
 from fabric.settings.resolve import Settings
@@ -166,8 +166,9 @@ class WebView:
                 owner = f"@{rec.assignee}"
             else:
                 owner = rec.owner
-        # A keeper's gate or decision card is queued for a person: it waits in their column.
-        expected = projected_column(rec.state, rec.assignee) if rec else None
+        # A keeper's gate or decision card is queued for a person: it waits in their column;
+        # a queued card may wait in Backlog (the keeper's overflow of a long queue).
+        lagging = bool(column and rec and not column_fits(column, rec.state, rec.assignee))
         return {
             "id": view.id,
             "title": row.title,
@@ -190,7 +191,7 @@ class WebView:
             "reason": rec.reason if rec else None,
             # A column that disagrees with the record: a person's move not acted on yet,
             # or a lagging projection (the keeper repairs both).
-            "moved": bool(column and expected and column != expected),
+            "moved": lagging,
             "problems": list(view.problems),
             "turn": turn(view),  # whose turn it is: the question, the gate, the verifier
         }

@@ -141,9 +141,13 @@ def test_a_card_waiting_on_a_person_is_no_false_alarm(viewed_board: Viewed) -> N
             "swimlane_id": fab.show(moved).task.swimlane_id,
         },
     )
+    # A queued card the keeper moved to Backlog (the overflow of a long queue) is in place.
+    later = fab.submit("Sort the photo archive", target="kimi").task_id
+    fab.board.move_cards([(later, Column.BACKLOG, fab.show(later).task.swimlane_id)])
     snap = requests.get(_page(board) + "board.json", headers=_auth(board.token), timeout=10).json()
     by_id = {t["id"]: t for t in snap["tasks"]}
     assert by_id[gate]["column"] == "Waiting on me" and by_id[gate]["moved"] is False
+    assert by_id[later]["column"] == "Backlog" and by_id[later]["moved"] is False
     assert by_id[moved]["moved"] is True
     page = requests.get(_page(board), headers=_auth(board.token), timeout=10).text
     gate_card = page.split(f'data-task="{gate}"', 1)[1].split('class="card ', 1)[0]
