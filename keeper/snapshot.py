@@ -32,7 +32,9 @@ ACTIVE_COLUMNS = (Column.QUEUED, Column.WORKING, Column.WAITING)
 # META_WATCH (project metadata): the open tasks the keeper saw last time, to notice a person
 # closing one in Done or moving one to another project, which takes it out of every search.
 # Activity kinds that name a task to read in full, wherever it is.
-NAMING = frozenset({"close", "create", "edit"})
+# Activity kinds that name a card to read in full when no search found it: "move" for a
+# card a person dragged into Backlog, which the active searches leave out.
+NAMING = frozenset({"close", "create", "edit", "move"})
 
 
 def _cols(columns: Iterable[Column]) -> str:

@@ -192,6 +192,29 @@ def test_a_persons_drag_between_backlog_and_queued_means_nothing(
     assert tasks[0] in cell(fab, Column.QUEUED)
 
 
+def test_a_working_card_a_person_drags_into_backlog_is_put_back(
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
+    """Backlog is not an active column the keeper searches: the activity names the card."""
+    fab = local_fabric
+    (tid,) = fill(fab, 1)
+    assert QueueReader.for_agent(fab, fab.cards.get("kimi")).claim_next("w1", lease_seconds=LEASE)
+    layout = fab.board.layout
+    port = getattr(fab.port, "inner", fab.port)
+    assert isinstance(port, LocalPort)
+    alvis = LocalPort(port.api, user_id=layout.users["alvis"])
+    move = {"project_id": layout.project_id, "task_id": tid, "position": 1}
+    lane = layout.swimlanes["kimi"]
+    assert alvis.call(
+        "moveTaskPosition", {**move, "column_id": layout.columns[Column.BACKLOG], "swimlane_id": lane}
+    )
+    clock.advance(60)
+    k = keeper(fab)
+    assert k.run_job("gestures")
+    assert tid in k.last["gestures"].explained
+    assert tid not in cell(fab, Column.BACKLOG), "back in Working, where its record says"
+
+
 def test_the_keepers_figures_and_deadlines_count_backlog(local_fabric: Fabric, clock: FakeClock) -> None:
     fab = local_fabric
     fill(fab, QUEUED_CELL + 4)
