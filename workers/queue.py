@@ -240,12 +240,12 @@ class QueueReader:
         """What a read-and-lock of epoch 1 of task ``uid`` (through ``view``'s card) means."""
         cur = view.current
         if not won:
-            mine = cur is not None and view.uid == uid and view.task.priority >= min_priority
-            if mine and (view.epoch >= 1 or self.ledger.gap_due(view)):
+            its = cur is not None and view.uid == uid  # the read is of the task uid names
+            if its and view.task.priority >= min_priority and (view.epoch >= 1 or self.ledger.gap_due(view)):
                 # Claimed before, or a gap old enough to step over: the usual way.
                 return self._try(view, owner, lease_seconds)
             self._lost_at = time.monotonic()
-            if cur is not None and view.uid == uid:
+            if its:
                 # Epoch 1 taken by another worker just now, or by one that died before its
                 # record (a gap, noted once it stays so): this read is the basis, no other.
                 with contextlib.suppress(LostRace):
