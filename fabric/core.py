@@ -21,7 +21,8 @@ from fabric.cards import Card, CardSet
 from fabric.constraints import Constraints
 from fabric.errors import ConfigError
 from fabric.kanboard.bootstrap import cached_layout, forget_layout_cache
-from fabric.kanboard.fit import fit
+from fabric.kanboard.fit import FittedPort, fit
+from fabric.kanboard.gather import gathering, gathering_of
 from fabric.kanboard.layout import COLUMN_ORDER
 from fabric.kanboard.port import RpcPort
 from fabric.kanboard.principals import board_client, confined, home_settings, home_work_settings, signed_in
@@ -91,6 +92,9 @@ class Fabric:
         settings = signed_in(settings, cards)  # a confined agent's user works its home
         if port is None:
             port = board_client(settings)  # the app token, or a confined agent's own user
+        if not isinstance(port, FittedPort):
+            # Under the fitting, so what rides together has been fitted already.
+            port = gathering(port)
         port = fit(port)  # one port for every caller, so every write fits every backend
         layout = cached_layout(port, settings, refresh=refresh_layout)
         links = links_for(settings.board_url, settings.web_url)
@@ -353,6 +357,14 @@ class Fabric:
             priority=priority,
             clock=self.clock,
         )
+
+    def together(self, *jobs: Callable[[], Any]) -> list[Any]:
+        """Run ``jobs`` side by side on this connection, their round trips riding in shared
+        requests (:mod:`fabric.kanboard.gather`); one after another on a port that cannot."""
+        port = gathering_of(self.port)
+        if port is None:
+            return [job() for job in jobs]
+        return port.together(*jobs)
 
     def close(self) -> None:
         """Finish what this connection owes the board (a card move to check), then close it."""

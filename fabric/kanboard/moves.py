@@ -19,6 +19,7 @@ any of this: a connection settles what it owes the board when it is closed.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ class Move:
     at: float  # the fabric's clock, to compare with the card's date_moved
     due: float  # time.monotonic() after which competing moves have committed
     tries: int = 1
+    made: float = 0.0  # time.monotonic() when it was remembered
 
 
 @dataclass(frozen=True)
@@ -63,30 +65,36 @@ class MoveTracker:
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
         self._moved: dict[int, Move] = {}
+        # A worker records one task's outcome while it claims the next on the same
+        # connection (fabric.kanboard.gather): one thread remembers while another checks.
+        self._lock = threading.Lock()
 
     def __bool__(self) -> bool:
         return bool(self._moved)
 
     def remember(self, calls: Sequence[Call], task_id: int, epoch: int) -> None:
         """Note the card moves among ``calls`` (made for record ``epoch`` of ``task_id``)."""
-        for c in calls:
-            if c.method == MOVE and isinstance(c.params, dict):
-                self._moved[task_id] = self._new(
-                    int(c.params["column_id"]), int(c.params.get("swimlane_id", 0)), epoch
-                )
-        if len(self._moved) > MEMORY:
-            self._moved.clear()
+        with self._lock:
+            for c in calls:
+                if c.method == MOVE and isinstance(c.params, dict):
+                    self._moved[task_id] = self._new(
+                        int(c.params["column_id"]), int(c.params.get("swimlane_id", 0)), epoch
+                    )
+            if len(self._moved) > MEMORY:
+                self._moved.clear()
 
     def due(self, *, every: bool = False) -> list[int]:
         """The cards whose competing moves have committed by now (all of them: ``every``)."""
         now = time.monotonic()
-        return [tid for tid, m in self._moved.items() if every or now >= m.due]
+        with self._lock:
+            return [tid for tid, m in self._moved.items() if every or now >= m.due]
 
     def wait(self) -> float:
         """Seconds until the last remembered move may be checked (0: now)."""
-        if not self._moved:
-            return 0.0
-        return max(0.0, max(m.due for m in self._moved.values()) - time.monotonic())
+        with self._lock:
+            if not self._moved:
+                return 0.0
+            return max(0.0, max(m.due for m in self._moved.values()) - time.monotonic())
 
     def recheck(
         self,
@@ -95,14 +103,22 @@ class MoveTracker:
         *,
         people: set[int],
         epoch_of: Callable[[int, BoardTask, object], int],
+        asked: float,
     ) -> list[Again]:
         """The lost moves among ``task_ids``, given their row and metadata reads (``out``:
-        a row and a metadata outcome per card, then the project's activity); each one
-        sent again is remembered for another check, up to ``MOVE_TRIES``."""
+        a row and a metadata outcome per card, then the project's activity, asked for at
+        ``asked``, a time.monotonic()); each one sent again is remembered for another
+        check, up to ``MOVE_TRIES``."""
         again: list[Again] = []
         by_people = _moved_by_people(out[-1], people) if task_ids else {}
         for i, tid in enumerate(task_ids):
-            move = self._moved.pop(tid)
+            with self._lock:
+                move = self._moved.get(tid)
+                if move is None or move.made > asked:
+                    # Checked meanwhile, or moved again since this read was asked for
+                    # (a worker records one task while it claims the next): not this read's.
+                    continue
+                del self._moved[tid]
             row, meta = out[2 * i], out[2 * i + 1]
             if row.error is not None or meta.error is not None or not isinstance(row.value, dict):
                 continue  # gone, or unreadable: the keeper's sweep is the backstop
@@ -115,11 +131,15 @@ class MoveTracker:
                 continue  # a later transition: its writer projects it
             again.append(Again(tid, move.column_id, move.swimlane_id, move.epoch))
             if move.tries < MOVE_TRIES:
-                self._moved[tid] = self._new(move.column_id, move.swimlane_id, move.epoch, move.tries + 1)
+                with self._lock:
+                    self._moved.setdefault(
+                        tid, self._new(move.column_id, move.swimlane_id, move.epoch, move.tries + 1)
+                    )
         return again
 
     def _new(self, column_id: int, swimlane_id: int, epoch: int, tries: int = 1) -> Move:
-        return Move(column_id, swimlane_id, epoch, self.clock(), time.monotonic() + VERIFY_AFTER, tries)
+        now = time.monotonic()
+        return Move(column_id, swimlane_id, epoch, self.clock(), now + VERIFY_AFTER, tries, now)
 
 
 def _moved_by_people(out: Outcome, people: set[int]) -> dict[int, int]:

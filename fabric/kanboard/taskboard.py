@@ -311,14 +311,14 @@ class TaskBoard:
         The same round trip reads back the cards this connection moved a moment ago, and
         moves again any whose move was lost (see MOVE_TOLERANCE).
         """
-        due = self._moves.due()
+        asked, due = time.monotonic(), self._moves.due()
         out = self.port.batch(
             [
                 Call("searchTasks", {"project_id": self.layout.project_id, "query": query}),
                 *self.recheck_calls(due),
             ]
         )
-        self._resend_lost(due, out[1:])
+        self._resend_lost(due, out[1:], asked)
         return task_rows(out[0].unwrap())
 
     @staticmethod
@@ -339,13 +339,14 @@ class TaskBoard:
             Call("getProjectActivity", {"project_id": self.layout.project_id}),
         ]
 
-    def _resend_lost(self, task_ids: Sequence[int], out: Sequence[Outcome]) -> None:
+    def _resend_lost(self, task_ids: Sequence[int], out: Sequence[Outcome], asked: float) -> None:
         """Send again the moves among ``task_ids`` that did not land (fabric.kanboard.moves)."""
         lost = self._moves.recheck(
             task_ids,
             out,
             people=set(self.layout.users.values()),
             epoch_of=lambda tid, task, meta: parse_view(tid, task, meta, 0.0).epoch,
+            asked=asked,
         )
         calls: list[Call] = []
         for m in lost:
@@ -368,8 +369,8 @@ class TaskBoard:
                 # Jittered: workers leaving together would otherwise move at the same
                 # moment and lose each other's moves again.
                 stopping = pause(min(self._moves.wait(), VERIFY_AFTER) + random.uniform(0, VERIFY_AFTER))
-                due = self._moves.due(every=True)
-                self._resend_lost(due, self.port.batch(self.recheck_calls(due)))
+                asked, due = time.monotonic(), self._moves.due(every=True)
+                self._resend_lost(due, self.port.batch(self.recheck_calls(due)), asked)
                 if stopping:
                     return
 
