@@ -32,6 +32,7 @@ VERIFY_AFTER = 0.5
 MOVE_TRIES = 5
 REPAIR_AGE = 2.0
 MEMORY = 1000  # moves remembered at most: the keeper's sweep is the backstop
+ACTIVITY_WINDOW = 50  # the rows getProjectActivity gives (Kanboard's limit), newest first
 # How the fabric moves a card: to its own project, in one row (see the module doc).
 MOVE = "moveTaskToProject"
 
@@ -47,6 +48,7 @@ class Move:
     due: float  # time.monotonic() after which competing moves have committed
     tries: int = 1
     made: float = 0.0  # time.monotonic() when it was remembered
+    doubted: bool = False  # the board did not answer the move true: read it back
 
 
 @dataclass(frozen=True)
@@ -72,16 +74,55 @@ class MoveTracker:
     def __bool__(self) -> bool:
         return bool(self._moved)
 
-    def remember(self, calls: Sequence[Call], task_id: int, epoch: int) -> None:
-        """Note the card moves among ``calls`` (made for record ``epoch`` of ``task_id``)."""
+    def remember(
+        self, calls: Sequence[Call], task_id: int, epoch: int, out: Sequence[Outcome] | None = None
+    ) -> None:
+        """Note the card moves among ``calls`` (made for record ``epoch`` of ``task_id``);
+        ``out``: their outcomes, when known (a move the board did not answer true is read
+        back whatever the activity shows)."""
         with self._lock:
-            for c in calls:
+            for i, c in enumerate(calls):
                 if c.method == MOVE and isinstance(c.params, dict):
-                    self._moved[task_id] = self._new(
-                        int(c.params["column_id"]), int(c.params.get("swimlane_id", 0)), epoch
+                    move = self._new(int(c.params["column_id"]), int(c.params.get("swimlane_id", 0)), epoch)
+                    move.doubted = (
+                        out is None or i >= len(out) or out[i].error is not None or not out[i].value
                     )
+                    self._moved[task_id] = move
             if len(self._moved) > MEMORY:
                 self._moved.clear()
+
+    def unseen(self, task_ids: Sequence[int], activity: Outcome, *, asked: float) -> list[int]:
+        """Which of ``task_ids``' moves must be read back, given the project's activity
+        (``activity``: a ``getProjectActivity`` outcome asked for at ``asked``).
+
+        Only a person's drag undoes a move the board answered true, and Kanboard writes
+        an activity row for every signed-in user's move (never for the application
+        token): with no move in the activity since the oldest of these moves (less
+        ``MOVE_TOLERANCE``: the board's clock may differ), they all stand and are
+        forgotten unread. A move not answered true, an unreadable activity, or one whose
+        window (Kanboard gives the newest ``ACTIVITY_WINDOW`` rows) may hide such a drag,
+        and every move is read back.
+        """
+        with self._lock:
+            moves = {
+                tid: m for tid in task_ids if (m := self._moved.get(tid)) is not None and m.made <= asked
+            }
+        if not moves:
+            return []
+        since = min(m.at for m in moves.values()) - MOVE_TOLERANCE
+        rows = (
+            activity_rows(activity.value)
+            if activity.error is None and isinstance(activity.value, list)
+            else None
+        )
+        hidden = rows is None or (len(rows) >= ACTIVITY_WINDOW and rows[-1].at >= since)
+        if hidden or any(r.kind == "move" and r.at >= since for r in rows or []):
+            return list(moves)
+        with self._lock:
+            for tid, m in moves.items():
+                if self._moved.get(tid) is m and not m.doubted:
+                    del self._moved[tid]
+        return [tid for tid, m in moves.items() if m.doubted]
 
     def due(self, *, every: bool = False) -> list[int]:
         """The cards whose competing moves have committed by now (all of them: ``every``)."""
@@ -131,10 +172,10 @@ class MoveTracker:
                 continue  # a later transition: its writer projects it
             again.append(Again(tid, move.column_id, move.swimlane_id, move.epoch))
             if move.tries < MOVE_TRIES:
+                again_move = self._new(move.column_id, move.swimlane_id, move.epoch, move.tries + 1)
+                again_move.doubted = True  # sent again after a loss: read back, not taken on trust
                 with self._lock:
-                    self._moved.setdefault(
-                        tid, self._new(move.column_id, move.swimlane_id, move.epoch, move.tries + 1)
-                    )
+                    self._moved.setdefault(tid, again_move)
         return again
 
     def _new(self, column_id: int, swimlane_id: int, epoch: int, tries: int = 1) -> Move:
@@ -151,4 +192,13 @@ def _moved_by_people(out: Outcome, people: set[int]) -> dict[int, int]:
     return found
 
 
-__all__ = ["MOVE", "MOVE_TOLERANCE", "MOVE_TRIES", "REPAIR_AGE", "VERIFY_AFTER", "Again", "MoveTracker"]
+__all__ = [
+    "ACTIVITY_WINDOW",
+    "MOVE",
+    "MOVE_TOLERANCE",
+    "MOVE_TRIES",
+    "REPAIR_AGE",
+    "VERIFY_AFTER",
+    "Again",
+    "MoveTracker",
+]

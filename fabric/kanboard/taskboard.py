@@ -312,14 +312,24 @@ class TaskBoard:
         moves again any whose move was lost (see MOVE_TOLERANCE).
         """
         asked, due = time.monotonic(), self._moves.due()
-        out = self.port.batch(
-            [
-                Call("searchTasks", {"project_id": self.layout.project_id, "query": query}),
-                *self.recheck_calls(due),
-            ]
-        )
-        self._resend_lost(due, out[1:], asked)
+        calls = [Call("searchTasks", {"project_id": self.layout.project_id, "query": query})]
+        if due:
+            calls.append(self.activity_call())
+        out = self.port.batch(calls)
+        if due:
+            self._check_moves(due, out[1], asked)
         return task_rows(out[0].unwrap())
+
+    def activity_call(self) -> Call:
+        return Call("getProjectActivity", {"project_id": self.layout.project_id})
+
+    def _check_moves(self, due: Sequence[int], activity: Outcome, asked: float) -> None:
+        """Settle this connection's due moves from the project's activity, reading back
+        (one more round trip) only those a person's drag may have undone."""
+        doubtful = self._moves.unseen(due, activity, asked=asked)
+        if doubtful:
+            asked = time.monotonic()
+            self._resend_lost(doubtful, self.port.batch(self.recheck_calls(doubtful)), asked)
 
     @staticmethod
     def read_calls(task_ids: Sequence[int]) -> list[Call]:
@@ -334,10 +344,7 @@ class TaskBoard:
         activity (a person's move since ours is theirs to keep, however soon it came)."""
         if not task_ids:
             return []
-        return [
-            *self.read_calls(task_ids),
-            Call("getProjectActivity", {"project_id": self.layout.project_id}),
-        ]
+        return [*self.read_calls(task_ids), self.activity_call()]
 
     def _resend_lost(self, task_ids: Sequence[int], out: Sequence[Outcome], asked: float) -> None:
         """Send again the moves among ``task_ids`` that did not land (fabric.kanboard.moves)."""
@@ -370,7 +377,7 @@ class TaskBoard:
                 # moment and lose each other's moves again.
                 stopping = pause(min(self._moves.wait(), VERIFY_AFTER) + random.uniform(0, VERIFY_AFTER))
                 asked, due = time.monotonic(), self._moves.due(every=True)
-                self._resend_lost(due, self.port.batch(self.recheck_calls(due)), asked)
+                self._check_moves(due, self.port.batch([self.activity_call()])[0], asked)
                 if stopping:
                     return
 
@@ -391,8 +398,8 @@ class TaskBoard:
         calls = [c for c in self._projection_calls(fresh, rec, description=None) if c.method == MOVE]
         if not calls or not fresh.is_open or fresh.task.moved_at > fresh.fabric_moved_at + MOVE_TOLERANCE:
             return False
-        self._batch([self.stamp_call(fresh.id, rec.epoch), *calls])
-        self._moves.remember(calls, fresh.id, rec.epoch)
+        out = self._batch([self.stamp_call(fresh.id, rec.epoch), *calls])
+        self._moves.remember(calls, fresh.id, rec.epoch, out[1:])
         return True
 
     def put_back(
@@ -775,7 +782,7 @@ class TaskBoard:
         saved = out[0].unwrap()
         if not saved:
             raise BoardRefused("saveTaskMetadata", saved, f"write record e{record.epoch} of task #{view.id}")
-        self._moves.remember(calls, view.id, record.epoch)
+        self._moves.remember(calls, view.id, record.epoch, out)
         for o in out[1 : 1 + len(files)]:
             if not o.unwrap():
                 raise BoardRefused("createTaskFile", o.value, f"attach a file to task #{view.id}")

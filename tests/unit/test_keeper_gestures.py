@@ -13,6 +13,8 @@ from typing import Any
 from fabric.core import Fabric
 from fabric.embedded.local import LocalPort
 from fabric.kanboard.layout import Column
+from fabric.kanboard.moves import MOVE
+from fabric.kanboard.port import Call, Outcome
 from fabric.ledger import Lease
 from fabric.settings.keeper import KeeperConfig
 from fabric.task import GATE_ACTOR, State
@@ -427,8 +429,12 @@ def test_a_lost_re_sent_move_is_repaired_not_read_as_a_reopen(local_fabric: Fabr
 def test_a_worker_re_sends_its_own_lost_move_on_its_next_poll(local_fabric: Fabric, clock: FakeClock) -> None:
     fab = local_fabric
     tid, _ = setup(fab)
+    other = fab.submit("a card alvis drags", target="kimi").task_id
     fab.ledger.complete(claim(fab, tid), "file:///r")
-    move(fab, tid, Column.WORKING, user=None)  # lost: a concurrent rewrite of the Working column
+    # Alvis drags another card; Kanboard rewrites the cells it touches from a snapshot
+    # taken before the fabric's move committed: the done card lands back in Working.
+    move(fab, other, Column.WAITING)
+    move(fab, tid, Column.WORKING, user=None)
     wait_until(
         lambda: (
             fab.board.open_in([Column.QUEUED], "kimi") is not None
@@ -437,6 +443,45 @@ def test_a_worker_re_sends_its_own_lost_move_on_its_next_poll(local_fabric: Fabr
         timeout=10,
         what="the worker's next poll to re-send its move",
     )
+
+
+def test_with_no_drag_since_its_moves_a_poll_reads_none_of_them_back(
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
+    fab = local_fabric
+    tids = [setup(fab)[0] for _ in range(3)]
+    for tid in tids:
+        fab.ledger.complete(claim(fab, tid), "file:///r")
+    read_back: list[int] = []
+
+    def polled() -> bool:
+        before = dict(fab.port.stats.by_method)
+        fab.board.open_in([Column.QUEUED], "kimi")
+        read_back.append(fab.port.stats.by_method.get("getTask", 0) - before.get("getTask", 0))
+        return not fab.board._moves
+
+    wait_until(polled, timeout=10, what="the poll that settles the worker's moves")
+    assert sum(read_back) == 0, "no one dragged a card since: the activity alone settles the moves"
+    assert all(col(fab, t) == Column.DONE for t in tids)
+
+
+def test_a_move_the_board_did_not_answer_true_is_read_back(local_fabric: Fabric, clock: FakeClock) -> None:
+    fab = local_fabric
+    tid, _ = setup(fab)
+    lease = claim(fab, tid)
+    fab.board._moves.remember(
+        [Call(MOVE, {"task_id": tid, "project_id": 1, "column_id": fab.board.layout.columns[Column.DONE]})],
+        tid,
+        lease.epoch,
+        [Outcome(Call(MOVE), value=False)],
+    )
+    reads = fab.port.stats.by_method.get("getTask", 0)
+    wait_until(
+        lambda: fab.board.open_in([Column.QUEUED], "kimi") is not None and not fab.board._moves,
+        timeout=10,
+        what="the poll that checks the doubted move",
+    )
+    assert fab.port.stats.by_method.get("getTask", 0) > reads
 
 
 def test_a_worker_leaves_a_persons_move_of_its_card_alone(local_fabric: Fabric, clock: FakeClock) -> None:
