@@ -53,6 +53,10 @@ class WakeHints:
 ClaimCheck = Callable[[TaskView], None]
 
 CANDIDATES = 8
+# Cards tried one read-and-lock at a time before the rest of the candidates' records are
+# read in one round trip: contending workers spread over a cell, so a second try
+# mostly wins, and each try costs two calls where a bulk read costs one per candidate.
+FIRST_TRIES = 3
 # A reader that lost a claim race this recently spreads over the candidates of a
 # priority (at random); one that has not (a single worker) keeps the strict order.
 CONTENDED_SECONDS = 5.0
@@ -184,28 +188,41 @@ class QueueReader:
             self.poll()
             fresh = True
         while True:
-            rows = [r for r in self._rows if r.priority >= min_priority]
-            while rows:
-                order = self.candidates(rows)
-                # Whatever happens to a row tried (ours, someone else's, not claimable now),
-                # it leaves the kept list; the next poll brings back what is still queued.
-                # Rows not tried stay for the next claim.
-                self._forget(order[:1])
-                tried, lease = self._first(order[0], owner, lease_seconds)
-                if lease is not None:
-                    return lease
-                rest = order[1:] if tried else order
-                self._forget(rest)
-                for view in self.board.read_meta_many(rest):
-                    lease = self._try(view, owner, lease_seconds)
-                    if lease is not None:
-                        return lease
-                seen = {r.id for r in order}
-                rows = [r for r in rows if r.id not in seen]
-            if fresh:
-                return None
+            lease = self._claim_from(
+                [r for r in self._rows if r.priority >= min_priority], owner, lease_seconds
+            )
+            if lease is not None or fresh:
+                return lease
             self.poll()
             fresh = True
+
+    def _claim_from(self, rows: list[BoardTask], owner: str, lease_seconds: float) -> Lease | None:
+        """Claim one of the kept ``rows`` (best first, or spread when contended), or None."""
+        firsts = 0
+        while rows:
+            order = self.candidates(rows)
+            # Whatever happens to a row tried (ours, someone else's, not claimable now),
+            # it leaves the kept list; the next poll brings back what is still queued.
+            # Rows not tried stay for the next claim.
+            self._forget(order[:1])
+            tried, lease = self._first(order[0], owner, lease_seconds)
+            if lease is not None:
+                return lease
+            firsts += tried
+            if tried and firsts < FIRST_TRIES and len(order) > 1:
+                # Lost to another worker: the next card the same way (two calls, where
+                # reading every candidate's records costs one call each).
+                rows = [r for r in rows if r.id != order[0].id]
+                continue
+            rest = order[1:] if tried else order
+            self._forget(rest)
+            for view in self.board.read_meta_many(rest):
+                lease = self._try(view, owner, lease_seconds)
+                if lease is not None:
+                    return lease
+            seen = {r.id for r in order}
+            rows = [r for r in rows if r.id not in seen]
+        return None
 
     def _forget(self, rows: list[BoardTask]) -> None:
         gone = {r.id for r in rows}

@@ -135,3 +135,19 @@ def test_a_task_refused_by_policy_at_its_first_claim_is_a_dead_letter(local_fabr
     assert r.claim_next("w1", lease_seconds=LEASE) is None
     view = fab.board.read(tid)
     assert view.epoch == 1 and view.current is not None and view.current.state == State.DEAD
+
+
+def test_a_worker_that_lost_a_card_tries_the_next_one_the_same_way(local_fabric: Fabric) -> None:
+    fab = local_fabric
+    ids = [fab.submit(f"contended {i}", target="kimi").task_id for i in range(5)]
+    slow, fast = reader(fab), reader(fab)
+    slow.poll()  # its kept rows are stale from here: the fast worker takes the first card
+    taken = fast.claim_next("w2", lease_seconds=LEASE)
+    assert taken is not None and taken.task_id == ids[0]
+    before = dict(fab.port.stats.by_method)
+    lease = slow.claim_next("w1", lease_seconds=LEASE)
+    assert lease is not None and lease.task_id in ids[1:]
+    calls = {m: n - before.get(m, 0) for m, n in fab.port.stats.by_method.items() if n != before.get(m, 0)}
+    # Lost card: read + lock; next card: read + lock; then its record and move. No read of
+    # every other candidate's records.
+    assert calls.get("getTaskMetadata") == 2 and calls.get("createTag") == 2, calls
