@@ -3,10 +3,11 @@
 Kanboard renumbers every open card of both columns on each move, and a worker's poll
 reads what the queue column holds; a researcher's self-submitting loop is exactly the
 agent that builds a backlog of hundreds. So one queue is filled to 10, 100, 500 and 2,000
-open tasks and, at each size, ``samples`` lifecycles run at that size: one submit (the
-backlog stays at its size), then the claim (poll + claim, as a worker does it) and the
-complete are timed and their round trips counted. The baseline is the same measurement
-at 10 open tasks, in the same run and on the same board; the target is 1.5x at 2,000.
+open tasks, each size a queue of its own project, and ``samples`` lifecycles run on each,
+the sizes taking turns: one submit (the backlog stays at its size), then the claim (poll +
+claim, as a worker does it) and the complete are timed and their round trips counted.
+The baseline is the same measurement at 10 open tasks, in the same run, on the same
+board and interleaved with the others; the target is 1.5x at 2,000.
 
 The keeper's backlog duty runs as in a fabric (keeper.backlog: each lane's Queued cell
 kept short, the rest of the queue in Backlog): once the queue is filled, and once before
@@ -59,62 +60,80 @@ def run(quick: bool) -> dict[str, Any]:
     return _report(sizes, samples, boards)
 
 
+class _Queue:
+    """One queue held at one size, on its own project (so sizes can take turns)."""
+
+    def __init__(self, target: Target, size: int) -> None:
+        cards = load_bench_cards()
+        settings, _ = target.fresh(f"backlog{size}", cards)
+        self.size = size
+        self.client = target.client()
+        self.fab = Fabric.connect(settings, cards=cards, port=self.client)
+        self.reader = QueueReader.for_agent(self.fab, cards.get(QUEUE_AGENT))
+        self.keeper = Keeper.for_fabric(self.fab, KeeperConfig())
+        self.claim_s: list[float] = []
+        self.complete_s: list[float] = []
+        self.claim_trips: list[int] = []
+        self.complete_trips: list[int] = []
+        self.keeper_s: list[float] = []
+        t0 = time.perf_counter()
+        for held in range(size):
+            self.fab.submit(f"backlog {held}", target=QUEUE_AGENT, priority="low")
+        self.fill_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for _ in range(3):  # the first run after a fill moves the overflow to Backlog
+            self.keeper.run_job("backlog")
+        self.balance_s = time.perf_counter() - t0
+
+    def lifecycle(self, label: str, i: int) -> None:
+        """One submit (the backlog stays at its size), then a timed claim and complete."""
+        fab, client = self.fab, self.client
+        fab.submit(f"probe {self.size}/{i}", target=QUEUE_AGENT, priority="low")
+        t0 = time.perf_counter()
+        self.keeper.run_job("backlog")
+        self.keeper_s.append(time.perf_counter() - t0)
+        client.stats.reset()
+        t0 = time.perf_counter()
+        lease = self.reader.claim_next("bench", lease_seconds=60.0)
+        self.claim_s.append(time.perf_counter() - t0)
+        self.claim_trips.append(client.stats.trips)
+        if lease is None:
+            raise RuntimeError(f"{label}: no task claimed with {self.size} open")
+        client.stats.reset()
+        t0 = time.perf_counter()
+        fab.ledger.complete(lease, "bench://result")
+        self.complete_s.append(time.perf_counter() - t0)
+        self.complete_trips.append(client.stats.trips)
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "claim_ms": round(statistics.median(self.claim_s) * 1000, 1),
+            "complete_ms": round(statistics.median(self.complete_s) * 1000, 1),
+            "claim_trips": round(statistics.fmean(self.claim_trips), 2),
+            "complete_trips": round(statistics.fmean(self.complete_trips), 2),
+            "fill_s": round(self.fill_s, 1),
+            "balance_after_fill_s": round(self.balance_s, 2),
+            "keeper_backlog_ms": round(statistics.median(self.keeper_s) * 1000, 1),
+            "queued_cell": len(self.fab.board.open_in([Column.QUEUED], QUEUE_AGENT)),
+            "errors": dict(self.client.errors),
+        }
+
+
 def _measure(target: Target, sizes: tuple[int, ...], samples: int) -> dict[str, Any]:
-    cards = load_bench_cards()
-    settings, _ = target.fresh("backlog", cards)
-    client = target.client()
-    fab = Fabric.connect(settings, cards=cards, port=client)
-    reader = QueueReader.for_agent(fab, cards.get(QUEUE_AGENT))
-    keeper = Keeper.for_fabric(fab, KeeperConfig())
-    out: dict[str, Any] = {}
-    held = 0
+    """Every size's queue filled first, then their lifecycles in turns (10, 100, 500,
+    2,000, 10, …): whatever else the machine does meanwhile weighs on every size alike,
+    so the ratio to the 10-task queue is the backlog's own."""
+    queues: list[_Queue] = []
     try:
         for size in sizes:
-            fill_started = time.perf_counter()
-            while held < size:
-                fab.submit(f"backlog {held}", target=QUEUE_AGENT, priority="low")
-                held += 1
-            fill_s = time.perf_counter() - fill_started
-            t0 = time.perf_counter()
-            for _ in range(3):  # the first run after a fill moves the overflow to Backlog
-                keeper.run_job("backlog")
-            balance_s = time.perf_counter() - t0
-            claim_s: list[float] = []
-            complete_s: list[float] = []
-            claim_trips: list[int] = []
-            complete_trips: list[int] = []
-            keeper_s: list[float] = []
-            for i in range(samples):
-                fab.submit(f"probe {size}/{i}", target=QUEUE_AGENT, priority="low")
-                t0 = time.perf_counter()
-                keeper.run_job("backlog")
-                keeper_s.append(time.perf_counter() - t0)
-                client.stats.reset()
-                t0 = time.perf_counter()
-                lease = reader.claim_next("bench", lease_seconds=60.0)
-                claim_s.append(time.perf_counter() - t0)
-                claim_trips.append(client.stats.trips)
-                if lease is None:
-                    raise RuntimeError(f"{target.label}: no task claimed with {size} open")
-                client.stats.reset()
-                t0 = time.perf_counter()
-                fab.ledger.complete(lease, "bench://result")
-                complete_s.append(time.perf_counter() - t0)
-                complete_trips.append(client.stats.trips)
-            out[str(size)] = {
-                "claim_ms": round(statistics.median(claim_s) * 1000, 1),
-                "complete_ms": round(statistics.median(complete_s) * 1000, 1),
-                "claim_trips": round(statistics.fmean(claim_trips), 2),
-                "complete_trips": round(statistics.fmean(complete_trips), 2),
-                "fill_s": round(fill_s, 1),
-                "balance_after_fill_s": round(balance_s, 2),
-                "keeper_backlog_ms": round(statistics.median(keeper_s) * 1000, 1),
-                "queued_cell": len(fab.board.open_in([Column.QUEUED], QUEUE_AGENT)),
-                "errors": dict(client.errors),
-            }
+            queues.append(_Queue(target, size))
+        for i in range(samples):
+            for q in queues:
+                q.lifecycle(target.label, i)
+        return {str(q.size): q.figures() for q in queues}
     finally:
-        client.close()
-    return out
+        for q in queues:
+            q.client.close()
 
 
 def _ratio(row: dict[str, Any], base: dict[str, Any], key: str) -> float:
