@@ -39,6 +39,13 @@ class BacklogReport:
     trips: int = 0
 
 
+# A balancing moves at most this many cards (promotions first). After a burst of 2,000
+# submits, Kanboard on PostgreSQL took over 10 s (the client's timeout) for one request of
+# 1,500 moves, and a keeper run that long holds up its lease sweeps; the rest of a burst is
+# moved at the next runs, every AGAP_KEEPER_BACKLOG_EVERY.
+MOVES_PER_RUN = 200
+
+
 def rank(row: BoardTask, now: float) -> tuple[bool, int, float, int, int]:
     """A card's place in its queue, best first: due before not yet due (a delayed start or a
     retry backoff), then the workers' order (workers.queue.order_key)."""
@@ -82,13 +89,16 @@ def balance(fab: Fabric, queued: Sequence[BoardTask], backlog: Sequence[BoardTas
         by_lane[r.swimlane_id][0].append(r)
     for r in backlog:
         by_lane[r.swimlane_id][1].append(r)
-    wanted: dict[int, Column] = {}
+    promotions: dict[int, Column] = {}
+    demotions: dict[int, Column] = {}
     for lane, (q, b) in by_lane.items():
         if layout.queue_of(lane) is None:
             continue  # a lane of no queue: the gesture sweep's business
         demote, promote = plan(q, b, now)
-        wanted.update({r.id: Column.BACKLOG for r in demote})
-        wanted.update({r.id: Column.QUEUED for r in promote})
+        demotions.update({r.id: Column.BACKLOG for r in demote})
+        promotions.update({r.id: Column.QUEUED for r in promote})
+    # Cards a worker is waiting for first; the rest of a burst at the next runs.
+    wanted = dict(list({**promotions, **demotions}.items())[:MOVES_PER_RUN])
     if not wanted:
         return report
     rows = {r.id: r for r in (*queued, *backlog) if r.id in wanted}

@@ -13,8 +13,10 @@ from typing import Any
 
 from fabric.core import Fabric
 from fabric.embedded.local import LocalPort
+from fabric.kanboard import taskboard
 from fabric.kanboard.bootstrap import load_layout
 from fabric.kanboard.layout import QUEUED_CELL, Column
+from fabric.kanboard.moves import MOVE
 from fabric.kanboard.port import Call
 from fabric.kanboard.rows import BoardTask
 from fabric.settings.keeper import KeeperConfig
@@ -112,6 +114,32 @@ def test_the_keeper_keeps_the_cell_short_and_a_worker_drains_in_order(local_fabr
         k.run_job("backlog")
     assert order == tasks, "oldest first, across Queued and Backlog"
     assert cell(fab, Column.BACKLOG) == [] and cell(fab, Column.QUEUED) == []
+
+
+def test_a_burst_is_balanced_over_several_runs_in_requests_of_bounded_size(
+    local_fabric: Fabric, monkeypatch: Any
+) -> None:
+    fab = local_fabric
+    monkeypatch.setattr(backlog, "MOVES_PER_RUN", 12)
+    monkeypatch.setattr(taskboard, "MOVE_CHUNK", 5)
+    tasks = fill(fab, QUEUED_CELL + 30)
+    sizes: list[int] = []
+    batch = fab.port.batch
+
+    def counted(calls: Any) -> Any:
+        sizes.append(sum(1 for c in calls if c.method == MOVE))
+        return batch(calls)
+
+    monkeypatch.setattr(fab.port, "batch", counted)
+    k = keeper(fab)
+    runs = 0
+    while cell(fab, Column.BACKLOG) != tasks[QUEUED_CELL:]:
+        assert k.run_job("backlog")
+        runs += 1
+        assert len(k.last["backlog"].demoted) <= 12 and runs <= 5
+    assert runs == 3, "30 cards to demote, 12 a run"
+    assert cell(fab, Column.QUEUED) == tasks[:QUEUED_CELL]
+    assert max(sizes) == 5, sizes
 
 
 def test_a_new_submit_does_not_overtake_older_work_waiting_in_backlog(local_fabric: Fabric) -> None:
