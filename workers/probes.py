@@ -559,15 +559,14 @@ def persona_backbones(
         if not choice.eligible or not choice.card.runtime.model:
             continue
         model = choice.card
-        runtime = card.runtime.model_copy(
-            update={
-                "model": model.runtime.model,
-                "api_base": model.runtime.api_base,
-                "api_key_env": model.runtime.api_key_env,
-            }
+        runtime = replace(
+            card.runtime,
+            model=model.runtime.model,
+            api_base=model.runtime.api_base,
+            api_key_env=model.runtime.api_key_env,
         )
         av = Availability(endpoint_shapes(model, ledger_dir, make, across=across), queue=card.queue_name)
-        endpoints.append(Endpoint(card.model_copy(update={"runtime": runtime}), model, av, choice.why))
+        endpoints.append(Endpoint(replace(card, runtime=runtime), model, av, choice.why))
     # The card's own model (the one the eval gate last passed, see fabric.cards.backbone)
     # goes first; the others fit too and run when it is parked.
     endpoints.sort(key=lambda e: e.card.runtime.model != card.runtime.model)

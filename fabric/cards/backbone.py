@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-
-import yaml
 
 from fabric.cards.fields import cost_rank, tier_rank
 from fabric.cards.schema import Card, satisfies
@@ -120,14 +118,13 @@ def with_backbone(card: Card, cards: Iterable[Card], gated: str | None = None) -
     model = model or (fitting[0] if fitting else None)
     if model is None or not model.runtime.model:
         return card
-    runtime = card.runtime.model_copy(
-        update={
-            "model": model.runtime.model,
-            "api_base": card.runtime.api_base or model.runtime.api_base,
-            "api_key_env": card.runtime.api_key_env or model.runtime.api_key_env,
-        }
+    runtime = replace(
+        card.runtime,
+        model=model.runtime.model,
+        api_base=card.runtime.api_base or model.runtime.api_base,
+        api_key_env=card.runtime.api_key_env or model.runtime.api_key_env,
     )
-    return card.model_copy(update={"runtime": runtime})
+    return replace(card, runtime=runtime)
 
 
 # ---------------------------------------------------------------------------------------
@@ -164,6 +161,8 @@ def read_record(directory: Path) -> dict[str, str]:
     path = directory / RECORD_FILE
     if not path.is_file():
         return {}
+    import yaml  # here: a process that reads the checked cards back reads no record
+
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
