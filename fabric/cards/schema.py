@@ -1,24 +1,26 @@
 """The card schema as every process reads it: availability shapes, runtime, backbone,
 humans, GPU residency, the card itself, and golden sets.
 
-Plain frozen dataclasses. A card file is checked by :mod:`fabric.cards.models` (pydantic:
-unknown keys, types, bounds, the rules within one card) and read as these classes; a
-process that starts from the checked snapshot (:mod:`fabric.cardcache`) builds them
-directly and never imports pydantic, which would cost a short-lived ``agap claim`` more
-than all its other work. The two are kept field for field alike by
-``tests/unit/test_card_models.py``. Build a variant with :func:`dataclasses.replace`.
+Frozen dataclasses, made without compiling code (:class:`fabric.plain.Plain`). A card file
+is checked by :mod:`fabric.cards.models` (pydantic: unknown keys, types, bounds, the rules
+within one card) and read as these classes; a process that starts from the checked
+snapshot (:mod:`fabric.cardcache`) builds them directly and never imports pydantic, which
+would cost a short-lived ``agap claim`` more than all its other work. The two are kept
+field for field alike by ``tests/unit/test_card_models.py``. Build a variant with
+:func:`dataclasses.replace`.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, timedelta
 from typing import Literal
 
 from fabric.cards.fields import DAYS, CostClass, Day, Kind, RuntimeMode, Tier, Trust, tier_rank
 from fabric.durations import parse_duration
+from fabric.plain import Plain
 
 __all__ = [
     "AlwaysSpec",
@@ -48,15 +50,13 @@ __all__ = [
 # Availability a(t): composable shapes; every shape must allow for a(t) > 0
 
 
-@dataclass(frozen=True, kw_only=True)
-class AlwaysSpec:
+class AlwaysSpec(Plain, kw_only=True):
     """Always available (a(t) = 1)."""
 
     shape: Literal["always"] = "always"
 
 
-@dataclass(frozen=True, kw_only=True)
-class QuotaSpec:
+class QuotaSpec(Plain, kw_only=True):
     """``limit`` messages per rolling ``window`` (optionally also ``second_limit`` per
     ``second_window``, e.g. 60 per 5h and 300 per 7d). ``reserve_interactive`` is the
     fraction of each window kept for interactive work by the budget governor.
@@ -81,8 +81,7 @@ class QuotaSpec:
         return None if self.second_window is None else parse_duration(self.second_window)
 
 
-@dataclass(frozen=True, kw_only=True)
-class BudgetSpec:
+class BudgetSpec(Plain, kw_only=True):
     """At most ``usd`` dollars per ``period``; the tail ``reserve_interactive`` is kept for
     interactive work."""
 
@@ -96,8 +95,7 @@ class BudgetSpec:
         return parse_duration(self.period)
 
 
-@dataclass(frozen=True, kw_only=True)
-class OnDemandSpec:
+class OnDemandSpec(Plain, kw_only=True):
     """A node that sleeps: available when ``health_url`` answers; woken by ``wake_command``
     (run locally) or ``wake_url`` (an HTTP POST)."""
 
@@ -117,8 +115,7 @@ class OnDemandSpec:
         return parse_duration(self.wake_timeout)
 
 
-@dataclass(frozen=True, kw_only=True)
-class GpuSpec:
+class GpuSpec(Plain, kw_only=True):
     """A local GPU model: available while ``vram_mb`` + ``headroom_mb`` fit in free VRAM as
     reported by ``probe_command`` (megabytes, one line per GPU)."""
 
@@ -128,8 +125,7 @@ class GpuSpec:
     headroom_mb: int = 256
 
 
-@dataclass(frozen=True, kw_only=True)
-class HoursSpec:
+class HoursSpec(Plain, kw_only=True):
     """Waking hours in a time zone. ``end`` before ``start`` spans midnight. ``vacation``
     makes a(t) = 0 until it is switched off again."""
 
@@ -165,8 +161,7 @@ AvailabilitySpec = AlwaysSpec | QuotaSpec | BudgetSpec | OnDemandSpec | GpuSpec 
 # Runtime, backbone, humans, GPU residency
 
 
-@dataclass(frozen=True, kw_only=True)
-class RuntimeSpec:
+class RuntimeSpec(Plain, kw_only=True):
     """How the agent's work is executed.
 
     ``gateway``: a LiteLLM proxy over HTTP; ``sdk``: litellm in process; ``demo``: the
@@ -187,24 +182,21 @@ class RuntimeSpec:
     timeout_seconds: float = 120.0
 
 
-@dataclass(frozen=True, kw_only=True)
-class BackboneConstraints:
+class BackboneConstraints(Plain, kw_only=True):
     """Any model card at least this ``tier`` with all these ``capabilities``."""
 
     tier: Tier | None = None
     capabilities: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Backbone:
+class Backbone(Plain, kw_only=True):
     """What a persona thinks with: one named model card, or a constraint set."""
 
     model: str | None = None
     constraints: BackboneConstraints | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class MatrixChannel:
+class MatrixChannel(Plain, kw_only=True):
     """A person's Matrix room: the fabric posts and reads as the bot whose access token is
     in ``token_env``; a reply counts as the person's only from ``user``."""
 
@@ -215,8 +207,7 @@ class MatrixChannel:
     user: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class WebhookChannel:
+class WebhookChannel(Plain, kw_only=True):
     """A URL the fabric posts a person's urgent work to."""
 
     type: Literal["webhook"] = "webhook"
@@ -227,8 +218,7 @@ class WebhookChannel:
 Channel = MatrixChannel | WebhookChannel
 
 
-@dataclass(frozen=True, kw_only=True)
-class HumanSpec:
+class HumanSpec(Plain, kw_only=True):
     """The person behind a ``kind: human`` card and how to reach them for urgent work.
     ``deputies``: Kanboard usernames who may approve or answer in their place."""
 
@@ -239,8 +229,7 @@ class HumanSpec:
     deputies: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True)
-class GpuResidency:
+class GpuResidency(Plain, kw_only=True):
     """Residency of a local GPU model: its footprint, whether it may never be evicted,
     and the group of models allowed to share the GPU with it."""
 
@@ -249,8 +238,7 @@ class GpuResidency:
     co_residency_group: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class MemorySpec:
+class MemorySpec(Plain, kw_only=True):
     """What becomes of the agent's results: each done task's result is retained into the
     Hindsight bank of ``retain`` that is of the task's own privacy domain (one bank per
     domain; a task of no listed bank's domain is not retained), by the keeper, once
@@ -272,8 +260,7 @@ def _always() -> list[AvailabilitySpec]:
     return [AlwaysSpec()]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Card:
+class Card(Plain, kw_only=True):
     """One agent. Immutable: derive variants with ``dataclasses.replace(card, ...)``."""
 
     id: str
@@ -322,8 +309,7 @@ def satisfies(card: Card, tier: str | None, capabilities: Iterable[str]) -> bool
 # Golden sets: canonical exchanges replayed before a backbone or routing change
 
 
-@dataclass(frozen=True, kw_only=True)
-class GoldenExpect:
+class GoldenExpect(Plain, kw_only=True):
     """How an answer is judged: it ``contains`` all these strings (case-insensitive), is
     ``exact``ly this text (whitespace-trimmed), matches the ``regex``, or a ``judge`` model
     given this rubric answers PASS (``agap eval``; see fabric/deploy/evalgate.py)."""
@@ -344,8 +330,7 @@ class GoldenExpect:
         return re.search(self.regex or "", answer) is not None
 
 
-@dataclass(frozen=True, kw_only=True)
-class GoldenCase:
+class GoldenCase(Plain, kw_only=True):
     """One exchange: the ``input`` and what its answer must be."""
 
     name: str = ""
@@ -353,8 +338,7 @@ class GoldenCase:
     expect: GoldenExpect
 
 
-@dataclass(frozen=True, kw_only=True)
-class GoldenSet:
+class GoldenSet(Plain, kw_only=True):
     """A persona's golden set (``cards/golden/<id>.yaml``)."""
 
     agent: str
