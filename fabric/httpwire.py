@@ -19,9 +19,10 @@ import http.client
 import select
 import socket
 import threading
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+from fabric.plain import Plain
 
 POOL = 10  # idle connections kept per client, as urllib3's default pool
 
@@ -38,8 +39,7 @@ class Ambiguous(Exception):
         self.timed_out = timed_out
 
 
-@dataclass(frozen=True)
-class HttpReply:
+class HttpReply(Plain):
     status: int
     body: bytes
     headers: dict[str, str]  # names lower-cased

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fabric.durations import parse_duration
 from fabric.errors import ConfigError
+from fabric.plain import Plain
 from fabric.refcanon import BadRef, canonical_prefix, local_service, under
 
 POLICY_FILE = "_policy.yaml"
@@ -28,8 +29,7 @@ if TYPE_CHECKING:
     from fabric.policy_models import QuotaLimit
 
 
-@dataclass(frozen=True)
-class Quota:
+class Quota(Plain):
     """How many tasks an agent may create per rolling window."""
 
     limit: int
@@ -37,8 +37,7 @@ class Quota:
     text: str  # as written, e.g. "60 per 1h"
 
 
-@dataclass(frozen=True)
-class PolicyConfig:
+class PolicyConfig(Plain):
     """The policy's limits and ref annotations (``cards/_policy.yaml``)."""
 
     quota: Quota = Quota(60, 3600.0, "60 per 1h")

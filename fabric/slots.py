@@ -20,12 +20,12 @@ held to the same rule:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from fabric.errors import EXIT_FAILED, FabricError, InvalidInput
+from fabric.plain import Plain
 
 if TYPE_CHECKING:
     from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
@@ -43,8 +43,7 @@ class MissedSlot(FabricError):
     code = "MISSED_SLOT"
 
 
-@dataclass(frozen=True)
-class SlotFiring:
+class SlotFiring(Plain):
     """One firing of a slot: its planned time, the action id, and how late it came."""
 
     cron: str

@@ -36,10 +36,10 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from fabric.gitrefs import split_git_ref
+from fabric.plain import Plain
 from workers.refs import ReadScope, RefUnavailable, UnresolvableRef, cap, opened_path, within_roots
 
 __all__ = ["GitBlob", "GitFileReader", "parse_git_ref"]
@@ -50,8 +50,7 @@ _HINT = "write git+file:///absolute/repo#<rev>:<path>, e.g. git+file:///srv/git/
 _ENV_KEEP = ("PATH", "LANG", "TMPDIR")
 
 
-@dataclass(frozen=True)
-class GitBlob:
+class GitBlob(Plain):
     """What a git ref names: a repository path (as written, decoded), a revision, a path."""
 
     repo: str
@@ -86,8 +85,7 @@ def parse_git_ref(ref: str) -> GitBlob | None:
     return GitBlob(repo, rev, path)
 
 
-@dataclass(frozen=True)
-class GitFileReader:
+class GitFileReader(Plain):
     """The :class:`~workers.refs.SchemeReader` of ``git+file://`` refs."""
 
     git: str = "git"

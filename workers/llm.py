@@ -36,11 +36,12 @@ import json
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
 from fabric.errors import ConfigError, FabricError
 from fabric.httpwire import Ambiguous, HttpReply, KeptAlive, NotSent
+from fabric.plain import Plain
 from fabric.retry_after import budget_exhausted, parse_rate_limit
 
 __all__ = [
@@ -71,8 +72,7 @@ USER_AGENT = "agap-fabric-worker"
 # Result and errors
 
 
-@dataclass(frozen=True)
-class Completion:
+class Completion(Plain):
     """One model answer. ``cost_usd`` is 0.0 when the plane did not report a cost."""
 
     text: str

@@ -17,7 +17,7 @@ import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from fabric.cards import (
     QuotaSpec,
 )
 from fabric.cards.backbone import backbone_choices
+from fabric.plain import Plain
 from workers.backbone import Backbones, Endpoint
 from workers.endpoint import endpoint_card, endpoint_shapes
 from workers.quota import CostBudget, QuotaWindow
@@ -277,8 +278,7 @@ def nvidia_smi_probe(command: str = DEFAULT_GPU_PROBE, timeout: float = 5.0) -> 
     return probe
 
 
-@dataclass(frozen=True)
-class PreloadPlan:
+class PreloadPlan(Plain):
     """The answer of a pre-load check: may the model be loaded, and which resident models
     must be unloaded first (evictable ones only)."""
 
@@ -475,8 +475,7 @@ class LocalGpu(ShapeBase):
 # A worker's a(t), from its card
 
 
-@dataclass
-class Probes:
+class Probes(Plain, frozen=False):
     """Probes to use instead of the real ones (tests, or a worker sharing one residency
     registry across its GPU models). None means the default for the card."""
 

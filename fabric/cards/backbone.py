@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from fabric.cards.fields import cost_rank, tier_rank
 from fabric.cards.schema import Card, satisfies
 from fabric.errors import InvalidInput
+from fabric.plain import Plain
 
 __all__ = [
     "RECORD_FILE",
@@ -37,8 +38,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class BackboneChoice:
+class BackboneChoice(Plain):
     """One model card considered for a persona's backbone, and why it was or was not taken."""
 
     card: Card
@@ -140,8 +140,7 @@ _RECORD_HEAD = (
 )
 
 
-@dataclass(frozen=True)
-class BackboneChange:
+class BackboneChange(Plain):
     """A persona whose backbone now resolves to a model other than the one the gate passed."""
 
     persona: str

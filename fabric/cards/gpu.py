@@ -7,13 +7,13 @@ largest is the placement target.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fabric.cards.files import read_yaml, shown_path
 from fabric.cards.problems import CardProblem, validation_problems
 from fabric.cards.schema import Card, GpuResidency
+from fabric.plain import Plain
 
 if TYPE_CHECKING:
     from fabric.cards.models import GpuDevice
@@ -23,8 +23,7 @@ __all__ = ["GPU_REGISTRY", "gpu_problems"]
 GPU_REGISTRY = "_gpu.yaml"
 
 
-@dataclass(frozen=True)
-class _Resident:
+class _Resident(Plain):
     """A card that declares GPU residency, and the file it came from."""
 
     shown: str
@@ -90,8 +89,7 @@ def _largest_gpu(path: Path, shown_reg: str) -> tuple[GpuDevice | None, list[Car
     return max(registry.gpus, key=lambda g: g.usable_mb), []
 
 
-@dataclass(frozen=True)
-class _Placement:
+class _Placement(Plain):
     """The residents on the GPU, and its never-evict (pinned) set."""
 
     residents: list[_Resident]

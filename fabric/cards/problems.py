@@ -8,13 +8,14 @@ not imported here: what reads the checked cards back needs :class:`CardErrors` o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from fabric.cards import schema
 from fabric.cards.fields import CHANNEL_TYPES, SHAPES, RuleViolations
 from fabric.errors import InvalidInput
+from fabric.plain import Plain
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -22,8 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["CardErrors", "CardProblem", "error_message", "validation_problems"]
 
 
-@dataclass(frozen=True)
-class CardProblem:
+class CardProblem(Plain):
     """One thing wrong with one card file; ``field`` is a dotted path (``availability.0.limit``)
     or empty for the file as a whole; ``line`` is set for YAML syntax errors."""
 

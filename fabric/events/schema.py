@@ -37,10 +37,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
+
+from fabric.plain import Plain
 
 SCHEMA_VERSION: Literal[1] = 1
 SEQ_STRIDE = 1_000_000  # seqs per epoch: seq 3000008 is epoch 3, counter 7
@@ -163,8 +165,7 @@ class EventError(ValueError):
 # tests/unit/test_events_schema.py holds that model as the reference.
 
 
-@dataclass(frozen=True, kw_only=True)
-class Event:
+class Event(Plain, kw_only=True):
     """One live event, field for field as on the wire (without ``data.hmac_sig``); checked
     when made: an event that exists is a valid one."""
 

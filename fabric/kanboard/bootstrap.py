@@ -15,7 +15,7 @@ import json
 import os
 import secrets
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from fabric.kanboard.layout import COLUMN_ORDER, LAYOUT_VERSION, META_MEMBERS, R
 from fabric.kanboard.migrate import MigrationReport, migrate
 from fabric.kanboard.port import BoardRefused, Call, Outcome, RpcPort
 from fabric.kanboard.taskboard import BoardLayout
+from fabric.plain import Plain
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 
@@ -38,8 +39,7 @@ _RENAME_DEFAULTS = {
 }
 
 
-@dataclass
-class InitReport:
+class InitReport(Plain, frozen=False):
     """What ``agap init`` changed (empty lists mean the board was already in shape)."""
 
     created: list[str] = field(default_factory=list)

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from fabric.kanboard.port import Call, Outcome
 from fabric.kanboard.rows import BoardTask, activity_rows
+from fabric.plain import Plain
 
 MOVE_TOLERANCE = 15.0  # covers a write batch's own re-sends (deadlocks cost ~1 s each)
 VERIFY_AFTER = 0.5
@@ -35,8 +35,7 @@ MEMORY = 1000  # moves remembered at most: the keeper's sweep is the backstop
 MOVE = "moveTaskToProject"
 
 
-@dataclass
-class Move:
+class Move(Plain, frozen=False):
     """A card this connection moved, to be checked once competing moves have committed."""
 
     column_id: int
@@ -47,8 +46,7 @@ class Move:
     tries: int = 1
 
 
-@dataclass(frozen=True)
-class Again:
+class Again(Plain):
     """A lost move to send again: the card, where it belongs, and the record it projects."""
 
     task_id: int

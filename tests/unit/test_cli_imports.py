@@ -58,6 +58,32 @@ def test_a_worker_facing_command_imports_neither_pydantic_nor_yaml(command: str)
     assert not {m for m in mods if m.split(".")[0] in ("pydantic", "pydantic_core", "yaml")}
 
 
+_GENERATED = """
+import dataclasses, inspect, json, sys
+import fabric.apps.cli.lease_cmd, fabric.apps.cli.worker_cmd, workers.assembly
+from fabric.plain import Plain
+ours = ("fabric", "keeper", "workers")
+made = sorted(
+    f"{name}.{cls.__name__}"
+    for name, mod in list(sys.modules.items())
+    if name.split(".")[0] in ours
+    for cls in vars(mod).values()
+    if inspect.isclass(cls) and cls.__module__ == name
+    and dataclasses.is_dataclass(cls) and not issubclass(cls, Plain)
+)
+print(json.dumps(made))
+"""
+
+
+def test_what_a_worker_facing_command_imports_makes_no_class_by_code_generation() -> None:
+    # A dataclass compiles its methods (about 4.7 M instructions a frozen class); these
+    # modules use fabric.plain.Plain, which behaves alike without (fabric/plain.py).
+    out = subprocess.run(
+        [sys.executable, "-c", _GENERATED], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(out.stdout) == []
+
+
 def test_the_probe_sees_pydantic_where_it_is_imported() -> None:
     # The check above can fail: all of `agap` (`agap household` asks with pydantic) shows it.
     assert "pydantic" in imported("cards", "--help", everything=True) - imported("heartbeat", "--help")
