@@ -22,12 +22,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from fabric.errors import EXIT_FAILED, FabricError, InvalidInput
 from fabric.plain import Plain
 
 if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
+
     from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 
 # The fabric's own cron counts a planned time not fired within this as missed.
@@ -74,6 +75,8 @@ def _zone(name: str | None, where: str) -> ZoneInfo:
             where=where,
             hint="an IANA zone such as Europe/Berlin or UTC; the host's zone is never assumed",
         )
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # here: only a slot reads a zone
+
     try:
         return ZoneInfo(name.strip())
     except (ZoneInfoNotFoundError, ValueError):

@@ -36,10 +36,11 @@ below it: duplicates and late deliveries from older epochs fall away.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
+from functools import cache
 from typing import Any, Literal
 
 from fabric.plain import Plain
@@ -106,29 +107,35 @@ def make_seq(epoch: int, counter: int) -> int:
 
 # -- keeping details safe to publish -------------------------------------------------
 
-_URL_CREDS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/@:]+:[^\s/@]+@")
-_SECRET_WORD = re.compile(
-    r"(?i)\b(password|passwd|pwd|secret|token|api[_-]?key|apikey|auth(?:orization)?|"
-    r"bearer|credentials?)\b(\s*[:=]\s*|\s+)[^\s,;]+"
-)
-_KEY_LIKE = re.compile(r"\b(?:sk|pk|rk|ghp|gho|xox[abp])[-_][A-Za-z0-9_\-]{8,}\b")
-_LONG_OPAQUE = re.compile(r"[A-Za-z0-9+/_=\-]{32,}")
-_FILE_URI = re.compile(r"(?i)\bfile://\S*")
-_POSIX_PATH = re.compile(r"(?<![\w.:/~-])~?/(?:[\w.@+\-]+/?)+")
-_WINDOWS_PATH = re.compile(r"\b[A-Za-z]:\\\S*")
-_SPACE = re.compile(r"\s+")
+
+# Compiled on first use: a process that imports events but publishes none (a heartbeat, a
+# worker without a broker) does not compile them.
+@cache
+def _redactions() -> tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...]:
+    return (
+        (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/@:]+:[^\s/@]+@"), r"\1[redacted]@"),
+        (
+            re.compile(
+                r"(?i)\b(password|passwd|pwd|secret|token|api[_-]?key|apikey|auth(?:orization)?|"
+                r"bearer|credentials?)\b(\s*[:=]\s*|\s+)[^\s,;]+"
+            ),
+            lambda m: f"{m.group(1)}=[redacted]",
+        ),
+        (re.compile(r"\b(?:sk|pk|rk|ghp|gho|xox[abp])[-_][A-Za-z0-9_\-]{8,}\b"), "[redacted]"),
+        (re.compile(r"(?i)\bfile://\S*"), "[path]"),  # file URIs, Windows paths, then POSIX paths
+        (re.compile(r"\b[A-Za-z]:\\\S*"), "[path]"),
+        (re.compile(r"(?<![\w.:/~-])~?/(?:[\w.@+\-]+/?)+"), "[path]"),
+        (re.compile(r"[A-Za-z0-9+/_=\-]{32,}"), "[redacted]"),  # long opaque tokens
+        (re.compile(r"\s+"), " "),
+    )
 
 
 def safe_detail(text: str, limit: int = DETAIL_MAX) -> str:
     """A short, single-line detail with local paths and secret-looking words removed."""
-    out = _URL_CREDS.sub(r"\1[redacted]@", text)
-    out = _SECRET_WORD.sub(lambda m: f"{m.group(1)}=[redacted]", out)
-    out = _KEY_LIKE.sub("[redacted]", out)
-    out = _FILE_URI.sub("[path]", out)
-    out = _WINDOWS_PATH.sub("[path]", out)
-    out = _POSIX_PATH.sub("[path]", out)
-    out = _LONG_OPAQUE.sub("[redacted]", out)
-    out = _SPACE.sub(" ", out).strip()
+    out = text
+    for pattern, replacement in _redactions():
+        out = pattern.sub(replacement, out)
+    out = out.strip()
     if len(out) > limit:
         out = out[: limit - 1].rstrip() + "…"
     return out

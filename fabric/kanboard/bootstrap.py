@@ -13,7 +13,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import field
 from pathlib import Path
@@ -255,6 +254,8 @@ def people_passwords(cards: CardSet, env: registry.Env = None) -> dict[str, tupl
                 where=name,
                 hint="set a longer one, or unset it for a one-time password",
             )
+        import secrets  # here: only a new person's one-time password needs it
+
         out[username] = (given, name) if given else (secrets.token_urlsafe(9), "")
     return out
 
