@@ -3,8 +3,8 @@
 Three implementations of one :class:`ModelClient` protocol:
 
 * :class:`GatewayClient` — OpenAI-compatible HTTP to a LiteLLM proxy (production). It never
-  imports the ``litellm`` package (~4-6 s and ~200 MB at import), only the standard
-  library's HTTP (:mod:`fabric.httpwire`).
+  imports the ``litellm`` package (~4-6 s and ~200 MB at import): it posts over
+  :mod:`fabric.httpwire`'s sockets.
 * :class:`~workers.llm_sdk.SdkClient` — ``litellm.completion`` in process (the embedded
   default with a real model); ``litellm`` is imported lazily, on the first call. It lives in
   :mod:`workers.llm_sdk`, the one module that knows the optional ``litellm`` package.
