@@ -32,15 +32,18 @@ from __future__ import annotations
 import os
 import re
 import stat
-import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fabric.gitrefs import split_git_ref
 from fabric.plain import Plain
 from workers.refs import ReadScope, RefUnavailable, UnresolvableRef, cap, opened_path, within_roots
+
+if TYPE_CHECKING:
+    import subprocess
 
 __all__ = ["GitBlob", "GitFileReader", "parse_git_ref"]
 
@@ -137,6 +140,8 @@ class GitFileReader(Plain):
             GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_NO_REPLACE_OBJECTS="1", LC_ALL="C"
         )
         argv = [self.git, "--git-dir", git_dir, "-c", "core.fsmonitor=false", *args]
+        import subprocess  # here: a worker that reads no git ref starts without it
+
         try:
             proc = subprocess.Popen(
                 argv,

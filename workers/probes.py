@@ -12,14 +12,11 @@ every local shape allows. Their probes are injected callables with real defaults
 from __future__ import annotations
 
 import re
-import shlex
-import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabric.availability import (
     Availability,
@@ -46,6 +43,12 @@ from workers.backbone import Backbones, Endpoint
 from workers.endpoint import endpoint_card, endpoint_shapes
 from workers.quota import CostBudget, QuotaWindow
 from workers.shared_quota import Across
+
+if TYPE_CHECKING:
+    import urllib.request
+
+# subprocess, shlex and urllib.request (which brings http.client, email and ssl) are
+# imported where a probe or a wake runs: a worker whose cards have neither starts without.
 
 __all__ = [
     "DEFAULT_GPU_PROBE",
@@ -75,13 +78,21 @@ HealthProbe = Callable[[str, float], tuple[bool, str]]
 #: Fires a wake; raises on failure (the message becomes part of the reason).
 WakeHook = Callable[[], None]
 
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+@cache
+def _direct() -> urllib.request.OpenerDirector:
+    import urllib.request  # here: see the note at the top
+
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def http_health_probe(url: str, timeout: float) -> tuple[bool, str]:
     """HTTP GET ``url`` directly (no proxy); healthy on a 2xx answer within ``timeout``."""
+    import urllib.error  # here: see the note at the top
+    import urllib.request  # here: see the note at the top
+
     try:
-        with _DIRECT.open(urllib.request.Request(url, method="GET"), timeout=timeout) as resp:
+        with _direct().open(urllib.request.Request(url, method="GET"), timeout=timeout) as resp:
             status = int(resp.status)
     except urllib.error.HTTPError as exc:
         return False, f"HTTP {exc.code}"
@@ -98,6 +109,9 @@ def command_waker(command: str, timeout: float = 30.0) -> WakeHook:
     """A wake hook running ``command`` (no shell) with a ``timeout``."""
 
     def wake() -> None:
+        import shlex  # here: see the note at the top
+        import subprocess  # here: see the note at the top
+
         try:
             done = subprocess.run(
                 shlex.split(command), capture_output=True, text=True, timeout=timeout, check=False
@@ -117,9 +131,12 @@ def url_waker(url: str, timeout: float = 10.0) -> WakeHook:
     """A wake hook POSTing to ``url``; a non-2xx answer is a failure."""
 
     def wake() -> None:
+        import urllib.error  # here: see the note at the top
+        import urllib.request  # here: see the note at the top
+
         request = urllib.request.Request(url, data=b"", method="POST")
         try:
-            with _DIRECT.open(request, timeout=timeout) as resp:
+            with _direct().open(request, timeout=timeout) as resp:
                 status = int(resp.status)
         except urllib.error.HTTPError as exc:
             raise RuntimeError(f"wake URL answered HTTP {exc.code}") from None
@@ -261,6 +278,9 @@ def nvidia_smi_probe(command: str = DEFAULT_GPU_PROBE, timeout: float = 5.0) -> 
     """A probe running ``command`` (no shell) with a ``timeout`` and parsing its output."""
 
     def probe() -> list[int]:
+        import shlex  # here: see the note at the top
+        import subprocess  # here: see the note at the top
+
         argv = shlex.split(command)
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
