@@ -39,6 +39,7 @@ _CODE = (
     *sorted((Path(__file__).parent / "cards").glob("*.py")),
     Path(__file__).parent / "memorybanks.py",
     Path(__file__).parent / "policy_file.py",
+    Path(__file__).parent / "policy_models.py",  # the policy file's check
 )
 
 

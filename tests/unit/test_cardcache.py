@@ -92,3 +92,10 @@ def test_a_damaged_snapshot_is_a_miss(cards_copy: Path) -> None:
     (snapshot,) = (cards_copy.parents[1] / "cache" / "agap").glob("cards-*.json")
     snapshot.write_text(snapshot.read_text()[:100])
     _same(cardcache.checked_cards(cards_copy), load_cards(cards_copy))
+
+
+def test_the_snapshot_is_keyed_by_the_code_that_checks() -> None:
+    # A file renamed away would hash as absent, the same every time: a silent stale key.
+    assert all(p.is_file() for p in cardcache._CODE)
+    names = {p.name for p in cardcache._CODE}
+    assert {"models.py", "schema.py", "policy_file.py", "policy_models.py", "memorybanks.py"} <= names
