@@ -36,10 +36,11 @@ _PUBLIC_DEFAULTS = dataclasses.field()  # what a field() that says only default 
 
 
 def _is_classvar(annotation: object) -> bool:
-    # Annotations are strings here (``from __future__ import annotations``), as dataclasses
-    # reads them: ``ClassVar[...]`` and ``typing.ClassVar[...]`` are not fields.
-    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
-    return text.startswith(("ClassVar", "typing.ClassVar"))
+    # Annotations are strings under ``from __future__ import annotations`` (as dataclasses
+    # reads them then: ``ClassVar[...]``, ``typing.ClassVar[...]``), objects without it.
+    if isinstance(annotation, str):
+        return annotation.startswith(("ClassVar", "typing.ClassVar"))
+    return annotation is ClassVar or getattr(annotation, "__origin__", None) is ClassVar
 
 
 def _field(name: str, annotation: object, kw_only: bool, given: Any) -> Field[Any]:

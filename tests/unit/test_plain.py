@@ -160,6 +160,12 @@ def test_keyword_only_defaults_factories_and_class_variables() -> None:
                 pytest.fail(f"{cls.__name__} did not match by position")
 
 
+def test_evaluated_annotations_are_read_alike() -> None:
+    # A module without `from __future__ import annotations` gives types, not strings.
+    made = type("Evaluated", (Plain,), {"__annotations__": {"x": int, "seen": ClassVar[int]}, "seen": 0})
+    assert [f.name for f in dataclasses.fields(made)] == ["x"] and made(x=1) == made(1)
+
+
 def test_a_plain_class_refuses_a_definition_its_dataclass_would_refuse() -> None:
     with pytest.raises(ValueError, match="mutable default"):
 
