@@ -63,11 +63,11 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from fabric.cards import AlwaysSpec, AvailabilitySpec, Card, HoursSpec
+from fabric.plain import Plain
 from fabric.retry_after import parse_rate_limit_headers
 
 __all__ = [
@@ -102,8 +102,7 @@ INTERACTIVE_PRIORITY = 2
 # Verdicts and the shape protocol
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Plain):
     """One answer of a(t). ``until``: unix seconds when it is expected to come back (a
     lower bound — re-check then), None when unknown (re-check at the poll interval).
     ``reason`` reads ``"<kind>: <detail>"``; :func:`reason_key` gives the stable kind."""
@@ -512,8 +511,7 @@ class Availability:
 # Park state: publish transitions, not polls
 
 
-@dataclass(frozen=True)
-class ParkState:
+class ParkState(Plain):
     """Whether a queue is parked, why, until when, and since when (unix seconds)."""
 
     queue: str
@@ -541,8 +539,7 @@ def park_changed(old: ParkState | None, new: ParkState) -> bool:
     return new.parked and reason_key(old.reason) != reason_key(new.reason)
 
 
-@dataclass
-class ParkTracker:
+class ParkTracker(Plain, frozen=False):
     """Follows a queue's park state from successive verdicts. :meth:`update` returns the new
     :class:`ParkState` on a transition (publish it) and None otherwise; :attr:`state` is
     always the latest, detail and ``until`` included, with ``since`` kept from the

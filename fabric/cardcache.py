@@ -1,37 +1,37 @@
 """The checked cards, remembered: what ``agap claim``, ``heartbeat`` and a worker start with.
 
-Checking the cards builds pydantic's validators, which cost a short-lived process more
-than all its other work (docs/BENCHMARKS.md, "Worker memory and CLI start"). Cards are
-code: between two deploys every process reads the same files. So once the cards load and
-check with no problem at all, the cards as checked and the policy file as read are kept in
-a snapshot (JSON, in the user's cache); a process whose inputs are the same, byte for byte,
-reads them back without checking again. Any difference (a card, a persona or golden file,
-``_policy.yaml``, anything under the cards folder, or this code) is a miss, and the cards
-are checked as ever: a refusal is the same refusal, said the same way. The snapshot is
-trusted as the layout cache beside it is: it is in the user's own cache folder.
+Checking the cards imports pydantic and builds its validators, which cost a short-lived
+process more than all its other work (docs/BENCHMARKS.md, "Worker memory and CLI start").
+Cards are code: between two deploys every process reads the same files. So once the cards
+load and check with no problem at all, the cards as checked and the policy file as read
+are kept in a snapshot (JSON, in the user's cache); a process whose inputs are the same,
+byte for byte, reads them back as the plain classes of :mod:`fabric.cards.schema`,
+without checking again and without importing pydantic or yaml. Any difference (a card, a
+persona or golden file, ``_policy.yaml``, anything under the cards folder, this code or
+the cards' code, pydantic's version) is a miss, and the cards are checked as ever: a
+refusal is the same refusal, said the same way. The snapshot is trusted as the layout
+cache beside it is: it is in the user's own cache folder.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import asdict
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-import pydantic
-
-from fabric.cards import CardSet, load_cards, load_cards_keeping_going
-from fabric.cards.fields import StrictModel
+from fabric.cards import CardSet, load_cards, load_cards_keeping_going, schema
 from fabric.errors import FabricError
 from fabric.memorybanks import check_memory
 from fabric.policy_file import POLICY_FILE, PolicyConfig, Quota, policy_config, remember_policy
 from fabric.settings import registry
 
-FORMAT = 1
+FORMAT = 2  # 2: the plain classes of fabric.cards.schema, by name and fields
 # The code whose change can change what the cards check to: a snapshot made by other code
 # is a miss.
 _CODE = (
@@ -39,6 +39,7 @@ _CODE = (
     *sorted((Path(__file__).parent / "cards").glob("*.py")),
     Path(__file__).parent / "memorybanks.py",
     Path(__file__).parent / "policy_file.py",
+    Path(__file__).parent / "policy_models.py",  # the policy file's check
 )
 
 
@@ -93,6 +94,15 @@ def _folder(directory: Path) -> Iterator[Path]:
             yield Path(root) / name
 
 
+def _pydantic() -> list[Any]:
+    # The checks' pydantic, by its version file: another version may check otherwise.
+    # Found, not imported (importing it is what the snapshot spares).
+    spec = find_spec("pydantic")
+    if spec is None or spec.origin is None:
+        return ["pydantic", None]
+    return _stat(Path(spec.origin).parent / "version.py")
+
+
 def _inputs(directory: Path, cards: CardSet) -> str:
     """A digest of everything the check read: the cards folder, the persona and golden
     files the cards name (or their absence), the code, pydantic's version."""
@@ -100,7 +110,7 @@ def _inputs(directory: Path, cards: CardSet) -> str:
     named = sorted({base / p for c in cards for p in (c.persona, c.golden) if p})
     seen = [
         FORMAT,
-        pydantic.VERSION,
+        _pydantic(),
         str(directory.resolve()),
         str(base),
         *(_stat(p) for p in _CODE),
@@ -114,7 +124,7 @@ def _read(directory: Path) -> CardSet | None:
     try:
         data = json.loads(_path(directory).read_text())
         cards = CardSet.restored(
-            [_model(c) for c in data["cards"]],
+            [_plain(c) for c in data["cards"]],
             base_dir=Path(data["base_dir"]) if data["base_dir"] else None,
             directory=directory,
         )
@@ -143,7 +153,7 @@ def _read(directory: Path) -> CardSet | None:
 def _write(directory: Path, cards: CardSet) -> None:
     """Remember ``cards`` (checked, with no problem) for the next process (best effort)."""
     try:
-        policy = asdict(policy_config(directory))
+        policy = dataclasses.asdict(policy_config(directory))
     except FabricError:
         return
     data = {
@@ -160,14 +170,17 @@ def _write(directory: Path, cards: CardSet) -> None:
         tmp.replace(path)
 
 
-# A card model as {"$m": class name, "f": fields, "s": the fields its file set}; a dict
-# as {"$d": ...}; lists as lists. Only the cards' own classes are ever made back.
+# A card's class as {"$m": class name, "f": fields}; lists as lists. Only the classes of
+# fabric.cards.schema are ever made back.
+_CLASSES: dict[str, type[Any]] = {
+    name: cls for name in schema.__all__ if isinstance(cls := getattr(schema, name), type)
+}
+
+
 def _tree(value: Any) -> Any:
-    if isinstance(value, StrictModel):
-        fields = {k: _tree(getattr(value, k)) for k in type(value).model_fields}
-        return {"$m": type(value).__name__, "f": fields, "s": sorted(value.model_fields_set)}
-    if isinstance(value, dict):
-        return {"$d": {k: _tree(v) for k, v in value.items()}}
+    if _CLASSES.get(type(value).__name__) is type(value):
+        fields = {f.name: _tree(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {"$m": type(value).__name__, "f": fields}
     if isinstance(value, list | tuple):
         return [_tree(v) for v in value]
     if value is None or isinstance(value, str | int | float | bool):
@@ -175,27 +188,13 @@ def _tree(value: Any) -> Any:
     raise TypeError(f"a card holds a {type(value).__name__}")
 
 
-def _classes() -> dict[str, type[StrictModel]]:
-    out: dict[str, type[StrictModel]] = {}
-    todo = list(StrictModel.__subclasses__())
-    while todo:
-        cls = todo.pop()
-        out[cls.__name__] = cls
-        todo.extend(cls.__subclasses__())
-    return out
-
-
-def _model(value: Any, classes: dict[str, type[StrictModel]] | None = None) -> Any:
-    classes = classes if classes is not None else _classes()
+def _plain(value: Any) -> Any:
     if isinstance(value, list):
-        return [_model(v, classes) for v in value]
-    if isinstance(value, dict) and "$d" in value:
-        return {k: _model(v, classes) for k, v in value["$d"].items()}
+        return [_plain(v) for v in value]
     if isinstance(value, dict):
-        cls = classes[value["$m"]]
-        fields = {k: _model(v, classes) for k, v in value["f"].items()}
-        # Checked when the snapshot was made; building a validator again is what it saves.
-        return cls.model_construct(_fields_set=set(value["s"]), **fields)
+        fields = {k: _plain(v) for k, v in value["f"].items()}
+        # Checked when the snapshot was made: the plain class, no check again.
+        return _CLASSES[value["$m"]](**fields)
     return value
 
 

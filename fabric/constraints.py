@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from fabric.cards import TIERS, cost_rank, tier_rank, trust_rank
 from fabric.errors import InvalidInput
+from fabric.plain import Plain
 
 #: Keys of a spec's constraints that describe a constraint set (the rest are annotations).
 CONSTRAINT_KEYS = ("tier", "capabilities", "trust", "cost_class", "max_cost_usd")
 
 
-@dataclass(frozen=True)
-class Constraints:
+class Constraints(Plain):
     """What a constraint target asks for."""
 
     tier: str | None = None  # minimum tier

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,7 @@ from fabric.kanboard.spanning import SpanningReader
 from fabric.kanboard.taskboard import TaskBoard, TaskView
 from fabric.kanboard.weblinks import links_for
 from fabric.ledger import Ledger
+from fabric.plain import Plain
 from fabric.policy import GateRequest, PolicyContext, SubmitPolicy, check_claim_on_board, default_policies
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
@@ -49,8 +50,7 @@ log = logging.getLogger("agap.submit")
 SubmitListener = Callable[[Receipt, TaskSpec], None]
 
 
-@dataclass
-class Fabric:
+class Fabric(Plain, frozen=False):
     """One connection to the fabric: use it from one thread."""
 
     settings: Settings

@@ -14,10 +14,11 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TypeVar
 
 from fabric.kanboard.port import PROTOCOL_ERRORS, BoardError, BoardUnavailable, RpcError
+from fabric.plain import Plain
 
 log = logging.getLogger("agap.board")
 
@@ -38,8 +39,7 @@ def transient(exc: BoardError) -> bool:
     return isinstance(exc, RpcError) and exc.code not in PROTOCOL_ERRORS and not exc.refused
 
 
-@dataclass
-class Backoff:
+class Backoff(Plain, frozen=False):
     """Exponential delays from ``first``, capped at ``cap``, each jittered by ±``jitter``."""
 
     first: float = FIRST_DELAY
@@ -54,8 +54,7 @@ class Backoff:
         return max(0.05, min(self.cap, base * spread))  # a zero cap must not spin
 
 
-@dataclass
-class BoardWait:
+class BoardWait(Plain, frozen=False):
     """Runs an attempt until the board answers, waiting out an unreachable board.
 
     ``sleep(seconds)`` returns True when the daemon was told to stop meanwhile (as

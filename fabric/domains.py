@@ -29,13 +29,14 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from fabric.cards import Card, CardSet, trust_rank
 from fabric.kanboard.port import BoardAuthError
 from fabric.kanboard.reader import ReadOnlyBoard
 from fabric.people import find_person
+from fabric.plain import Plain
 from fabric.policy_file import UNKNOWN, PolicyConfig, rules_domain
 from fabric.refcanon import BadRef, Canon, canonical
 from fabric.refusals import PrivacyViolation
@@ -71,8 +72,7 @@ def canon_ref(ref: str) -> Canon:
 _Node = tuple[frozenset[str], tuple[int, ...]]
 
 
-@dataclass
-class Domains:
+class Domains(Plain, frozen=False):
     """The domains of refs, read from the owner rules and (for tasks) the board.
 
     A task's domains are the union over every task reachable from it (through refs,
@@ -301,8 +301,7 @@ def check_retain(task_id: int, found: Iterable[str], bank: str, bank_domain: str
         )
 
 
-@dataclass
-class ReadGuard:
+class ReadGuard(Plain, frozen=False):
     """The privacy check where content is read: ``card`` working for ``humans``.
 
     :meth:`admit` runs before a ref is read; :meth:`admit_file` on the file actually

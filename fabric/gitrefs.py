@@ -13,14 +13,14 @@ A fragment with a ``:`` names a blob (``<rev>:<path>``); one without names a bra
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
+
+from fabric.plain import Plain
 
 PREFIX = "git+"
 
 
-@dataclass(frozen=True)
-class GitRef:
+class GitRef(Plain):
     """A ``git+`` ref split into what git clones and what the fragment says."""
 
     url: str  # the clone URL (file:///…, https://…, ssh://…)

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
 from fabric.errors import EXIT_INVALID, EXIT_UNREACHABLE, FabricError, InvalidInput
+from fabric.plain import Plain
 from fabric.refcanon import BadRef, canonical
 
 if TYPE_CHECKING:
@@ -107,8 +108,7 @@ class HindsightRefused(HindsightError):
     exit_code = EXIT_INVALID
 
 
-@dataclass
-class HindsightClient:
+class HindsightClient(Plain, frozen=False):
     """One Hindsight API: ``url`` (``AGAP_HINDSIGHT_URL``) and its bearer ``key``."""
 
     url: str

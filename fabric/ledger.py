@@ -16,7 +16,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from fabric.errors import EXIT_LOST, FabricError, InvalidInput
@@ -24,6 +24,7 @@ from fabric.kanboard.layout import META_GAP, effect_key, epoch_lock, evidence_ke
 from fabric.kanboard.port import BoardError
 from fabric.kanboard.rows import BoardTask
 from fabric.kanboard.taskboard import TaskBoard, TaskView
+from fabric.plain import Plain
 from fabric.task import TERMINAL, Record, State, TaskSpec
 
 Clock = Callable[[], float]
@@ -98,8 +99,7 @@ APPROVAL_REF = "kanboard:approved"
 OWNER_OPS = frozenset({"complete", "fail", "ask", "release"})
 
 
-@dataclass(frozen=True)
-class Lease:
+class Lease(Plain):
     """Ownership of a task's working epoch, held by one worker until fenced or released."""
 
     task_id: int
@@ -128,8 +128,7 @@ class Lease:
         return f"{self.uid}:e{self.epoch}:{op}"
 
 
-@dataclass(frozen=True)
-class Effect:
+class Effect(Plain):
     """A side effect's identity, and its receipt if an earlier owner already applied it."""
 
     op: str

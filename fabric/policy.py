@@ -27,7 +27,6 @@ creates (:meth:`fabric.core.Fabric.submit`); a dead letter's decision task is an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -48,6 +47,7 @@ from fabric.kanboard.layout import receipt_reference
 from fabric.kanboard.reader import ReadOnlyBoard
 from fabric.kanboard.views import TaskView
 from fabric.people import find_person
+from fabric.plain import Plain
 from fabric.policy_file import PolicyConfig, policy_config
 from fabric.refusals import PolicyRefused, PrivacyViolation
 from fabric.submit import Receipt
@@ -133,8 +133,7 @@ def _norm(intent: str) -> str:
 # What the policies read, and what they may ask for
 
 
-@dataclass(frozen=True)
-class PolicyContext:
+class PolicyContext(Plain):
     """What the policies read: the cards, the policy file next to them, a read-only board
     and the time of the submit. Nothing in it writes."""
 
@@ -149,8 +148,7 @@ class PolicyContext:
         return policy_config(self.cards_dir)
 
 
-@dataclass(frozen=True)
-class GateRequest:
+class GateRequest(Plain):
     """Tainted input headed for another agent: the gate task a human must approve first.
 
     The submitter creates it (``intent`` for ``human``, citing ``refs``, priority high,
@@ -470,8 +468,7 @@ def check_claim_on_board(ctx: PolicyContext, card: Card, spec: TaskSpec) -> None
 # Escalation: always ask
 
 
-@dataclass(frozen=True)
-class Escalation:
+class Escalation(Plain):
     """A dead letter's decision task: ``intent`` for ``human``, citing the dead task
     (``ref``), submitted by ``actor`` under the action id ``key`` (one per dead epoch)."""
 

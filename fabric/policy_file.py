@@ -1,90 +1,35 @@
 """The policy file (``cards/_policy.yaml``): limits, privacy domains of refs, tainted
 prefixes, where promoted files are copied.
 
-Optional, and every key has a default. :mod:`fabric.policy` applies what it says.
+Optional, and every key has a default. :mod:`fabric.policy` applies what it says. The file
+is checked by :mod:`fabric.policy_models` (pydantic), imported when a file is read: a
+process that starts from the checked snapshot (:mod:`fabric.cardcache`) reads none.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import lru_cache
 from pathlib import Path
-
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from typing import TYPE_CHECKING
 
 from fabric.durations import parse_duration
-from fabric.errors import ConfigError, FabricError
+from fabric.errors import ConfigError
+from fabric.plain import Plain
 from fabric.refcanon import BadRef, canonical_prefix, local_service, under
 
 POLICY_FILE = "_policy.yaml"
 SHARED = "shared"
 #: The domain of a ref whose owner cannot be decided; no card lists it.
 UNKNOWN = "unknown"
-_DOMAIN = re.compile(r"^(?:private:[a-z][a-z0-9_.-]{0,38}|[a-z][a-z0-9-]{0,38})$")
+
+if TYPE_CHECKING:
+    from fabric.policy_models import QuotaLimit
 
 
-class _Quota(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
-    limit: int = Field(ge=0)
-    window: str = "1h"
-
-    @field_validator("window")
-    @classmethod
-    def _window(cls, v: str) -> str:
-        try:
-            parse_duration(v)
-        except FabricError as exc:
-            raise ValueError(exc.what) from None
-        return v
-
-
-class _QuotaFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
-    # Constant defaults, made without a check: a check here would build the validator at
-    # import (fabric.cardcache's snapshot spares a process every build).
-    default: _Quota = _Quota.model_construct(limit=60, window="1h")
-    agents: dict[str, _Quota] = Field(default_factory=dict)
-
-
-class _PolicyFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
-    quota: _QuotaFile = _QuotaFile.model_construct()
-    max_depth: int = Field(default=8, ge=0)
-    gate_to: str | None = None
-    default_domain: str = SHARED
-    domains: dict[str, str] = Field(default_factory=dict)
-    tainted: dict[str, str] = Field(default_factory=dict)
-    promote_to: str | None = None
-
-    @field_validator("default_domain")
-    @classmethod
-    def _default(cls, v: str) -> str:
-        return check_domain(v)
-
-    @field_validator("domains")
-    @classmethod
-    def _domains(cls, v: dict[str, str]) -> dict[str, str]:
-        for d in v.values():
-            check_domain(d)
-        return v
-
-
-def check_domain(value: str) -> str:
-    """``value`` if it is a privacy domain (``shared``, ``private:<human>``), else ValueError."""
-    if not _DOMAIN.match(value) or value == "private":
-        raise ValueError(f"{value!r} is not a privacy domain (write 'shared' or 'private:<human>')")
-    return value
-
-
-@dataclass(frozen=True)
-class Quota:
+class Quota(Plain):
     """How many tasks an agent may create per rolling window."""
 
     limit: int
@@ -92,8 +37,7 @@ class Quota:
     text: str  # as written, e.g. "60 per 1h"
 
 
-@dataclass(frozen=True)
-class PolicyConfig:
+class PolicyConfig(Plain):
     """The policy's limits and ref annotations (``cards/_policy.yaml``)."""
 
     quota: Quota = Quota(60, 3600.0, "60 per 1h")
@@ -110,7 +54,7 @@ class PolicyConfig:
         return self.quota_agents.get(agent, self.quota)
 
 
-def _quota(q: _Quota) -> Quota:
+def _quota(q: QuotaLimit) -> Quota:
     return Quota(q.limit, parse_duration(q.window), f"{q.limit} per {q.window}")
 
 
@@ -137,8 +81,14 @@ def remember_policy(path: str | Path, cfg: PolicyConfig) -> None:
 
 @lru_cache(maxsize=8)
 def _load(path: str, _mtime: int) -> PolicyConfig:
+    # Here, not at the top: only reading the file needs yaml,
+    import yaml
+
+    # and the file's check (pydantic's).
+    from fabric.policy_models import PolicyFile, ValidationError
+
     try:
-        data = _PolicyFile.model_validate(yaml.safe_load(Path(path).read_text()) or {})
+        data = PolicyFile.model_validate(yaml.safe_load(Path(path).read_text()) or {})
     except yaml.YAMLError as exc:
         raise ConfigError(f"not valid YAML: {str(exc).splitlines()[0]}", where=path) from None
     except ValidationError as exc:
@@ -188,7 +138,6 @@ __all__ = [
     "UNKNOWN",
     "PolicyConfig",
     "Quota",
-    "check_domain",
     "load_policy_config",
     "policy_config",
     "remember_policy",

@@ -25,11 +25,11 @@ import ipaddress
 import os
 import posixpath
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from fabric.kanboard.layout import is_uid
+from fabric.plain import Plain
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*):")
 _TASK = re.compile(r"^(?:kanboard://task/|task:)(\d+)(?:/.*)?$", re.IGNORECASE)
@@ -45,8 +45,7 @@ class BadRef(ValueError):
         super().__init__(what)
 
 
-@dataclass(frozen=True)
-class Canon:
+class Canon(Plain):
     """A ref in canonical form: ``key`` is what prefixes are matched against."""
 
     ref: str  # as written

@@ -10,7 +10,6 @@ gives the model clients the wait and the latest reset for their error.
 
 from __future__ import annotations
 
-import email.utils
 import re
 import time
 from collections.abc import Mapping
@@ -47,6 +46,8 @@ def _duration(text: str) -> float | None:
 
 
 def _http_date(text: str) -> float | None:
+    import email.utils  # here: only a Retry-After given as a date needs the email package
+
     try:
         parsed = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):

@@ -23,11 +23,11 @@ import contextvars
 import itertools
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from fabric.availability import fmt_duration
 from fabric.kanboard.quotas import QuotaHolder, SlotRef, SlotTag
 from fabric.kanboard.views import TaskView
+from fabric.plain import Plain
 from fabric.task import State
 
 __all__ = [
@@ -54,16 +54,14 @@ COLLECT_AFTER = 3600.0
 MODEL_CALL = "model-call"
 
 
-@dataclass(frozen=True)
-class Cap:
+class Cap(Plain):
     """``limit`` calls per rolling ``window`` seconds."""
 
     limit: int
     window: float
 
 
-@dataclass
-class SlotTable:
+class SlotTable(Plain, frozen=False):
     """The newest generation of every slot of one model's caps, as last read or taken."""
 
     caps: Sequence[Cap]

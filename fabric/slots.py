@@ -20,14 +20,15 @@ held to the same rule:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from fabric.errors import EXIT_FAILED, FabricError, InvalidInput
+from fabric.plain import Plain
 
 if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
+
     from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 
 # The fabric's own cron counts a planned time not fired within this as missed.
@@ -43,8 +44,7 @@ class MissedSlot(FabricError):
     code = "MISSED_SLOT"
 
 
-@dataclass(frozen=True)
-class SlotFiring:
+class SlotFiring(Plain):
     """One firing of a slot: its planned time, the action id, and how late it came."""
 
     cron: str
@@ -75,6 +75,8 @@ def _zone(name: str | None, where: str) -> ZoneInfo:
             where=where,
             hint="an IANA zone such as Europe/Berlin or UTC; the host's zone is never assumed",
         )
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # here: only a slot reads a zone
+
     try:
         return ZoneInfo(name.strip())
     except (ZoneInfoNotFoundError, ValueError):

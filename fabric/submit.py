@@ -19,16 +19,15 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from fabric.errors import EXIT_COLLISION, FabricError, InvalidInput
 from fabric.kanboard.layout import receipt_lock, receipt_reference, uid_reference
 from fabric.kanboard.taskboard import TaskBoard, TaskView
+from fabric.plain import Plain
 from fabric.task import Record, SpecError, State, TaskSpec
 
 
-@dataclass(frozen=True)
-class SubmitOption:
+class SubmitOption(Plain):
     """One option of a submit, said once: ``Fabric.submit``'s keyword, ``agap submit``'s
     flag and the MCP ``submit_task`` argument are all made from it (a new spec field is
     one line here, plus the spec and its use)."""
@@ -101,8 +100,7 @@ class StuckReceipt(FabricError):
         )
 
 
-@dataclass(frozen=True)
-class Receipt:
+class Receipt(Plain):
     """What submit returns: the task's ref, and whether this call created it."""
 
     task_id: int

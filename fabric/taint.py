@@ -13,13 +13,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from fabric.cards import Card, CardSet
 from fabric.kanboard.layout import is_uid
 from fabric.kanboard.reader import ReadOnlyBoard
 from fabric.kanboard.views import TaskView
+from fabric.plain import Plain
 from fabric.policy_file import PolicyConfig
 from fabric.task import GATE_ACTOR, State, TaskSpec
 
@@ -56,8 +56,7 @@ def find_by_uid(board: ReadOnlyBoard, uids: Iterable[str]) -> dict[str, tuple[in
     return found
 
 
-@dataclass(frozen=True)
-class TaintedRef:
+class TaintedRef(Plain):
     """A ref to output of untrusted work, the agent that produced it, and its task."""
 
     ref: str

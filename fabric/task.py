@@ -12,12 +12,13 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
 from fabric.errors import InvalidInput
+from fabric.plain import Plain
 
 
 class State(StrEnum):
@@ -195,8 +196,7 @@ _SPEC_OPTIONAL_TEXT = ("action_id", "parent")
 _SPEC_STORABLE = (*_SPEC_TEXT, *_SPEC_OPTIONAL_TEXT, "refs", "constraints", "ancestry")
 
 
-@dataclass(frozen=True, kw_only=True)
-class TaskSpec:
+class TaskSpec(Plain, kw_only=True):
     """What a task asks for. Context travels by reference (URIs), never pasted."""
 
     intent: str  # 1..4000 characters, not blank (kept stripped)
@@ -359,8 +359,7 @@ _RECORD_OPTIONAL_FLOAT = ("lease_until", "not_before", "lease_seconds")
 _STATES = " or ".join([", ".join(f"'{s.value}'" for s in list(State)[:-1]), f"'{list(State)[-1].value}'"])
 
 
-@dataclass(kw_only=True)
-class Record:
+class Record(Plain, frozen=False, kw_only=True):
     """A task's state in one epoch. Only the winner of the epoch's lock writes it."""
 
     epoch: int  # >= 0
@@ -446,8 +445,7 @@ class Record:
         return cls.from_dict(_loads(text))
 
 
-@dataclass(frozen=True, kw_only=True)
-class Terms:
+class Terms(Plain, kw_only=True):
     """A task's priority and deadline as a person set them on its card (Kanboard's UI),
     attributed: they override the spec's, which keeps what was submitted (a retried
     submit with the same action id must still find the same task)."""

@@ -12,20 +12,19 @@ their ``deputies`` (their human card).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from fabric.cards import CardSet
 from fabric.kanboard.principals import board_username
 from fabric.kanboard.rows import BoardActivity, BoardComment
 from fabric.people import find_person
+from fabric.plain import Plain
 from fabric.task import Record, TaskSpec
 
 UNKNOWN = "human (Kanboard UI)"  # a gesture whose author the board's activity does not show
 GESTURE_KINDS = frozenset({"move", "close", "open"})
 
 
-@dataclass(frozen=True)
-class Act:
+class Act(Plain):
     """A person's newest gesture on one card: who, what, when (the board's clock)."""
 
     person: str

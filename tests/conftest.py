@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -82,6 +83,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     # The layout cache lives under XDG_CACHE_HOME: never share it between tests.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture
+def cards_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the repository's cards folder (souls beside it), with a cache of its own
+    at ``tmp_path/cache`` (where fabric.cardcache keeps its snapshot)."""
+    shutil.copytree(ROOT / "cards", tmp_path / "repo" / "cards")
+    shutil.copytree(ROOT / "souls", tmp_path / "repo" / "souls")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "repo" / "cards"
 
 
 @pytest.fixture(scope="session")

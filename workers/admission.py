@@ -11,11 +11,10 @@ failure means for quota, budget and the 429 park). What a failure means for the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from fabric.availability import Availability, Verdict
 from fabric.cards import Card
 from fabric.kanboard.quotas import QuotaHolder
+from fabric.plain import Plain
 from fabric.sharedquota import HOLDER
 from workers.backbone import Backbones, Endpoint
 from workers.llm import ModelTimedOut, ModelUnavailable, RateLimited
@@ -28,8 +27,7 @@ def backbones_of(availability: Availability) -> Backbones | None:
     return next((s for s in availability.shapes if isinstance(s, Backbones)), None)
 
 
-@dataclass
-class Admitted:
+class Admitted(Plain, frozen=False):
     """A call admitted at ``at`` in these a(t)s (the caller's own; a persona's backbone)."""
 
     at: float

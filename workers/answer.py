@@ -14,11 +14,11 @@ the A2A server keeps its local row; the eval gate sends the golden inputs as the
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from fabric.cards import Card
 from fabric.errors import ConfigError
+from fabric.plain import Plain
 from fabric.settings import registry
 from fabric.settings.resolve import warn_if_plaintext
 from workers.llm import DEFAULT_GATEWAY_URL, Completion, DemoClient, GatewayClient, ModelClient
@@ -172,8 +172,7 @@ def task_messages(
 # The call and its answer
 
 
-@dataclass(frozen=True)
-class Reply:
+class Reply(Plain):
     """A model's answer to a task: a result (``done``), or a question for a person (``ask``)."""
 
     kind: Literal["done", "ask"]

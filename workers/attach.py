@@ -28,7 +28,7 @@ import hmac
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -39,6 +39,7 @@ from fabric.events.schema import Event, EventType, publishable_ref
 from fabric.events.subscriber import QueueWaker
 from fabric.events.transport import Transport
 from fabric.ledger import Lease
+from fabric.plain import Plain
 from fabric.settings.events import EventsConfig
 from workers.loop import Worker
 
@@ -146,8 +147,7 @@ class WebhookHint:
         self.server.server_close()
 
 
-@dataclass
-class WorkerAttachment:
+class WorkerAttachment(Plain, frozen=False):
     """What :func:`attach_worker` set up; :meth:`close` undoes it."""
 
     config: EventsConfig

@@ -11,16 +11,14 @@ one endpoint, its card's own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from fabric.availability import Availability, ShapeBase, Verdict
 from fabric.cards import Card
+from fabric.plain import Plain
 
 __all__ = ["Backbones", "Endpoint"]
 
 
-@dataclass(frozen=True)
-class Endpoint:
+class Endpoint(Plain):
     """One model endpoint a persona may call: the persona's card set to that model."""
 
     card: Card  # the persona, its runtime.model the endpoint's

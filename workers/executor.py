@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from fabric.availability import Availability, Verdict, is_interactive
 from fabric.cards import Card
@@ -29,6 +29,7 @@ from fabric.errors import FabricError
 from fabric.kanboard.port import BoardError
 from fabric.kanboard.quotas import QuotaHolder
 from fabric.ledger import Effect, Fenced
+from fabric.plain import Plain
 from fabric.refusals import PolicyRefused
 from fabric.results import ResultStore
 from fabric.signals import grace, pause
@@ -117,8 +118,7 @@ class Outage:
         return None
 
 
-@dataclass
-class ModelExecutor:
+class ModelExecutor(Plain, frozen=False):
     """Runs a model agent's tasks; see the module docstring for the steps."""
 
     card: Card

@@ -32,15 +32,18 @@ from __future__ import annotations
 import os
 import re
 import stat
-import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fabric.gitrefs import split_git_ref
+from fabric.plain import Plain
 from workers.refs import ReadScope, RefUnavailable, UnresolvableRef, cap, opened_path, within_roots
+
+if TYPE_CHECKING:
+    import subprocess
 
 __all__ = ["GitBlob", "GitFileReader", "parse_git_ref"]
 
@@ -50,8 +53,7 @@ _HINT = "write git+file:///absolute/repo#<rev>:<path>, e.g. git+file:///srv/git/
 _ENV_KEEP = ("PATH", "LANG", "TMPDIR")
 
 
-@dataclass(frozen=True)
-class GitBlob:
+class GitBlob(Plain):
     """What a git ref names: a repository path (as written, decoded), a revision, a path."""
 
     repo: str
@@ -86,8 +88,7 @@ def parse_git_ref(ref: str) -> GitBlob | None:
     return GitBlob(repo, rev, path)
 
 
-@dataclass(frozen=True)
-class GitFileReader:
+class GitFileReader(Plain):
     """The :class:`~workers.refs.SchemeReader` of ``git+file://`` refs."""
 
     git: str = "git"
@@ -139,6 +140,8 @@ class GitFileReader:
             GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_NO_REPLACE_OBJECTS="1", LC_ALL="C"
         )
         argv = [self.git, "--git-dir", git_dir, "-c", "core.fsmonitor=false", *args]
+        import subprocess  # here: a worker that reads no git ref starts without it
+
         try:
             proc = subprocess.Popen(
                 argv,

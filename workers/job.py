@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal, Protocol
 
 from fabric.ledger import Effect, Fenced, Lease, Ledger
+from fabric.plain import Plain
 
 
-@dataclass
-class Job:
+class Job(Plain, frozen=False):
     """A claimed task handed to an executor, with the hooks it may need while running."""
 
     lease: Lease
@@ -71,8 +71,7 @@ class Job:
             raise
 
 
-@dataclass(frozen=True)
-class JobOutcome:
+class JobOutcome(Plain):
     """How an execution ended."""
 
     kind: Literal["done", "failed", "poison", "ask", "released"]

@@ -3,8 +3,8 @@
 Three implementations of one :class:`ModelClient` protocol:
 
 * :class:`GatewayClient` — OpenAI-compatible HTTP to a LiteLLM proxy (production). It never
-  imports the ``litellm`` package (~4-6 s and ~200 MB at import), only the standard
-  library's HTTP (:mod:`fabric.httpwire`).
+  imports the ``litellm`` package (~4-6 s and ~200 MB at import): it posts over
+  :mod:`fabric.httpwire`'s sockets.
 * :class:`~workers.llm_sdk.SdkClient` — ``litellm.completion`` in process (the embedded
   default with a real model); ``litellm`` is imported lazily, on the first call. It lives in
   :mod:`workers.llm_sdk`, the one module that knows the optional ``litellm`` package.
@@ -36,11 +36,12 @@ import json
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
 from fabric.errors import ConfigError, FabricError
 from fabric.httpwire import Ambiguous, HttpReply, KeptAlive, NotSent
+from fabric.plain import Plain
 from fabric.retry_after import budget_exhausted, parse_rate_limit
 
 __all__ = [
@@ -71,8 +72,7 @@ USER_AGENT = "agap-fabric-worker"
 # Result and errors
 
 
-@dataclass(frozen=True)
-class Completion:
+class Completion(Plain):
     """One model answer. ``cost_usd`` is 0.0 when the plane did not report a cost."""
 
     text: str

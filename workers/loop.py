@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from fabric.availability import Availability, ParkTracker, Verdict, reason_key
 from fabric.core import Fabric
@@ -32,6 +32,7 @@ from fabric.degraded import DEFAULT_CAP, Backoff, BoardWait
 from fabric.kanboard.layout import META_COST
 from fabric.kanboard.port import BoardError, BoardUnavailable
 from fabric.ledger import Fenced, Lease, LedgerError
+from fabric.plain import Plain
 from fabric.results import result_url
 from fabric.signals import stop_requested
 from workers.job import Executor, Job, JobOutcome
@@ -47,8 +48,7 @@ Listener = Callable[[str, Lease, str], None]
 log = logging.getLogger("agap.worker")
 
 
-@dataclass
-class WorkerConfig:
+class WorkerConfig(Plain, frozen=False):
     """How one worker drains its queue."""
 
     queue: str
@@ -66,8 +66,7 @@ class WorkerConfig:
     board_wait_cap: float = DEFAULT_CAP  # the longest wait between tries for that board
 
 
-@dataclass
-class WorkerStats:
+class WorkerStats(Plain, frozen=False):
     claimed: int = 0
     completed: int = 0
     failed: int = 0
@@ -90,8 +89,7 @@ def no_claim_policy(fab: Fabric, queue: str) -> ClaimCheck:
     return lambda view: None
 
 
-@dataclass
-class WorkerHooks:
+class WorkerHooks(Plain, frozen=False):
     """What a worker is given beyond its connection, executor and config."""
 
     #: a(t): checked before each claim (None: always available).

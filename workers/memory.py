@@ -42,13 +42,14 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from fabric.durations import duration_seconds
 from fabric.hindsight import BUDGETS, FACT_TYPES, HindsightClient, HindsightError
+from fabric.plain import Plain
 from fabric.refcanon import BadRef, canonical
 from workers.refs import ReadScope, RefUnavailable, UnresolvableRef, cap
 
@@ -70,8 +71,7 @@ _OPTIONS = "types (world, experience, observation), since (e.g. 6h), budget (low
 )
 
 
-@dataclass(frozen=True)
-class Recall:
+class Recall(Plain):
     """What a ``hindsight://`` ref asks: a bank, a query (none for ``newest``) and options."""
 
     bank: str
@@ -180,8 +180,7 @@ def _rename(opts: dict[str, Any]) -> dict[str, Any]:
     return {("reflect" if k == "via" else k): v for k, v in opts.items()}
 
 
-@dataclass
-class HindsightRecall:
+class HindsightRecall(Plain, frozen=False):
     """The :class:`~workers.refs.SchemeReader` of ``hindsight://`` refs."""
 
     url: str

@@ -12,14 +12,11 @@ every local shape allows. Their probes are injected callables with real defaults
 from __future__ import annotations
 
 import re
-import shlex
-import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabric.availability import (
     Availability,
@@ -41,10 +38,17 @@ from fabric.cards import (
     QuotaSpec,
 )
 from fabric.cards.backbone import backbone_choices
+from fabric.plain import Plain
 from workers.backbone import Backbones, Endpoint
 from workers.endpoint import endpoint_card, endpoint_shapes
 from workers.quota import CostBudget, QuotaWindow
 from workers.shared_quota import Across
+
+if TYPE_CHECKING:
+    import urllib.request
+
+# subprocess, shlex and urllib.request (which brings http.client, email and ssl) are
+# imported where a probe or a wake runs: a worker whose cards have neither starts without.
 
 __all__ = [
     "DEFAULT_GPU_PROBE",
@@ -74,13 +78,21 @@ HealthProbe = Callable[[str, float], tuple[bool, str]]
 #: Fires a wake; raises on failure (the message becomes part of the reason).
 WakeHook = Callable[[], None]
 
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+@cache
+def _direct() -> urllib.request.OpenerDirector:
+    import urllib.request  # here: see the note at the top
+
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def http_health_probe(url: str, timeout: float) -> tuple[bool, str]:
     """HTTP GET ``url`` directly (no proxy); healthy on a 2xx answer within ``timeout``."""
+    import urllib.error  # here: see the note at the top
+    import urllib.request  # here: see the note at the top
+
     try:
-        with _DIRECT.open(urllib.request.Request(url, method="GET"), timeout=timeout) as resp:
+        with _direct().open(urllib.request.Request(url, method="GET"), timeout=timeout) as resp:
             status = int(resp.status)
     except urllib.error.HTTPError as exc:
         return False, f"HTTP {exc.code}"
@@ -97,6 +109,9 @@ def command_waker(command: str, timeout: float = 30.0) -> WakeHook:
     """A wake hook running ``command`` (no shell) with a ``timeout``."""
 
     def wake() -> None:
+        import shlex  # here: see the note at the top
+        import subprocess  # here: see the note at the top
+
         try:
             done = subprocess.run(
                 shlex.split(command), capture_output=True, text=True, timeout=timeout, check=False
@@ -116,9 +131,12 @@ def url_waker(url: str, timeout: float = 10.0) -> WakeHook:
     """A wake hook POSTing to ``url``; a non-2xx answer is a failure."""
 
     def wake() -> None:
+        import urllib.error  # here: see the note at the top
+        import urllib.request  # here: see the note at the top
+
         request = urllib.request.Request(url, data=b"", method="POST")
         try:
-            with _DIRECT.open(request, timeout=timeout) as resp:
+            with _direct().open(request, timeout=timeout) as resp:
                 status = int(resp.status)
         except urllib.error.HTTPError as exc:
             raise RuntimeError(f"wake URL answered HTTP {exc.code}") from None
@@ -260,6 +278,9 @@ def nvidia_smi_probe(command: str = DEFAULT_GPU_PROBE, timeout: float = 5.0) -> 
     """A probe running ``command`` (no shell) with a ``timeout`` and parsing its output."""
 
     def probe() -> list[int]:
+        import shlex  # here: see the note at the top
+        import subprocess  # here: see the note at the top
+
         argv = shlex.split(command)
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
@@ -277,8 +298,7 @@ def nvidia_smi_probe(command: str = DEFAULT_GPU_PROBE, timeout: float = 5.0) -> 
     return probe
 
 
-@dataclass(frozen=True)
-class PreloadPlan:
+class PreloadPlan(Plain):
     """The answer of a pre-load check: may the model be loaded, and which resident models
     must be unloaded first (evictable ones only)."""
 
@@ -475,8 +495,7 @@ class LocalGpu(ShapeBase):
 # A worker's a(t), from its card
 
 
-@dataclass
-class Probes:
+class Probes(Plain, frozen=False):
     """Probes to use instead of the real ones (tests, or a worker sharing one residency
     registry across its GPU models). None means the default for the card."""
 
@@ -559,15 +578,14 @@ def persona_backbones(
         if not choice.eligible or not choice.card.runtime.model:
             continue
         model = choice.card
-        runtime = card.runtime.model_copy(
-            update={
-                "model": model.runtime.model,
-                "api_base": model.runtime.api_base,
-                "api_key_env": model.runtime.api_key_env,
-            }
+        runtime = replace(
+            card.runtime,
+            model=model.runtime.model,
+            api_base=model.runtime.api_base,
+            api_key_env=model.runtime.api_key_env,
         )
         av = Availability(endpoint_shapes(model, ledger_dir, make, across=across), queue=card.queue_name)
-        endpoints.append(Endpoint(card.model_copy(update={"runtime": runtime}), model, av, choice.why))
+        endpoints.append(Endpoint(replace(card, runtime=runtime), model, av, choice.why))
     # The card's own model (the one the eval gate last passed, see fabric.cards.backbone)
     # goes first; the others fit too and run when it is parked.
     endpoints.sort(key=lambda e: e.card.runtime.model != card.runtime.model)

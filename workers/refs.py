@@ -33,7 +33,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote, urlsplit
@@ -41,6 +41,7 @@ from urllib.parse import unquote, urlsplit
 from fabric.domains import ReadGuard
 from fabric.errors import FabricError
 from fabric.kanboard.port import BoardError
+from fabric.plain import Plain
 from fabric.refcanon import is_loopback
 
 if TYPE_CHECKING:
@@ -93,8 +94,7 @@ def cap(data: bytes, max_bytes: int = MAX_REF_BYTES, *, total: int | None = None
     return f"{head}\n[... truncated by agap: {left} not shown (cap {max_bytes} bytes) ...]"
 
 
-@dataclass(frozen=True)
-class ReadScope:
+class ReadScope(Plain):
     """What a :class:`SchemeReader` reads under: the directories local refs may name, the
     byte cap, the time limit of one fetch, and the reading card's privacy guard."""
 
@@ -121,8 +121,7 @@ def within_roots(ref: str, real: Path, roots: Sequence[Path]) -> None:
         raise UnresolvableRef(ref, "outside the directories workers may read", hint=f"allowed roots: {shown}")
 
 
-@dataclass
-class RefResolver:
+class RefResolver(Plain, frozen=False):
     """Resolves refs to text. ``roots``: directories ``file://`` refs may read from;
     ``resolve_task(id)``: text for a task ref (raise ``LookupError``/``KeyError`` for a
     missing task; a ``BoardError`` propagates, the board being away is not the ref's fault);

@@ -9,16 +9,18 @@ problem at once, one line each, so a broken deploy is fixed in one pass.
 Files whose name starts with ``_`` or ``.``, files that are not ``*.yaml``/``*.yml``, and
 anything in a subfolder (``cards/golden/``) are not cards.
 
-The parts: :mod:`.fields` (vocabularies, orderings, field types), :mod:`.schema` (the
-models), :mod:`.problems` (one line per problem), :mod:`.files` (the YAML dialect, golden
-sets), :mod:`.checks` (rules across cards), :mod:`.gpu` (GPU residency), :mod:`.cardset`
-and :mod:`.load`. Durations are read by :mod:`fabric.durations`.
+The parts: :mod:`.fields` (vocabularies, orderings), :mod:`.schema` (the cards as plain
+classes), :mod:`.models` (their checks, on pydantic, with the field types that refuse
+readably), :mod:`.problems` (one line per problem), :mod:`.files` and :mod:`.dialect`
+(card files, their YAML, golden sets), :mod:`.checks` (rules across cards), :mod:`.gpu`
+(GPU residency), :mod:`.cardset` and :mod:`.load`. Durations are read by
+:mod:`fabric.durations`. Importing this package imports neither pydantic nor yaml: a
+process that starts from the checked snapshot (:mod:`fabric.cardcache`) needs neither.
 """
 
 from fabric.cards.cardset import CardSet
 from fabric.cards.fields import COST_CLASSES, SHAPES, TIERS, TRUST_ORDER, cost_rank, tier_rank, trust_rank
 from fabric.cards.files import load_golden
-from fabric.cards.gpu import GpuDevice, GpuRegistry
 from fabric.cards.load import load_cards, load_cards_keeping_going
 from fabric.cards.problems import CardErrors, CardProblem
 from fabric.cards.schema import (
@@ -60,8 +62,6 @@ __all__ = [
     "GoldenCase",
     "GoldenExpect",
     "GoldenSet",
-    "GpuDevice",
-    "GpuRegistry",
     "GpuResidency",
     "GpuSpec",
     "HoursSpec",

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
-
-import yaml
 
 from fabric.cards.fields import cost_rank, tier_rank
 from fabric.cards.schema import Card, satisfies
 from fabric.errors import InvalidInput
+from fabric.plain import Plain
 
 __all__ = [
     "RECORD_FILE",
@@ -39,8 +38,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class BackboneChoice:
+class BackboneChoice(Plain):
     """One model card considered for a persona's backbone, and why it was or was not taken."""
 
     card: Card
@@ -120,14 +118,13 @@ def with_backbone(card: Card, cards: Iterable[Card], gated: str | None = None) -
     model = model or (fitting[0] if fitting else None)
     if model is None or not model.runtime.model:
         return card
-    runtime = card.runtime.model_copy(
-        update={
-            "model": model.runtime.model,
-            "api_base": card.runtime.api_base or model.runtime.api_base,
-            "api_key_env": card.runtime.api_key_env or model.runtime.api_key_env,
-        }
+    runtime = replace(
+        card.runtime,
+        model=model.runtime.model,
+        api_base=card.runtime.api_base or model.runtime.api_base,
+        api_key_env=card.runtime.api_key_env or model.runtime.api_key_env,
     )
-    return card.model_copy(update={"runtime": runtime})
+    return replace(card, runtime=runtime)
 
 
 # ---------------------------------------------------------------------------------------
@@ -143,8 +140,7 @@ _RECORD_HEAD = (
 )
 
 
-@dataclass(frozen=True)
-class BackboneChange:
+class BackboneChange(Plain):
     """A persona whose backbone now resolves to a model other than the one the gate passed."""
 
     persona: str
@@ -164,6 +160,8 @@ def read_record(directory: Path) -> dict[str, str]:
     path = directory / RECORD_FILE
     if not path.is_file():
         return {}
+    import yaml  # here: a process that reads the checked cards back reads no record
+
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:

@@ -7,13 +7,14 @@ the fix for that file comes first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from fabric.cards.backbone import backbone_choices, resolve_backbone
 from fabric.cards.files import load_golden, shown_path
 from fabric.cards.problems import CardErrors, CardProblem
 from fabric.cards.schema import Card
+from fabric.plain import Plain
 
 __all__ = ["cross_card_problems"]
 
@@ -46,8 +47,7 @@ def _human_names(loaded: list[tuple[str, Card]]) -> dict[str, str]:
     return names
 
 
-@dataclass
-class _FirstUse:
+class _FirstUse(Plain, frozen=False):
     """The first file to use each id, queue and username: a later one clashes with it."""
 
     ids: dict[str, str] = field(default_factory=dict)

@@ -1,76 +1,15 @@
-"""Reading card files: which files are cards, the cards' YAML dialect, golden sets.
-
-The dialect is YAML 1.2-ish scalars (no sexagesimal ``22:30`` -> 1350, no yes/no/on/off
-booleans), and a duplicate key is refused rather than silently overwritten.
-"""
+"""Reading card files: which files are cards, their YAML (in the cards' dialect,
+:mod:`fabric.cards.dialect`), golden sets."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
-
-import yaml
-from pydantic import ValidationError
 
 from fabric.cards.problems import CardErrors, CardProblem, validation_problems
 from fabric.cards.schema import GoldenSet
 
 __all__ = ["card_files", "load_golden", "read_yaml", "shown_path"]
-
-
-class _CardLoader(yaml.SafeLoader):
-    """The cards' dialect on PyYAML's Python parser: its error messages name what it found."""
-
-
-_IMPLICIT: dict[Any, list[tuple[str, re.Pattern[str]]]] = {
-    key: [
-        (tag, rx)
-        for tag, rx in resolvers
-        if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-    ]
-    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_SCALARS = (
-    ("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")),
-    ("tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789")),
-    (
-        "tag:yaml.org,2002:float",
-        re.compile(
-            r"^(?:[-+]?(?:[0-9][0-9_]*)?\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
-            r"|[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+"
-            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-        ),
-        list("-+0123456789."),
-    ),
-)
-
-
-class _DuplicateKey(yaml.MarkedYAMLError):
-    pass
-
-
-def _construct_mapping(loader: Any, node: yaml.MappingNode, deep: bool = False) -> Any:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise _DuplicateKey(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-# The same dialect on libyaml's parser where PyYAML has it (its wheels do): parsing the cards
-# is most of what a short-lived `agap claim` spends after its imports. Resolvers and
-# constructors are Python with both parsers, so both read a file alike; only a file that
-# does not parse is read again by the Python parser, whose messages are clearer.
-_FastLoader: Any = type("_FastLoader", (getattr(yaml, "CSafeLoader", _CardLoader),), {})
-
-for _loader in {_CardLoader, _FastLoader}:
-    _loader.yaml_implicit_resolvers = {k: list(v) for k, v in _IMPLICIT.items()}
-    for _tag, _rx, _first in _SCALARS:
-        _loader.add_implicit_resolver(_tag, _rx, _first)
-    _loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
 
 
 def read_yaml(path: Path, shown: str) -> tuple[Any, list[CardProblem]]:
@@ -79,20 +18,9 @@ def read_yaml(path: Path, shown: str) -> tuple[Any, list[CardProblem]]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return None, [CardProblem(shown, "", f"cannot read: {exc}")]
-    try:
-        return yaml.load(text, Loader=_FastLoader), []  # SafeLoader's constructors
-    except yaml.YAMLError:
-        pass
-    try:
-        return yaml.load(text, Loader=_CardLoader), []  # a file libyaml refused, for the message
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        col = f" (column {mark.column + 1})" if mark is not None else ""
-        what = exc.problem or exc.context or "unreadable"
-        return None, [CardProblem(shown, "", f"YAML error{col}: {what}", line=line)]
-    except yaml.YAMLError as exc:
-        return None, [CardProblem(shown, "", f"YAML error: {exc}")]
+    from fabric.cards.dialect import parse  # here: yaml only where a file is parsed
+
+    return parse(text, shown)
 
 
 def shown_path(path: Path, base_dir: Path) -> str:
@@ -124,7 +52,10 @@ def load_golden(path: str | Path, *, base_dir: Path | None = None) -> GoldenSet:
     if not isinstance(data, dict):
         message = "a golden set must be a mapping with agent and cases"
         raise CardErrors([CardProblem(shown, "", message)])
+    # Here, not at the top: checking a file is what needs pydantic.
+    from fabric.cards.models import ValidationError, check_golden
+
     try:
-        return GoldenSet.model_validate(data)
+        return check_golden(data)
     except ValidationError as exc:
         raise CardErrors(validation_problems(shown, exc)) from None

@@ -7,41 +7,23 @@ largest is the placement target.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pydantic import Field, ValidationError
-
-from fabric.cards.fields import Slug, StrictModel
 from fabric.cards.files import read_yaml, shown_path
 from fabric.cards.problems import CardProblem, validation_problems
 from fabric.cards.schema import Card, GpuResidency
+from fabric.plain import Plain
 
-__all__ = ["GPU_REGISTRY", "GpuDevice", "GpuRegistry", "gpu_problems"]
+if TYPE_CHECKING:
+    from fabric.cards.models import GpuDevice
+
+__all__ = ["GPU_REGISTRY", "gpu_problems"]
 
 GPU_REGISTRY = "_gpu.yaml"
 
 
-class GpuDevice(StrictModel):
-    """One GPU local models run on: its VRAM, and what the driver and display keep."""
-
-    name: Slug
-    vram_mb: int = Field(gt=0)
-    reserved_mb: int = Field(default=0, ge=0)
-
-    @property
-    def usable_mb(self) -> int:
-        return self.vram_mb - self.reserved_mb
-
-
-class GpuRegistry(StrictModel):
-    """``cards/_gpu.yaml``: the GPUs of the house."""
-
-    gpus: list[GpuDevice] = Field(min_length=1)
-
-
-@dataclass(frozen=True)
-class _Resident:
+class _Resident(Plain):
     """A card that declares GPU residency, and the file it came from."""
 
     shown: str
@@ -97,6 +79,9 @@ def _largest_gpu(path: Path, shown_reg: str) -> tuple[GpuDevice | None, list[Car
     data, found = read_yaml(path, shown_reg)
     if found:
         return None, found
+    # Here, not at the top: only a registry file to check needs pydantic.
+    from fabric.cards.models import GpuRegistry, ValidationError
+
     try:
         registry = GpuRegistry.model_validate(data if isinstance(data, dict) else {})
     except ValidationError as exc:
@@ -104,8 +89,7 @@ def _largest_gpu(path: Path, shown_reg: str) -> tuple[GpuDevice | None, list[Car
     return max(registry.gpus, key=lambda g: g.usable_mb), []
 
 
-@dataclass(frozen=True)
-class _Placement:
+class _Placement(Plain):
     """The residents on the GPU, and its never-evict (pinned) set."""
 
     residents: list[_Resident]

@@ -17,18 +17,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, field_validator, model_validator
 
-from fabric.cards.fields import (
-    Capability,
-    Slug,
-    StrictModel,
-    Text,
-    Tier,
-    TimeZoneName,
-    Url,
-    Username,
-    raise_violations,
-    tier_rank,
-)
+from fabric.cards.fields import Tier, raise_violations, tier_rank
+from fabric.cards.models import Capability, Slug, StrictModel, Text, TimeZoneName, Url, Username
 
 __all__ = ["Assistant", "HouseEndpoint", "Household", "Person", "parse_hours", "parse_quota", "render"]
 

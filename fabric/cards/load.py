@@ -1,17 +1,18 @@
 """Loading the cards in a directory: every file parsed, every card checked, and every
-problem found across all files reported at once."""
+problem found across all files reported at once.
+
+The checks (:mod:`fabric.cards.models`, pydantic) are imported when a load runs, not with
+this module: ``from fabric.cards import load_cards`` costs a process that then reads the
+checked snapshot (:mod:`fabric.cardcache`) nothing."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from fabric.cards.cardset import CardSet
 from fabric.cards.checks import cross_card_problems
 from fabric.cards.files import card_files, read_yaml, shown_path
 from fabric.cards.gpu import gpu_problems
-from fabric.cards.playbooks import playbook_problems
 from fabric.cards.problems import CardErrors, CardProblem, validation_problems
 from fabric.cards.schema import Card
 
@@ -69,6 +70,8 @@ def load_cards_keeping_going(
         loaded = [(shown, c) for shown, c in loaded if shown not in bad]
     cards = CardSet((c for _, c in loaded), base_dir=base, directory=directory)
     if not broken:  # the ops-agent's playbooks name cards: checked once the cards are whole
+        from fabric.cards.playbooks import playbook_problems  # here: its models are pydantic's
+
         later += playbook_problems(directory, base, cards)
     return cards, file_problems + collapse(later)
 
@@ -128,8 +131,11 @@ def _load_card(path: Path, shown: str) -> tuple[Card | None, list[CardProblem]]:
         return None, [CardProblem(shown, "", "empty file")]
     if not isinstance(data, dict):
         return None, [CardProblem(shown, "", "a card must be a YAML mapping of key: value")]
+    # Here, not at the top: only a load from the files checks, and needs pydantic.
+    from fabric.cards.models import ValidationError, check_card
+
     try:
-        card = Card.model_validate(data)
+        card = check_card(data)
     except ValidationError as exc:
         return None, validation_problems(shown, exc)
     if card.id != path.stem:

@@ -19,8 +19,8 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from fabric.cards.cardset import CardSet
-from fabric.cards.fields import Slug, StrictModel
 from fabric.cards.files import read_yaml, shown_path
+from fabric.cards.models import Slug, StrictModel
 from fabric.cards.problems import CardErrors, CardProblem, validation_problems
 
 __all__ = ["OPS_PLAYBOOKS", "OpsBook", "Playbook", "load_playbooks", "playbook_problems"]

@@ -1,45 +1,29 @@
 """What is wrong with the cards, one readable line per problem.
 
 A pydantic :class:`~pydantic.ValidationError` becomes :class:`CardProblem`\\ s here: the
-field path without pydantic's union tags, and a message a person can act on.
+field path without pydantic's union tags, and a message a person can act on. Pydantic is
+not imported here: what reads the checked cards back needs :class:`CardErrors` only.
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import fields
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
+from fabric.cards import schema
 from fabric.cards.fields import CHANNEL_TYPES, SHAPES, RuleViolations
-from fabric.cards.schema import (
-    Backbone,
-    BackboneConstraints,
-    BudgetSpec,
-    Card,
-    GoldenCase,
-    GoldenExpect,
-    GoldenSet,
-    GpuResidency,
-    GpuSpec,
-    HoursSpec,
-    HumanSpec,
-    MatrixChannel,
-    MemorySpec,
-    OnDemandSpec,
-    QuotaSpec,
-    RuntimeSpec,
-    WebhookChannel,
-)
 from fabric.errors import InvalidInput
+from fabric.plain import Plain
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 __all__ = ["CardErrors", "CardProblem", "error_message", "validation_problems"]
 
 
-@dataclass(frozen=True)
-class CardProblem:
+class CardProblem(Plain):
     """One thing wrong with one card file; ``field`` is a dotted path (``availability.0.limit``)
     or empty for the file as a whole; ``line`` is set for YAML syntax errors."""
 
@@ -74,31 +58,15 @@ class CardErrors(InvalidInput):
 # Validation errors -> one readable line each
 
 _TAGS = frozenset(SHAPES) | frozenset(CHANNEL_TYPES)
-_ALL_FIELDS = sorted(
-    {
-        name
-        for model in (
-            Card,
-            RuntimeSpec,
-            QuotaSpec,
-            BudgetSpec,
-            OnDemandSpec,
-            GpuSpec,
-            HoursSpec,
-            Backbone,
-            BackboneConstraints,
-            HumanSpec,
-            MatrixChannel,
-            WebhookChannel,
-            GpuResidency,
-            MemorySpec,
-            GoldenSet,
-            GoldenCase,
-            GoldenExpect,
-        )
-        for name in model.model_fields
-    }
-)
+
+
+@cache
+def _all_fields() -> list[str]:
+    """Every field name of a card or golden set (for "did you mean")."""
+    classes = (getattr(schema, name) for name in schema.__all__)
+    return sorted({f.name for cls in classes if isinstance(cls, type) for f in fields(cls)})
+
+
 _TAG_CHOICES = {"shape": SHAPES, "type": CHANNEL_TYPES}
 
 
@@ -191,7 +159,9 @@ def validation_problems(shown: str, exc: ValidationError) -> list[CardProblem]:
             continue
         if err["type"] == "extra_forbidden":
             unknown = loc[-1] if loc else ""
-            close = difflib.get_close_matches(unknown, _ALL_FIELDS, n=1, cutoff=0.75)
+            import difflib  # here: only a refusal needs it
+
+            close = difflib.get_close_matches(unknown, _all_fields(), n=1, cutoff=0.75)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             out.append(CardProblem(shown, ".".join(loc), f"unknown field{hint}"))
             continue

@@ -16,18 +16,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from fabric.events.schema import SEQ_STRIDE, Event, EventType
 from fabric.events.signing import seal
 from fabric.events.transport import Topic, Transport, TransportError, task_topic
+from fabric.plain import Plain
 from fabric.signals import stop_requested
 
 log = logging.getLogger("agap.events")
 
 
-@dataclass
-class PublisherStats:
+class PublisherStats(Plain, frozen=False):
     published: int = 0
     skipped: int = 0  # the broker did not take it after the retries
     overflowed: int = 0  # the outbox was full: the oldest waiting event was dropped

@@ -36,11 +36,14 @@ below it: duplicates and late deliveries from older epochs fall away.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
+from dataclasses import field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
+from functools import cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator, model_validator
+from fabric.plain import Plain
 
 SCHEMA_VERSION: Literal[1] = 1
 SEQ_STRIDE = 1_000_000  # seqs per epoch: seq 3000008 is epoch 3, counter 7
@@ -104,29 +107,35 @@ def make_seq(epoch: int, counter: int) -> int:
 
 # -- keeping details safe to publish -------------------------------------------------
 
-_URL_CREDS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/@:]+:[^\s/@]+@")
-_SECRET_WORD = re.compile(
-    r"(?i)\b(password|passwd|pwd|secret|token|api[_-]?key|apikey|auth(?:orization)?|"
-    r"bearer|credentials?)\b(\s*[:=]\s*|\s+)[^\s,;]+"
-)
-_KEY_LIKE = re.compile(r"\b(?:sk|pk|rk|ghp|gho|xox[abp])[-_][A-Za-z0-9_\-]{8,}\b")
-_LONG_OPAQUE = re.compile(r"[A-Za-z0-9+/_=\-]{32,}")
-_FILE_URI = re.compile(r"(?i)\bfile://\S*")
-_POSIX_PATH = re.compile(r"(?<![\w.:/~-])~?/(?:[\w.@+\-]+/?)+")
-_WINDOWS_PATH = re.compile(r"\b[A-Za-z]:\\\S*")
-_SPACE = re.compile(r"\s+")
+
+# Compiled on first use: a process that imports events but publishes none (a heartbeat, a
+# worker without a broker) does not compile them.
+@cache
+def _redactions() -> tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...]:
+    return (
+        (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/@:]+:[^\s/@]+@"), r"\1[redacted]@"),
+        (
+            re.compile(
+                r"(?i)\b(password|passwd|pwd|secret|token|api[_-]?key|apikey|auth(?:orization)?|"
+                r"bearer|credentials?)\b(\s*[:=]\s*|\s+)[^\s,;]+"
+            ),
+            lambda m: f"{m.group(1)}=[redacted]",
+        ),
+        (re.compile(r"\b(?:sk|pk|rk|ghp|gho|xox[abp])[-_][A-Za-z0-9_\-]{8,}\b"), "[redacted]"),
+        (re.compile(r"(?i)\bfile://\S*"), "[path]"),  # file URIs, Windows paths, then POSIX paths
+        (re.compile(r"\b[A-Za-z]:\\\S*"), "[path]"),
+        (re.compile(r"(?<![\w.:/~-])~?/(?:[\w.@+\-]+/?)+"), "[path]"),
+        (re.compile(r"[A-Za-z0-9+/_=\-]{32,}"), "[redacted]"),  # long opaque tokens
+        (re.compile(r"\s+"), " "),
+    )
 
 
 def safe_detail(text: str, limit: int = DETAIL_MAX) -> str:
     """A short, single-line detail with local paths and secret-looking words removed."""
-    out = _URL_CREDS.sub(r"\1[redacted]@", text)
-    out = _SECRET_WORD.sub(lambda m: f"{m.group(1)}=[redacted]", out)
-    out = _KEY_LIKE.sub("[redacted]", out)
-    out = _FILE_URI.sub("[path]", out)
-    out = _WINDOWS_PATH.sub("[path]", out)
-    out = _POSIX_PATH.sub("[path]", out)
-    out = _LONG_OPAQUE.sub("[redacted]", out)
-    out = _SPACE.sub(" ", out).strip()
+    out = text
+    for pattern, replacement in _redactions():
+        out = pattern.sub(replacement, out)
+    out = out.strip()
     if len(out) > limit:
         out = out[: limit - 1].rstrip() + "…"
     return out
@@ -148,45 +157,52 @@ def utc_stamp(at: float | None = None) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
 
-class Event(BaseModel):
-    """One live event, field for field as on the wire (without ``data.hmac_sig``)."""
+class EventError(ValueError):
+    """Not a v1 event: every ``(field, what)`` found."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{f}: {m}" for f, m in problems))
+
+
+# A plain dataclass checked by hand: a worker publishes (and hears its wake-ups) on this
+# path, and pydantic cost such a short-lived process more than all its other imports.
+# Values are read as the pydantic model it replaced read them (lax: ``1.0`` is version 1,
+# bytes in data are text; strict ``seq``, ``job_id``, ``timestamp`` and ``detail``), and
+# tests/unit/test_events_schema.py holds that model as the reference.
+
+
+class Event(Plain, kw_only=True):
+    """One live event, field for field as on the wire (without ``data.hmac_sig``); checked
+    when made: an event that exists is a valid one."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
-    seq: StrictInt = Field(ge=1)
-    job_id: StrictStr = Field(pattern=r"^[1-9][0-9]{0,17}$")
+    seq: int
+    job_id: str
     event: WireEvent
-    timestamp: StrictStr
-    detail: StrictStr = Field(default="", max_length=DETAIL_MAX)
-    data: dict[str, Scalar] = Field(default_factory=dict)
+    timestamp: str
+    detail: str = ""
+    data: dict[str, Scalar] = field(default_factory=dict)
 
-    @field_validator("timestamp")
+    def __post_init__(self) -> None:
+        problems = _problems(self)
+        if problems:
+            raise EventError(problems)
+
     @classmethod
-    def _utc(cls, value: str) -> str:
-        if not value.endswith("Z"):
-            raise ValueError("timestamp must be UTC with a trailing Z")
-        datetime.fromisoformat(value)
-        return value
-
-    @field_validator("data")
-    @classmethod
-    def _small(cls, value: dict[str, Scalar]) -> dict[str, Scalar]:
-        if len(value) > DATA_MAX_ITEMS:
-            raise ValueError(f"at most {DATA_MAX_ITEMS} data items")
-        for k, item in value.items():
-            if len(k) > 64 or (isinstance(item, str) and len(item) > DATA_VALUE_MAX):
-                raise ValueError(f"data item {k[:64]!r} is too long")
-        return value
-
-    @model_validator(mode="after")
-    def _kind_fits_event(self) -> Event:
-        kind = self.data.get(KIND_FIELD)
-        if kind is None:
-            return self
-        if not isinstance(kind, str) or kind not in _KINDS or WIRE_EVENT[EventType(kind)] != self.event:
-            raise ValueError(f"data.kind {kind!r} is not a kind of {self.event.value!r} event")
-        return self
+    def from_body(cls, body: Mapping[str, Any]) -> Event:
+        """The event a payload's fields (wire JSON, without the signature) make, or
+        :class:`EventError`."""
+        problems = [(k, "is not a field of an event") for k in body if k not in _FIELDS]
+        problems += [(k, "is missing") for k in _REQUIRED if k not in body]
+        if problems:
+            raise EventError(problems)
+        values = dict(body)
+        values["schema_version"] = _version(values.get("schema_version", SCHEMA_VERSION))
+        values["event"] = _wire_event(values["event"])
+        if "data" in values:
+            values["data"] = _data(values["data"])
+        return cls(**values)
 
     @property
     def task_id(self) -> int:
@@ -235,7 +251,99 @@ class Event(BaseModel):
 
     def body(self) -> dict[str, Any]:
         """The signed fields, as plain JSON data."""
-        return self.model_dump(mode="json")
+        return {
+            "schema_version": self.schema_version,
+            "seq": self.seq,
+            "job_id": self.job_id,
+            "event": self.event.value,
+            "timestamp": self.timestamp,
+            "detail": self.detail,
+            "data": dict(self.data),
+        }
+
+
+_FIELDS = frozenset(f.name for f in fields(Event))
+_REQUIRED = ("seq", "job_id", "event", "timestamp")
+_JOB_ID = re.compile(r"[1-9][0-9]{0,17}")  # matched whole: "5\n" is not a job id
+
+
+def _version(value: object) -> object:
+    # As pydantic's Literal[1] read it: 1, 1.0 and True are version 1; "1" is not.
+    return SCHEMA_VERSION if type(value) in (int, float, bool) and value == SCHEMA_VERSION else value
+
+
+def _wire_event(value: object) -> object:
+    if isinstance(value, str) and not isinstance(value, WireEvent) and value in _WIRE_VALUES:
+        return WireEvent(value)
+    return value
+
+
+def _text(value: object) -> object:
+    """A str as it is, bytes as text (pydantic's lax str); anything else unchanged (refused)."""
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode()
+        except UnicodeDecodeError:
+            return value
+    return value
+
+
+def _data(value: object) -> object:
+    """``data`` with bytes keys and values read as text; anything else as given."""
+    if not isinstance(value, Mapping):
+        return value
+    return {_text(k): v if isinstance(v, _SCALARS) else _text(v) for k, v in value.items()}
+
+
+_WIRE_VALUES = frozenset(e.value for e in WireEvent)
+_SCALARS = (str, int, float, type(None))  # bool is an int
+
+
+def _problems(e: Event) -> list[tuple[str, str]]:
+    p: list[tuple[str, str]] = []
+    if type(e.schema_version) is not int or e.schema_version != SCHEMA_VERSION:
+        p.append(("schema_version", f"must be {SCHEMA_VERSION}"))
+    if not isinstance(e.seq, int) or isinstance(e.seq, bool) or e.seq < 1:
+        p.append(("seq", "must be a whole number, 1 or more"))
+    if not isinstance(e.job_id, str) or not _JOB_ID.fullmatch(e.job_id):
+        p.append(("job_id", "must be a task id in decimal"))
+    if not isinstance(e.event, WireEvent):
+        p.append(("event", "must be one of " + ", ".join(sorted(_WIRE_VALUES))))
+    if not isinstance(e.timestamp, str) or not _utc(e.timestamp):
+        p.append(("timestamp", "must be ISO-8601 UTC with a trailing Z"))
+    if not isinstance(e.detail, str) or len(e.detail) > DETAIL_MAX:
+        p.append(("detail", f"must be text of at most {DETAIL_MAX} characters"))
+    wrong = _data_problem(e.data)
+    if wrong:
+        p.append(("data", wrong))
+    kind = e.data.get(KIND_FIELD) if not p else None
+    if kind is not None and (
+        not isinstance(kind, str) or kind not in _KINDS or WIRE_EVENT[EventType(kind)] != e.event
+    ):
+        p.append(("data.kind", f"{kind!r} is not a kind of {e.event.value!r} event"))
+    return p
+
+
+def _data_problem(data: object) -> str:
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        return "must map text to values"
+    if not all(isinstance(v, _SCALARS) for v in data.values()):
+        return "values must be text, numbers, true/false or null"
+    if len(data) > DATA_MAX_ITEMS:
+        return f"at most {DATA_MAX_ITEMS} data items"
+    if any(len(k) > 64 or (isinstance(v, str) and len(v) > DATA_VALUE_MAX) for k, v in data.items()):
+        return "an item is too long"
+    return ""
+
+
+def _utc(value: str) -> bool:
+    if not value.endswith("Z"):
+        return False
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
 
 
 __all__ = [
@@ -246,6 +354,7 @@ __all__ = [
     "TERMINAL_EVENTS",
     "WIRE_EVENT",
     "Event",
+    "EventError",
     "EventType",
     "WireEvent",
     "make_seq",

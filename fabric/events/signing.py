@@ -23,9 +23,7 @@ import hmac
 import json
 from typing import Any
 
-from pydantic import ValidationError
-
-from fabric.events.schema import SCHEMA_VERSION, Event
+from fabric.events.schema import SCHEMA_VERSION, Event, EventError
 
 SIG_FIELD = "hmac_sig"  # inside data
 _KEY_CONTEXT = b"agap-events/v1/task/"
@@ -79,8 +77,8 @@ def open_sealed(raw: bytes, secret: bytes, *, expected_task: int | None = None) 
     if not hmac.compare_digest(expected, sig):
         raise Dropped("bad signature")
     try:
-        return Event.model_validate(body)
-    except ValidationError:
+        return Event.from_body(body)
+    except EventError:
         raise Dropped("malformed") from None
 
 

@@ -18,7 +18,7 @@ import queue
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from fabric.errors import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE
@@ -35,6 +35,7 @@ from fabric.events.schema import (
 from fabric.events.signing import Dropped, open_sealed
 from fabric.events.transport import Signal, Subscription, Transport, queue_topic, task_topic
 from fabric.kanboard.port import BoardError
+from fabric.plain import Plain
 from fabric.task import State
 
 log = logging.getLogger("agap.events.watch")
@@ -91,8 +92,7 @@ class TaskStream:
         return None
 
 
-@dataclass(frozen=True)
-class BoardStatus:
+class BoardStatus(Plain):
     """What the board says about the task (the authority)."""
 
     state: State
@@ -134,8 +134,7 @@ def live_line(event: Event) -> dict[str, Any]:
 BoardCheck = Callable[[], BoardStatus]  # raises BoardError when the board is away
 
 
-@dataclass
-class WatchOptions:
+class WatchOptions(Plain, frozen=False):
     timeout: float = 3600.0  # wall clock
     idle_timeout: float = 600.0  # no accepted event (nor board change) for this long
     board_poll: float = 2.0  # board poll interval while the broker is away
@@ -143,8 +142,7 @@ class WatchOptions:
     connect_grace: float = 3.0  # how long "connecting" may last before it counts as away
 
 
-@dataclass
-class WatchResult:
+class WatchResult(Plain, frozen=False):
     code: int
     reason: str
     events: int = 0

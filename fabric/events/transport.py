@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal, Protocol
+
+from fabric.plain import Plain
 
 
 class TransportError(Exception):
     """A publish did not reach the broker (or was not acknowledged in time)."""
 
 
-@dataclass(frozen=True)
-class Topic:
+class Topic(Plain):
     kind: Literal["task", "queue"]
     name: str
 
@@ -44,8 +44,7 @@ def token(name: str) -> str:
     return _UNSAFE.sub("_", name) or "_"
 
 
-@dataclass(frozen=True)
-class Signal:
+class Signal(Plain):
     kind: Literal["up", "down", "msg"]
     payload: bytes = b""
     detail: str = ""

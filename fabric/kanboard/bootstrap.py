@@ -13,9 +13,8 @@ import dataclasses
 import hashlib
 import json
 import os
-import secrets
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from fabric.kanboard.layout import COLUMN_ORDER, LAYOUT_VERSION, META_MEMBERS, R
 from fabric.kanboard.migrate import MigrationReport, migrate
 from fabric.kanboard.port import BoardRefused, Call, Outcome, RpcPort
 from fabric.kanboard.taskboard import BoardLayout
+from fabric.plain import Plain
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 
@@ -38,8 +38,7 @@ _RENAME_DEFAULTS = {
 }
 
 
-@dataclass
-class InitReport:
+class InitReport(Plain, frozen=False):
     """What ``agap init`` changed (empty lists mean the board was already in shape)."""
 
     created: list[str] = field(default_factory=list)
@@ -255,6 +254,8 @@ def people_passwords(cards: CardSet, env: registry.Env = None) -> dict[str, tupl
                 where=name,
                 hint="set a longer one, or unset it for a one-time password",
             )
+        import secrets  # here: only a new person's one-time password needs it
+
         out[username] = (given, name) if given else (secrets.token_urlsafe(9), "")
     return out
 

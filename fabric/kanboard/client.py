@@ -4,8 +4,8 @@ Why not the ``kanboard`` package from the package index: it builds a new SSL con
 connection for every call (about 10x slower than a kept-alive connection), drops
 positional arguments and cannot send JSON-RPC batches. The fabric's hot path (claims,
 lease renewals, polls) is all round trips, so it speaks JSON-RPC itself, over
-:mod:`fabric.httpwire` (the standard library: a shell loop's ``agap heartbeat`` would
-spend longer importing ``requests`` than on its round trip).
+:mod:`fabric.httpwire` (sockets: a shell loop's ``agap heartbeat`` would spend longer
+importing ``requests``, or ``http.client`` with the email package, than on its round trip).
 """
 
 from __future__ import annotations

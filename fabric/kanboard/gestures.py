@@ -14,10 +14,10 @@ put back lists them, and the README's and ``docs/POLICY.md``'s gesture tables ar
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 
 from fabric.kanboard.layout import Column
+from fabric.plain import Plain
 from fabric.task import GATE_ACTOR, KEEPER_ACTOR, PROMOTE_ACTOR, TERMINAL, Record, State, TaskSpec
 
 
@@ -48,8 +48,7 @@ MOVED_TO = {
 }
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(Plain):
     """One gesture and its meaning."""
 
     handler: str  # the keeper's action (keeper.gestures.HANDLERS)

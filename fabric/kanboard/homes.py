@@ -21,7 +21,6 @@ sign in until one is set and ``agap init`` runs again.
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -150,6 +149,8 @@ def _ensure_agent_user(
         created.append(
             f"user {username!r} has no password: set {password_variable(card)} and run `agap init` again"
         )
+    import secrets  # here: only making an agent's user needs it
+
     params: dict[str, Any] = {
         "username": username,
         "password": password or secrets.token_urlsafe(24),

@@ -22,7 +22,7 @@ keeps working and the next run finishes the job.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from fabric.kanboard.card import SPEC_FENCE, SPEC_LINE, derive_seal_key, spec_block
@@ -35,12 +35,12 @@ from fabric.kanboard.layout import (
 )
 from fabric.kanboard.port import Call, RpcPort
 from fabric.kanboard.taskboard import BoardLayout, parse_view
+from fabric.plain import Plain
 
 CHUNK = 50  # tasks per round trip
 
 
-@dataclass
-class MigrationReport:
+class MigrationReport(Plain, frozen=False):
     """What a migration changed; all zero on a board already at the current layout."""
 
     from_version: str = ""

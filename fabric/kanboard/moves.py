@@ -22,10 +22,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from fabric.kanboard.port import Call, Outcome
 from fabric.kanboard.rows import BoardTask, activity_rows
+from fabric.plain import Plain
 
 MOVE_TOLERANCE = 15.0  # covers a write batch's own re-sends (deadlocks cost ~1 s each)
 VERIFY_AFTER = 0.5
@@ -37,8 +37,7 @@ ACTIVITY_WINDOW = 50  # the rows getProjectActivity gives (Kanboard's limit), ne
 MOVE = "moveTaskToProject"
 
 
-@dataclass
-class Move:
+class Move(Plain, frozen=False):
     """A card this connection moved, to be checked once competing moves have committed."""
 
     column_id: int
@@ -51,8 +50,7 @@ class Move:
     doubted: bool = False  # the board did not answer the move true: read it back
 
 
-@dataclass(frozen=True)
-class Again:
+class Again(Plain):
     """A lost move to send again: the card, where it belongs, and the record it projects."""
 
     task_id: int

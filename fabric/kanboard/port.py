@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol, runtime_checkable
 
 from fabric.errors import EXIT_STORAGE, EXIT_UNREACHABLE, FabricError
+from fabric.plain import Plain
 
 Params = Mapping[str, Any] | Sequence[Any] | None
 
@@ -25,8 +26,7 @@ def is_read(method: str) -> bool:
     return method.startswith(READ_PREFIXES)
 
 
-@dataclass(frozen=True)
-class Call:
+class Call(Plain):
     """One JSON-RPC procedure call, to be sent alone or inside a batch."""
 
     method: str
@@ -153,8 +153,7 @@ class BoardRefused(BoardError):
         super().__init__(f"the board refused to {doing} ({method} returned {result!r})")
 
 
-@dataclass
-class Outcome:
+class Outcome(Plain, frozen=False):
     """The result of one call inside a batch: a value or an :class:`RpcError`."""
 
     call: Call
@@ -183,8 +182,7 @@ class RpcPort(Protocol):
         ...
 
 
-@dataclass
-class RoundTrips:
+class RoundTrips(Plain, frozen=False):
     """Counts round trips to the board (what the benchmarks report) and calls per method."""
 
     trips: int = 0

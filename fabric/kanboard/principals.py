@@ -23,12 +23,12 @@ people are no members of); the sign-in is what makes a gesture that person's.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 from fabric.cards import Card, CardSet
 from fabric.errors import ConfigError
 from fabric.kanboard.client import DEFAULT_TIMEOUT, KanboardClient
 from fabric.kanboard.port import BoardAuthError
+from fabric.plain import Plain
 from fabric.settings import registry
 from fabric.settings.resolve import Settings
 
@@ -96,8 +96,7 @@ SIGN_IN_HINT = (
 )
 
 
-@dataclass(frozen=True)
-class BoardUser:
+class BoardUser(Plain):
     """A Kanboard user the board vouched for: its id and its username as the board stores it."""
 
     user_id: int

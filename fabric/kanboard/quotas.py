@@ -29,11 +29,11 @@ import hashlib
 import re
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from fabric.errors import ConfigError
 from fabric.kanboard.port import BoardError, Call, MaybeDone, RpcError, RpcPort
 from fabric.kanboard.rows import BoardTag, tag_rows
+from fabric.plain import Plain
 
 __all__ = [
     "QuotaHolder",
@@ -60,8 +60,7 @@ def model_key(endpoint_id: str) -> str:
     return "h" + hashlib.sha256(endpoint_id.encode()).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
-class QuotaHolder:
+class QuotaHolder(Plain):
     """The task lease a reservation is tied to."""
 
     task_id: int
@@ -69,8 +68,7 @@ class QuotaHolder:
     epoch: int
 
 
-@dataclass(frozen=True)
-class SlotRef:
+class SlotRef(Plain):
     """One generation of one slot of one cap."""
 
     cap: int
@@ -81,8 +79,7 @@ class SlotRef:
         return f"{_PREFIX}{key}/c{self.cap}/s{self.slot}/g{self.gen}"
 
 
-@dataclass(frozen=True)
-class SlotTag:
+class SlotTag(Plain):
     """A reservation as the board holds it (``returned``: its give-back marker exists)."""
 
     key: str

@@ -12,8 +12,10 @@ indexable, so nothing above this package can read a Kanboard field by name by ac
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from fabric.plain import Plain
 
 
 def as_int(value: Any) -> int:
@@ -51,8 +53,7 @@ def _optional_text(value: Any) -> str | None:
     return None if value is None or value == "" else str(value)
 
 
-@dataclass(frozen=True)
-class BoardTask:
+class BoardTask(Plain):
     """A Kanboard task row. Dates are unix seconds, 0 when unset."""
 
     id: int
@@ -107,8 +108,7 @@ class BoardTask:
         )
 
 
-@dataclass(frozen=True)
-class BoardComment:
+class BoardComment(Plain):
     """A comment: one line of a task's journal. ``user_id`` 0 is the application token."""
 
     id: int
@@ -135,8 +135,7 @@ class BoardComment:
         )
 
 
-@dataclass(frozen=True)
-class BoardFile:
+class BoardFile(Plain):
     """A file attached to a task (its content is downloaded separately, base64)."""
 
     id: int
@@ -157,8 +156,7 @@ class BoardFile:
         )
 
 
-@dataclass(frozen=True)
-class BoardTag:
+class BoardTag(Plain):
     """A project tag. In the locks project a tag is a lock; its colour names its creator."""
 
     id: int
@@ -198,8 +196,7 @@ EDIT_FIELDS: dict[str, tuple[str, Any]] = {
 }
 
 
-@dataclass(frozen=True)
-class BoardActivity:
+class BoardActivity(Plain):
     """One row of a project's activity: what a signed-in user did to a task, and when.
 
     Kanboard writes one only for a signed-in user (its web UI, user-auth JSON-RPC), never

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from fabric.errors import ConfigError
@@ -25,11 +25,11 @@ from fabric.kanboard.layout import (
     record_epoch,
 )
 from fabric.kanboard.rows import BoardTask, meta_map
+from fabric.plain import Plain
 from fabric.task import Record, TaskSpec, Terms
 
 
-@dataclass(frozen=True)
-class BoardLayout:
+class BoardLayout(Plain):
     """Kanboard ids of the fabric's projects, columns, queue swimlanes and human users."""
 
     project_name: str
@@ -104,16 +104,14 @@ class BoardLayout:
         )
 
 
-@dataclass
-class GapNote:
+class GapNote(Plain, frozen=False):
     """A lock for ``epoch`` was seen taken with no record behind it, first at ``seen``."""
 
     epoch: int
     seen: float
 
 
-@dataclass
-class TaskView:
+class TaskView(Plain, frozen=False):
     """One task as read from the board: its typed row (``task``), spec and per-epoch records.
 
     ``spec`` carries the priority and deadline a person set on the card (``terms``), if

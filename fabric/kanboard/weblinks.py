@@ -12,8 +12,9 @@ compose stack the fabric reaches Kanboard by a name no browser knows, so set it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from urllib.parse import urlencode, urlsplit
+
+from fabric.plain import Plain
 
 API_PAGE = "jsonrpc.php"
 
@@ -29,8 +30,7 @@ def web_base(board_url: str, web_url: str = "") -> str:
     return url if url.endswith("/") else url + "/"
 
 
-@dataclass(frozen=True)
-class WebLinks:
+class WebLinks(Plain):
     """Kanboard page URLs under one base (see :func:`web_base`)."""
 
     base: str

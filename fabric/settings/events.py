@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
 from fabric.errors import ConfigError
+from fabric.plain import Plain
 from fabric.settings import registry
 
 MIN_SECRET = 16
@@ -42,8 +43,7 @@ _SCHEMES: dict[str, tuple[Scheme, bool, int]] = {
 }
 
 
-@dataclass(frozen=True)
-class EventsConfig:
+class EventsConfig(Plain):
     """Where events go and how they are signed."""
 
     scheme: Scheme

@@ -25,13 +25,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar, overload
 from urllib.parse import urlsplit
 
 from fabric.durations import parse_setting_duration as parse_duration  # a bare number is seconds here
 from fabric.errors import ConfigError, InvalidInput
+from fabric.plain import Plain
 
 Kind = Literal["str", "int", "float", "duration", "bool", "path", "url", "list", "secret"]
 Component = Literal[
@@ -81,8 +81,7 @@ _AS = {
 }
 
 
-@dataclass(frozen=True)
-class Var:
+class Var(Plain):
     """One environment variable the fabric reads."""
 
     name: str

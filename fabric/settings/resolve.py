@@ -24,11 +24,12 @@ import os
 import re
 import sys
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from fabric.errors import ConfigError
+from fabric.plain import Plain
 from fabric.settings import registry
 from fabric.settings.registry import Var
 
@@ -132,8 +133,7 @@ def user_file(environ: Mapping[str, str]) -> Path | None:
     return Path(base).expanduser() / USER_FILE
 
 
-@dataclass
-class Resolved:
+class Resolved(Plain, frozen=False):
     """Effective settings and where each came from (``environment`` or a file path)."""
 
     values: dict[str, str] = field(default_factory=dict)
@@ -247,8 +247,7 @@ _CARDS_DIR = registry.get_path("AGAP_CARDS_DIR", {})
 _STATE_DIR = registry.get_path("AGAP_STATE_DIR", {})
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(Plain):
     """Where the board is, how to log in, and where cards and state live."""
 
     board_url: str = ""

@@ -8,7 +8,7 @@ in reach. Skipped, with the reason, only when Synapse is not installed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -106,8 +106,8 @@ def _cards(cards: CardSet, hs: Synapse, rooms: dict[str, str], users: dict[str, 
                 room=rooms[card.id], homeserver=hs.url, token_env=TOKEN_ENV, user=users[card.id]
             )
             deputies = ["elizaveta"] if card.id == "alvis" else card.human.deputies
-            human = card.human.model_copy(update={"channels": [chan], "deputies": deputies})
-            card = card.model_copy(update={"human": human})
+            human = replace(card.human, channels=[chan], deputies=deputies)
+            card = replace(card, human=human)
         out.append(card)
     return CardSet(out)
 

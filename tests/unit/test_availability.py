@@ -23,6 +23,7 @@ from fabric.availability import (
     reason_key,
 )
 from fabric.cards import Card, GpuResidency, HoursSpec
+from fabric.cards.models import check_card
 from fabric.retry_after import parse_rate_limit_headers
 from workers.probes import (
     GpuProbeError,
@@ -52,7 +53,7 @@ def card(availability: list[dict[str, Any]], **extra: Any) -> Card:
         "availability": availability,
     }
     data.update(extra)
-    return Card.model_validate(data)
+    return check_card(data)
 
 
 # -- verdicts ---------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import textwrap
+from dataclasses import FrozenInstanceError, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,7 +15,6 @@ from fabric.cards import (
     TIERS,
     TRUST_ORDER,
     AlwaysSpec,
-    Card,
     CardErrors,
     CardProblem,
     CardSet,
@@ -23,9 +23,11 @@ from fabric.cards import (
     QuotaSpec,
     load_cards,
     load_golden,
+    models,
     tier_rank,
     trust_rank,
 )
+from fabric.cards.models import check_card
 from fabric.durations import parse_duration
 from fabric.errors import InvalidInput
 
@@ -614,8 +616,8 @@ def test_golden_expectations_match() -> None:
     assert not GoldenExpect(contains=["kimi"]).matches("gemma")
     assert GoldenExpect(exact="yes").matches("  yes\n")
     assert GoldenExpect(regex=r"^\s*yes\b").matches("yes, it is")
-    with pytest.raises(ValidationError):
-        GoldenExpect(regex="(")
+    with pytest.raises(ValidationError, match="not a valid regular expression"):
+        models.GoldenExpectCheck.model_validate({"regex": "("})
 
 
 def test_duplicate_capability_is_refused(tmp_path: Path) -> None:
@@ -627,7 +629,7 @@ def test_duplicate_capability_is_refused(tmp_path: Path) -> None:
 
 
 def test_card_defaults_and_properties() -> None:
-    card = Card.model_validate(
+    card = check_card(
         {
             "id": "m1",
             "kind": "model",
@@ -644,14 +646,14 @@ def test_card_defaults_and_properties() -> None:
     assert card.cost_class == "free"
     assert (card.runtime.concurrency, card.runtime.max_attempts) == (1, 3)
     assert (card.runtime.lease_seconds, card.runtime.poll_seconds) == (60, 2.0)
-    with pytest.raises(ValidationError):
+    with pytest.raises(FrozenInstanceError):
         card.tier = "large"  # type: ignore[misc]
-    moved = card.model_copy(update={"queue": "elsewhere"})
+    moved = replace(card, queue="elsewhere")
     assert moved.queue_name == "elsewhere"
 
 
 def test_card_set_refuses_duplicates() -> None:
-    card = Card.model_validate(
+    card = check_card(
         {
             "id": "m1",
             "kind": "model",
@@ -725,7 +727,7 @@ def test_hours_is_open() -> None:
     assert not day.is_open(_at("2026-07-20T22:00:00+02:00"))
     assert not day.is_open(_at("2026-07-22T12:00:00+02:00"))  # Wednesday
     assert day.is_open(datetime(2026, 7, 20, 10, 0, tzinfo=UTC))  # 12:00 in Berlin
-    away = day.model_copy(update={"vacation": True})
+    away = replace(day, vacation=True)
     assert not away.is_open(_at("2026-07-20T12:00:00+02:00"))
 
 

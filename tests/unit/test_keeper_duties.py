@@ -6,6 +6,7 @@ import html
 import json
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -69,10 +70,8 @@ def cards_to(cards: CardSet, url: str) -> CardSet:
     out = []
     for card in cards:
         if card.human is not None:
-            chans = [
-                c.model_copy(update={"url": url}) if c.type == "webhook" else c for c in card.human.channels
-            ]
-            card = card.model_copy(update={"human": card.human.model_copy(update={"channels": chans})})
+            chans = [replace(c, url=url) if c.type == "webhook" else c for c in card.human.channels]
+            card = replace(card, human=replace(card.human, channels=chans))
         out.append(card)
     return CardSet(out)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from fabric.core import Fabric
 from fabric.kanboard.views import TaskView
 from fabric.settings.keeper import KeeperConfig
@@ -133,13 +136,13 @@ class _Recorder:
         return True
 
 
-def _with_alvis(fab: Fabric, **hours: object) -> None:
+def _with_alvis(fab: Fabric, **hours: Any) -> None:
     from fabric.cards import CardSet
 
     alvis = fab.cards.get("alvis")
-    shapes = [s.model_copy(update=hours) if s.shape == "hours" else s for s in alvis.availability]
+    shapes = [replace(s, **hours) if s.shape == "hours" else s for s in alvis.availability]
     fab.cards = CardSet(
-        [alvis.model_copy(update={"availability": shapes}), *[c for c in fab.cards if c.id != "alvis"]],
+        [replace(alvis, availability=shapes), *[c for c in fab.cards if c.id != "alvis"]],
         base_dir=fab.cards.base_dir,
     )
 

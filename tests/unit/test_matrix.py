@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
@@ -13,6 +14,7 @@ import pytest
 
 from fabric.cards import CardSet
 from fabric.cards import MatrixChannel as MatrixSpec
+from fabric.cards.schema import Channel as ChannelSpec
 from fabric.errors import ConfigError
 from keeper.matrix import MatrixNotifier, MatrixSendError
 from keeper.notify import Channel
@@ -150,7 +152,7 @@ def test_the_channel_comes_from_a_human_card_and_its_token_env(
     assert ch.room == ROOM and ch.homeserver == "https://matrix.home.arpa" and ch.token == TOKEN
     assert TOKEN not in repr(ch)
     local = MatrixNotifier.from_spec(
-        spec.model_copy(update={"homeserver": homeserver.url}),
+        replace(spec, homeserver=homeserver.url),
         env={"AGAP_MATRIX_TOKEN": TOKEN},
         sleep=lambda s: None,
     )
@@ -164,12 +166,10 @@ def test_the_keeper_notifies_a_human_over_matrix(cards: CardSet, homeserver: Hom
 
     alvis = cards.get("alvis")
     assert alvis.human is not None
-    matrix = [
-        c.model_copy(update={"homeserver": homeserver.url})
-        for c in alvis.human.channels
-        if isinstance(c, MatrixSpec)
+    matrix: list[ChannelSpec] = [
+        replace(c, homeserver=homeserver.url) for c in alvis.human.channels if isinstance(c, MatrixSpec)
     ]
-    local = alvis.model_copy(update={"human": alvis.human.model_copy(update={"channels": matrix})})
+    local = replace(alvis, human=replace(alvis.human, channels=matrix))
     notifier = Notifier(
         Cards([local, *[c for c in cards if c.id != "alvis"]]), env={"AGAP_MATRIX_TOKEN": TOKEN}
     )

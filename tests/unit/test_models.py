@@ -10,6 +10,7 @@ import sys
 import time
 import types
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from email.utils import formatdate
 from pathlib import Path
@@ -267,7 +268,7 @@ def test_parse_rate_limit_shapes() -> None:
 
 
 def with_runtime(card: Card, **changes: Any) -> Card:
-    return card.model_copy(update={"runtime": card.runtime.model_copy(update=changes)})
+    return replace(card, runtime=replace(card.runtime, **changes))
 
 
 def test_client_for_follows_the_card(cards: CardSet) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,14 @@ def test_the_shipped_policy_file_loads() -> None:
     cfg = load_policy_config(ROOT / "cards" / "_policy.yaml")
     assert cfg.max_depth == 8 and cfg.quota.limit == 60 and cfg.quota_for("researcher").limit == 20
     assert cfg.gate_to == "alvis"
+
+
+def test_an_empty_policy_file_reads_as_no_file(tmp_path: Path) -> None:
+    # The file's schema (fabric.policy_models) and PolicyConfig spell the defaults apart.
+    p = tmp_path / "_policy.yaml"
+    p.write_text("# nothing said\n")
+    assert load_policy_config(p) == replace(PolicyConfig(), source=str(p))
+    assert load_policy_config(tmp_path / "absent.yaml") == PolicyConfig()
 
 
 def test_policy_files_are_checked(tmp_path: Path) -> None:
@@ -282,7 +291,7 @@ def test_check_claim_refuses_what_the_card_may_not_take(local_fabric: Fabric, ca
     spec = fab.show(fab.submit("plan", target="kimi", refs=[ALVIS_NOTE]).task_id).spec
     assert spec is not None
     check_claim(cards.get("kimi"), spec, cfg)  # accepted
-    sandboxed = cards.get("torgash").model_copy(update={"queue": "kimi"})
+    sandboxed = replace(cards.get("torgash"), queue="kimi")
     with pytest.raises(PrivacyViolation, match=r"privacy\.sandboxed"):
         check_claim(sandboxed, spec, cfg)
     with pytest.raises(ClaimRefused) as err:
@@ -290,7 +299,7 @@ def test_check_claim_refuses_what_the_card_may_not_take(local_fabric: Fabric, ca
     assert err.value.rule == "claim.queue" and err.value.code == "CLAIM_REFUSED"
     routed = fab.show(fab.submit("x", constraints="tier>=large,trust>=trusted").task_id).spec
     assert routed is not None
-    demoted = cards.get("kimi").model_copy(update={"trust": "sandboxed", "privacy_domains": ["shared"]})
+    demoted = replace(cards.get("kimi"), trust="sandboxed", privacy_domains=["shared"])
     with pytest.raises(TrustViolation, match=r"trust\.floor"):
         check_claim(demoted, routed, PolicyConfig())
     check_claim(cards.get("kimi"), routed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -89,6 +90,6 @@ def _row(card: Card) -> tuple[str, ...]:
 
 
 def _as_json(card: Card) -> dict[str, object]:
-    data = card.model_dump(mode="json")
+    data = dataclasses.asdict(card)
     data["queue"] = card.queue_name
     return data

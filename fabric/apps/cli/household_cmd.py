@@ -14,9 +14,10 @@ from pydantic import TypeAdapter, ValidationError
 
 from fabric.apps.cli import main
 from fabric.cards import CardErrors, load_cards
-from fabric.cards.fields import TIERS, Slug, TimeZoneName, Url, Username, tier_rank
+from fabric.cards.fields import TIERS, tier_rank
 from fabric.cards.files import read_yaml
 from fabric.cards.household import Household, parse_hours, parse_quota, render
+from fabric.cards.models import Slug, TimeZoneName, Url, Username
 from fabric.cards.problems import validation_problems
 from fabric.errors import InvalidInput
 from fabric.policy_file import load_policy_config
