@@ -34,6 +34,7 @@ graceful timeout, and a worker gives a claimed task back to its queue.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -164,11 +165,26 @@ def _install() -> _Relay | None:
     with _relay_lock:
         if _relay is None:
             _relay = _Relay()
+            atexit.register(_ignore_at_exit)
     _relay.grace = grace()  # read here: a bad AGAP_STOP_GRACE is a start-up error, said once
     signal.set_wakeup_fd(_relay.write_fd, warn_on_full_buffer=False)
     for sig in STOP_SIGNALS:
         signal.signal(sig, _ignore)
     return _relay
+
+
+def _ignore_at_exit() -> None:
+    """A process on its way out ignores stop signals from here on.
+
+    Interpreter shutdown puts back the default action of every signal Python handles,
+    and the default action of SIGTERM kills: the same stop said twice (a Ctrl-C with
+    `agap up`'s) whose second signal lands after an orderly stop's last line would end a
+    clean exit as -15. Exit handlers run once the process's threads have been joined, so
+    what is left of it is short; an ignored signal is left ignored by the shutdown.
+    """
+    for sig in STOP_SIGNALS:
+        with contextlib.suppress(ValueError, OSError):  # off the main thread: nothing to do
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def exit_on_signal(code: int = 0) -> None:
