@@ -7,6 +7,7 @@ test-and-set stands on.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
@@ -225,6 +226,23 @@ CREATE TABLE IF NOT EXISTS project_activities (
     data TEXT
 );
 """
+
+
+@functools.lru_cache(maxsize=512)
+def _distinct(keys: tuple[str, ...]) -> bool:
+    return len({k.lower() for k in keys}) == len(keys)
+
+
+def as_dict(row: sqlite3.Row) -> dict[str, Any]:
+    """``dict(row)`` in one pass over the columns.
+
+    ``dict(row)`` looks every key up again by name, each lookup a case-insensitive scan
+    of the columns: quadratic, about 5 µs for a task's 32 columns and more for a joined
+    row, on every task a request reads. Where two column names differ only in case it
+    is left to ``dict(row)``, which gives both the first one's value.
+    """
+    keys = tuple(row.keys())
+    return dict(zip(keys, row, strict=True)) if _distinct(keys) else dict(row)
 
 
 class StoreError(RuntimeError):

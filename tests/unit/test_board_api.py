@@ -12,7 +12,7 @@ from fabric.embedded.php import Fatal, base64_decode
 from fabric.embedded.procedures import base as registry
 from fabric.embedded.rpc import BoardApi
 from fabric.embedded.search import tokenize
-from fabric.embedded.store import Store, StoreError
+from fabric.embedded.store import Store, StoreError, as_dict
 from fabric.kanboard.dates import BadDate, parse_input_date
 
 
@@ -174,3 +174,17 @@ def test_mysql_like_name_lookups_search_an_index(api: BoardApi, sql: str, index:
         str(row[3]) for row in db.execute("EXPLAIN QUERY PLAN " + sql, (1, 2, 3)[: sql.count("?")])
     )
     assert f"USING INDEX {index}" in plan or f"USING COVERING INDEX {index}" in plan, plan
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM users WHERE id = 1",
+        "SELECT 1 AS a, 2 AS b, 3 AS c",
+        "SELECT 1 AS a, 2 AS A, 3 AS b",  # names that differ only in case: the first wins
+        "SELECT 1 AS a, 2 AS a",
+    ],
+)
+def test_as_dict_is_dict_of_the_row(api: BoardApi, sql: str) -> None:
+    row = api.store.connection().execute(sql).fetchone()
+    assert list(as_dict(row).items()) == list(dict(row).items())

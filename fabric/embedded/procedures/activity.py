@@ -30,6 +30,7 @@ from typing import Any
 
 from fabric.embedded import php
 from fabric.embedded.procedures.base import Board, procedure, project_row
+from fabric.embedded.store import as_dict
 
 log = logging.getLogger("agap.board.activity")
 
@@ -91,7 +92,7 @@ def task_details(api: Board, db: sqlite3.Connection, task_id: int) -> dict[str, 
         " LEFT JOIN swimlanes s ON s.id = t.swimlane_id WHERE t.id = ?",
         (task_id,),
     ).fetchone()
-    return None if row is None else api.shape("tasks", dict(row))
+    return None if row is None else api.shape("tasks", as_dict(row))
 
 
 def _author(db: sqlite3.Connection) -> str | None:
@@ -226,7 +227,7 @@ def comment_event(api: Board, db: sqlite3.Connection, comment_id: int) -> TaskEv
     ).fetchone()
     if row is None:
         return None
-    event = record(api, db, "comment.create", int(row["task_id"]), {"comment": dict(row)})
+    event = record(api, db, "comment.create", int(row["task_id"]), {"comment": as_dict(row)})
     if event is not None:
         event.data.pop("task_id")  # a comment event carries the comment and the task only
     return event

@@ -23,6 +23,7 @@ from fabric.embedded.procedures.base import Board, procedure, project_row, row_d
 from fabric.embedded.procedures.tags import find_or_create_tag, save_tags, tag_list
 from fabric.embedded.procedures.users import assignable
 from fabric.embedded.search import build_where
+from fabric.embedded.store import as_dict
 from fabric.kanboard.dates import BadDate, parse_input_date
 
 _TASK_INTEGERS = (
@@ -219,7 +220,7 @@ def getAllTasks(api: Board, project_id: Any, status_id: Any = 1) -> list[dict[st
             "SELECT * FROM tasks WHERE project_id = ? AND is_active = ? ORDER BY id",
             (php.to_int(project_id), php.to_int(status_id)),
         )
-        return [_format_task(api, dict(r)) for r in rows]
+        return [_format_task(api, as_dict(r)) for r in rows]
 
 
 @procedure
@@ -641,4 +642,4 @@ def searchTasks(api: Board, project_id: Any, query: Any) -> list[dict[str, Any]]
         sql += " ORDER BY t.id DESC"
     with api.store.read() as db:
         rows = db.execute(sql, (php.to_int(project_id), *where.params))
-        return [fl.shape(api.flavour, "tasks", dict(r), reorder=False) for r in rows]
+        return [fl.shape(api.flavour, "tasks", as_dict(r), reorder=False) for r in rows]
