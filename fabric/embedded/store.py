@@ -149,7 +149,11 @@ CREATE TABLE IF NOT EXISTS tasks (
     external_provider TEXT,
     external_uri TEXT
 );
-CREATE INDEX IF NOT EXISTS tasks_project_active ON tasks(project_id, is_active);
+-- With column_id, the open cards of one column are counted in the index alone (the
+-- position moveTaskToProject gives a card, on every move), not by reading every open
+-- task of the project. It replaces (project_id, is_active), which it serves as well.
+DROP INDEX IF EXISTS tasks_project_active;
+CREATE INDEX IF NOT EXISTS tasks_project_active_column ON tasks(project_id, is_active, column_id);
 CREATE INDEX IF NOT EXISTS tasks_column ON tasks(column_id, swimlane_id, position);
 CREATE INDEX IF NOT EXISTS tasks_reference ON tasks(project_id, reference);
 CREATE INDEX IF NOT EXISTS tasks_swimlane ON tasks(swimlane_id);

@@ -636,10 +636,11 @@ WHERE t.project_id = ?
 def searchTasks(api: Board, project_id: Any, query: Any) -> list[dict[str, Any]]:
     where = build_where(php.as_text(query), api.flavour)
     sql = _SEARCH_SELECT + "".join(f" AND {c}" for c in where.sql)
-    if api.flavour.search_reversed:
-        # Kanboard has no ORDER BY here; the real backends happen to answer in id order.
-        # Strict answers the other way so nothing comes to depend on it.
-        sql += " ORDER BY t.id DESC"
+    # Kanboard has no ORDER BY here; the real backends happen to answer in id order, and
+    # so do these flavours, by saying so: the index a search goes through (open cards by
+    # column) no longer gives it. Strict answers the other way so nothing comes to depend
+    # on it.
+    sql += " ORDER BY t.id DESC" if api.flavour.search_reversed else " ORDER BY t.id"
     with api.store.read() as db:
         rows = db.execute(sql, (php.to_int(project_id), *where.params))
         return [fl.shape(api.flavour, "tasks", as_dict(r), reorder=False) for r in rows]
