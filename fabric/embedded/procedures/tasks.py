@@ -499,8 +499,10 @@ def moveTaskToProject(
         }
         _destination(api, db, values)
         _copy_tags(api, db, task["id"], task["id"], pid, move=True)
-        names = ", ".join(f"{k} = ?" for k in values)
-        db.execute(f"UPDATE tasks SET {names} WHERE id = ?", (*values.values(), task["id"]))
+        changed = {k: v for k, v in values.items() if v != task[k]}
+        if changed:
+            names = ", ".join(f"{k} = ?" for k in changed)
+            db.execute(f"UPDATE tasks SET {names} WHERE id = ?", (*changed.values(), task["id"]))
         event = project_move_event(api, db, int(task["id"]), values)
     deliver(api, [event])
     return True
