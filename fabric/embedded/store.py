@@ -21,6 +21,7 @@ from typing import Any
 from fabric.embedded.flavour import DEFAULT_FLAVOUR, get_flavour, install
 
 SCHEMA_VERSION = 2
+BUSY_SECONDS = 30.0  # how long a write waits for another writer before "database is locked"
 
 # Column order matters: ``SELECT *`` rows are returned as they are, and the API objects
 # then have Kanboard's key order. Every table uses ``INTEGER PRIMARY KEY`` *without*
@@ -283,9 +284,10 @@ class Store:
     """Owns the database file; hands each thread its own connection.
 
     SQLite in WAL mode serialises writers; ``BEGIN IMMEDIATE`` takes the write lock up
-    front so two writers never deadlock upgrading a read lock. ``flavour`` names the
-    backend the board imitates (see :mod:`fabric.embedded.flavour`); the API on this store
-    takes it unless told otherwise.
+    front so two writers never deadlock upgrading a read lock. The threads of this
+    process queue for it on a lock of their own first (see :meth:`write`). ``flavour``
+    names the backend the board imitates (see :mod:`fabric.embedded.flavour`); the API on
+    this store takes it unless told otherwise.
     """
 
     def __init__(self, path: str | Path, *, flavour: str = DEFAULT_FLAVOUR) -> None:
@@ -295,6 +297,9 @@ class Store:
         self._all: list[sqlite3.Connection] = []
         self._free: list[sqlite3.Connection] = []  # connections of threads that ended
         self._lock = threading.Lock()
+        # Reentrant, so a nested write fails in SQLite ("cannot start a transaction within
+        # a transaction") as it did before this lock, rather than deadlocking.
+        self._writer = threading.RLock()
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._init_schema()
@@ -331,14 +336,16 @@ class Store:
             if db is not None:
                 self._local.db = db
         if db is None:
-            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            db = sqlite3.connect(
+                self.path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False
+            )
             db.row_factory = sqlite3.Row
             install(db)
             if self.path != ":memory:":
                 db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA foreign_keys=ON")
-            db.execute("PRAGMA busy_timeout=30000")
+            db.execute(f"PRAGMA busy_timeout={int(BUSY_SECONDS * 1000)}")
             self._local.db = db
             with self._lock:
                 self._all.append(db)
@@ -376,15 +383,28 @@ class Store:
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: committed on success, rolled back on any exception."""
+        """One write transaction: committed on success, rolled back on any exception.
+
+        The board's threads take turns on an in-process lock before ``BEGIN IMMEDIATE``:
+        a thread that finds SQLite's write lock taken otherwise sleeps in SQLite's busy
+        handler (steps of 1, 2, 5, 10 ... 100 ms), long after a write of a fraction of a
+        millisecond has ended; on the lock it wakes when the write ends. Waiting for it is
+        bounded like the busy handler (``BUSY_SECONDS``) and fails with the same "database
+        is locked". Another process writing the file is still waited for by the handler.
+        """
         db = self.connection()
-        db.execute("BEGIN IMMEDIATE")
+        if not self._writer.acquire(timeout=BUSY_SECONDS):
+            raise sqlite3.OperationalError("database is locked")
         try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        finally:
+            self._writer.release()
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fabric.embedded import store as store_module
 from fabric.embedded.php import Fatal, base64_decode
 from fabric.embedded.procedures import base as registry
 from fabric.embedded.rpc import BoardApi
@@ -197,3 +199,38 @@ def test_a_move_counts_its_column_in_an_index(api: BoardApi) -> None:
     sql = "SELECT COUNT(*) FROM tasks WHERE project_id = ? AND column_id = ? AND is_active = 1"
     plan = " ".join(str(row[3]) for row in db.execute("EXPLAIN QUERY PLAN " + sql, (1, 2)))
     assert "USING COVERING INDEX tasks_project_active_column" in plan, plan
+
+
+def test_a_nested_write_fails_as_sqlite_does(api: BoardApi) -> None:
+    # The writers' lock is reentrant: a write inside a write is SQLite's error, not a hang.
+    nested = pytest.raises(sqlite3.OperationalError, match="within a transaction")
+    with api.store.write(), nested, api.store.write():
+        pass
+    with api.store.write() as db:  # and the lock was let go
+        db.execute("SELECT 1")
+
+
+def test_a_write_waits_for_another_threads_write_no_longer_than_the_busy_timeout(
+    api: BoardApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "BUSY_SECONDS", 0.01)
+    errors: list[BaseException] = []
+
+    def other_writer() -> None:
+        try:
+            with api.store.write():
+                pass
+        except sqlite3.OperationalError as exc:
+            errors.append(exc)
+        finally:
+            api.store.release()
+
+    with api.store.write():
+        thread = threading.Thread(target=other_writer)
+        thread.start()
+        thread.join()
+    assert [str(e) for e in errors] == ["database is locked"]
+    thread = threading.Thread(target=other_writer)  # once the write is over, it gets in
+    thread.start()
+    thread.join()
+    assert len(errors) == 1
