@@ -235,14 +235,8 @@ def comment_event(api: Board, db: sqlite3.Connection, comment_id: int) -> TaskEv
 
 def deliver(api: Board, events: list[TaskEvent | None]) -> None:
     """POST each event to the configured webhook, as Kanboard does, waiting for each."""
-    # One statement is its own consistent read: no transaction of its own needed (most
-    # writes of a task's life end here, with no webhook set). By key, not by LIKE: the
-    # two settings used are all that is read.
-    rows = dict(
-        api.store.connection()
-        .execute("SELECT option, value FROM settings WHERE option IN ('webhook_url', 'webhook_token')")
-        .fetchall()
-    )
+    with api.store.read() as db:
+        rows = dict(db.execute("SELECT option, value FROM settings WHERE option LIKE 'webhook_%'").fetchall())
     url = rows.get("webhook_url", "")
     if not url:
         return
