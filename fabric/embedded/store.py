@@ -280,6 +280,23 @@ def new_api_token(store: Store, username: str) -> str | None:
         return token if done.rowcount else None
 
 
+class _Snapshot:
+    """Store.read's context: BEGIN on entry, COMMIT on exit (a class, not a generator: it
+    is entered several times a request, and a generator's context costs more)."""
+
+    __slots__ = ("db",)
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute("BEGIN")
+        return self.db
+
+    def __exit__(self, *exc: object) -> None:
+        self.db.execute("COMMIT")
+
+
 class Store:
     """Owns the database file; hands each thread its own connection.
 
@@ -406,15 +423,9 @@ class Store:
         finally:
             self._writer.release()
 
-    @contextmanager
-    def read(self) -> Iterator[sqlite3.Connection]:
-        """A consistent read snapshot."""
-        db = self.connection()
-        db.execute("BEGIN")
-        try:
-            yield db
-        finally:
-            db.execute("COMMIT")
+    def read(self) -> _Snapshot:
+        """A consistent read snapshot (``with store.read() as db``)."""
+        return _Snapshot(self.connection())
 
     def release(self) -> None:
         """The calling thread is done (a served request): keep its connection for the next.
