@@ -233,6 +233,10 @@ def fabric_point(
     t0, results = pool.run("fabric", params, timeout=deadline + 60)
     elapsed = _elapsed(t0, results)
     completed = sum(r["completed"] for r in results)
+    # per_second is to the processes' end; drained_per_second to the last task recorded
+    # done, without the settling of moves each worker makes as it leaves (a fixed cost).
+    done_at = max((r.get("t_last_done") or 0.0) for r in results)
+    drained = done_at - t0 if done_at > t0 else None
     claimed = sum(r["claimed"] for r in results)
     by_method = _merge(results, "by_method")
     trips = sum(r["trips"] for r in results)
@@ -261,6 +265,8 @@ def fabric_point(
         "done_on_board": _count_in(target, layout, Column.DONE),
         "seconds": round(elapsed, 3),
         "per_second": round(completed / elapsed, 1),
+        "drained_seconds": None if drained is None else round(drained, 3),
+        "drained_per_second": None if drained is None else round(completed / drained, 1),
         "submit_per_second": round(n / submit_seconds, 1),
         "submit_errors": submit_errors,
         "executions": sum(c for _, c in per_uid),
@@ -420,7 +426,8 @@ def run_throughput(
             runs["fabric"][p].append(f)
             log(
                 f"  {target.name} #{rep + 1} p={p} fabric:  {f['per_second']}/s "
-                f"({f['completed']}/{n}, {f['double_executions']} double, "
+                f"(drained {f['drained_per_second']}/s to the last task done; "
+                f"{f['completed']}/{n}, {f['double_executions']} double, "
                 f"{_audit_line(f)}, {f['trips_per_task']} trips/task)"
             )
             w = time.monotonic()

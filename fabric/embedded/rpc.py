@@ -195,13 +195,18 @@ class BoardApi(Board):
         return {"jsonrpc": "2.0", "result": result, "id": rpc_id}
 
 
+# What json.dumps(reply, separators=(",", ":"), ensure_ascii=...) builds on every call.
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_JSON_ASCII = json.JSONEncoder(separators=(",", ":"))
+
+
 def encode(reply: Any) -> bytes:
     """JSON as Kanboard sends it (unescaped slashes and unicode)."""
-    text = json.dumps(reply, separators=(",", ":"), ensure_ascii=False)
+    text = _JSON.encode(reply)
     try:
         return text.encode()
     except UnicodeEncodeError:  # a lone surrogate came in; escape rather than fail
-        return json.dumps(reply, separators=(",", ":")).encode()
+        return _JSON_ASCII.encode(reply).encode()
 
 
 def _error(rpc_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:

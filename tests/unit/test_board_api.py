@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fabric.embedded import store as store_module
 from fabric.embedded.php import Fatal, base64_decode
 from fabric.embedded.procedures import base as registry
 from fabric.embedded.rpc import BoardApi
 from fabric.embedded.search import tokenize
-from fabric.embedded.store import Store, StoreError
+from fabric.embedded.store import Store, StoreError, as_dict
 from fabric.kanboard.dates import BadDate, parse_input_date
 
 
@@ -174,3 +176,61 @@ def test_mysql_like_name_lookups_search_an_index(api: BoardApi, sql: str, index:
         str(row[3]) for row in db.execute("EXPLAIN QUERY PLAN " + sql, (1, 2, 3)[: sql.count("?")])
     )
     assert f"USING INDEX {index}" in plan or f"USING COVERING INDEX {index}" in plan, plan
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM users WHERE id = 1",
+        "SELECT 1 AS a, 2 AS b, 3 AS c",
+        "SELECT 1 AS a, 2 AS A, 3 AS b",  # names that differ only in case: the first wins
+        "SELECT 1 AS a, 2 AS a",
+    ],
+)
+def test_as_dict_is_dict_of_the_row(api: BoardApi, sql: str) -> None:
+    row = api.store.connection().execute(sql).fetchone()
+    assert list(as_dict(row).items()) == list(dict(row).items())
+
+
+def test_a_move_counts_its_column_in_an_index(api: BoardApi) -> None:
+    # moveTaskToProject's position counts the open cards of the destination column; on a
+    # project with a long backlog, reading every open task for it made each move slower.
+    db = api.store.connection()
+    sql = "SELECT COUNT(*) FROM tasks WHERE project_id = ? AND column_id = ? AND is_active = 1"
+    plan = " ".join(str(row[3]) for row in db.execute("EXPLAIN QUERY PLAN " + sql, (1, 2)))
+    assert "USING COVERING INDEX tasks_project_active_column" in plan, plan
+
+
+def test_a_nested_write_fails_as_sqlite_does(api: BoardApi) -> None:
+    # The writers' lock is reentrant: a write inside a write is SQLite's error, not a hang.
+    nested = pytest.raises(sqlite3.OperationalError, match="within a transaction")
+    with api.store.write(), nested, api.store.write():
+        pass
+    with api.store.write() as db:  # and the lock was let go
+        db.execute("SELECT 1")
+
+
+def test_a_write_waits_for_another_threads_write_no_longer_than_the_busy_timeout(
+    api: BoardApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "BUSY_SECONDS", 0.01)
+    errors: list[BaseException] = []
+
+    def other_writer() -> None:
+        try:
+            with api.store.write():
+                pass
+        except sqlite3.OperationalError as exc:
+            errors.append(exc)
+        finally:
+            api.store.release()
+
+    with api.store.write():
+        thread = threading.Thread(target=other_writer)
+        thread.start()
+        thread.join()
+    assert [str(e) for e in errors] == ["database is locked"]
+    thread = threading.Thread(target=other_writer)  # once the write is over, it gets in
+    thread.start()
+    thread.join()
+    assert len(errors) == 1

@@ -64,6 +64,18 @@ def test_search_order_is_not_to_be_relied_on_in_strict(api: BoardApi) -> None:
     assert [t["id"] for t in rpc(api, "getAllTasks", [pid, 1])] == ids  # sorted by id
 
 
+def test_search_order_is_the_id_order_across_columns(api: BoardApi) -> None:
+    # The open cards are found by column (an index on project, status, column): the order
+    # is still the id order (reversed in strict), not column by column.
+    pid = rpc(api, "createProject", ["p"])
+    first, second = rpc(api, "getColumns", [pid])[:2]
+    columns = [second["id"], first["id"]] * 2
+    ids = [rpc(api, "createTask", {"title": "t", "project_id": pid, "column_id": c}) for c in columns]
+    query = f'status:open column:"{first["title"]}" column:"{second["title"]}"'
+    got = [t["id"] for t in rpc(api, "searchTasks", [pid, query])]
+    assert got == (ids[::-1] if api.flavour.name == "strict" else ids)
+
+
 def test_sequences_survive_a_reopen(tmp_path: Path) -> None:
     path = tmp_path / "b.sqlite3"
     first = BoardApi(Store(path, flavour="postgres"), "t")

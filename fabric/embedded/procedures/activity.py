@@ -30,6 +30,7 @@ from typing import Any
 
 from fabric.embedded import php
 from fabric.embedded.procedures.base import Board, procedure, project_row
+from fabric.embedded.store import as_dict
 
 log = logging.getLogger("agap.board.activity")
 
@@ -91,7 +92,7 @@ def task_details(api: Board, db: sqlite3.Connection, task_id: int) -> dict[str, 
         " LEFT JOIN swimlanes s ON s.id = t.swimlane_id WHERE t.id = ?",
         (task_id,),
     ).fetchone()
-    return None if row is None else api.shape("tasks", dict(row))
+    return None if row is None else api.shape("tasks", as_dict(row))
 
 
 def _author(db: sqlite3.Connection) -> str | None:
@@ -108,9 +109,15 @@ def record(
     name: str,
     task_id: int,
     extra: dict[str, Any] | None = None,
+    *,
+    task: dict[str, Any] | None = None,
 ) -> TaskEvent | None:
-    """Build event ``name`` for a task and write its activity row (a signed-in caller only)."""
-    task = task_details(api, db, task_id)
+    """Build event ``name`` for a task and write its activity row (a signed-in caller only).
+
+    ``task``: the task's :func:`task_details`, when the caller has just read them in this
+    transaction (the join is the costliest read of a move); else they are read here."""
+    if task is None:
+        task = task_details(api, db, task_id)
     if task is None:
         return None
     data: dict[str, Any] = {"task_id": task_id, "task": task, **(extra or {})}
@@ -125,7 +132,8 @@ def record(
 
 def move_events(api: Board, db: sqlite3.Connection, before: dict[str, Any], position: int) -> list[TaskEvent]:
     """TaskPositionModel::fireEvents: a swimlane move, then a column move, or a position move."""
-    after = task_details(api, db, int(before["id"])) or {}
+    details = task_details(api, db, int(before["id"]))
+    after = details or {}
     values = {
         "project_id": before["project_id"],
         "position": position,
@@ -149,7 +157,13 @@ def move_events(api: Board, db: sqlite3.Connection, before: dict[str, Any], posi
         names.append("task.move.column")
     else:
         names.append("task.move.position")
-    return [e for e in (record(api, db, n, int(before["id"]), extra) for n in names) if e is not None]
+    # Each event gets its own copy of the details, as when each read them (what is
+    # written between, an activity row, is not part of them).
+    events = (
+        record(api, db, n, int(before["id"]), extra, task=None if details is None else dict(details))
+        for n in names
+    )
+    return [e for e in events if e is not None]
 
 
 def update_events(
@@ -183,9 +197,10 @@ def project_move_event(
     from the task as it is *after* the move (TaskEventBuilder compares with the task it
     reads then), so usually none: Kanboard's empty PHP array, a JSON ``[]``. The row and
     the event belong to the project the task is in now."""
-    after = task_details(api, db, task_id) or {}
+    details = task_details(api, db, task_id)
+    after = details or {}
     changes = {k: v for k, v in values.items() if php.as_text(v) != php.as_text(after.get(k))}
-    return record(api, db, "task.move.project", task_id, {"changes": changes or []})
+    return record(api, db, "task.move.project", task_id, {"changes": changes or []}, task=details)
 
 
 def file_event(api: Board, db: sqlite3.Connection, file_id: int) -> TaskEvent | None:
@@ -212,7 +227,7 @@ def comment_event(api: Board, db: sqlite3.Connection, comment_id: int) -> TaskEv
     ).fetchone()
     if row is None:
         return None
-    event = record(api, db, "comment.create", int(row["task_id"]), {"comment": dict(row)})
+    event = record(api, db, "comment.create", int(row["task_id"]), {"comment": as_dict(row)})
     if event is not None:
         event.data.pop("task_id")  # a comment event carries the comment and the task only
     return event

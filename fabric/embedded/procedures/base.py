@@ -18,7 +18,7 @@ from typing import Any
 from fabric.embedded import flavour as fl
 from fabric.embedded import php
 from fabric.embedded.flavour import Flavour, get_flavour
-from fabric.embedded.store import Store
+from fabric.embedded.store import Store, as_dict
 
 Procedure = Callable[..., Any]
 
@@ -77,7 +77,7 @@ class Board:
         return fl.shape(self.flavour, table, row)
 
     def rows(self, table: str, rows: Any) -> list[dict[str, Any]]:
-        return [self.shape(table, dict(r)) for r in rows]
+        return [self.shape(table, as_dict(r)) for r in rows]
 
     def fit(self, table: str, column: str, value: Any) -> Any:
         """``value`` within ``table.column``'s VARCHAR limit, or an SQL error."""
@@ -108,7 +108,7 @@ EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")  # the validators' Email rule (projects
 
 
 def row_dict(row: sqlite3.Row | None) -> dict[str, Any] | None:
-    return None if row is None else dict(row)
+    return None if row is None else as_dict(row)
 
 
 def project_row(db: sqlite3.Connection, project_id: Any) -> dict[str, Any] | None:

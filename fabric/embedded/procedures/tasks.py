@@ -23,6 +23,7 @@ from fabric.embedded.procedures.base import Board, procedure, project_row, row_d
 from fabric.embedded.procedures.tags import find_or_create_tag, save_tags, tag_list
 from fabric.embedded.procedures.users import assignable
 from fabric.embedded.search import build_where
+from fabric.embedded.store import as_dict
 from fabric.kanboard.dates import BadDate, parse_input_date
 
 _TASK_INTEGERS = (
@@ -219,7 +220,7 @@ def getAllTasks(api: Board, project_id: Any, status_id: Any = 1) -> list[dict[st
             "SELECT * FROM tasks WHERE project_id = ? AND is_active = ? ORDER BY id",
             (php.to_int(project_id), php.to_int(status_id)),
         )
-        return [_format_task(api, dict(r)) for r in rows]
+        return [_format_task(api, as_dict(r)) for r in rows]
 
 
 @procedure
@@ -498,8 +499,10 @@ def moveTaskToProject(
         }
         _destination(api, db, values)
         _copy_tags(api, db, task["id"], task["id"], pid, move=True)
-        names = ", ".join(f"{k} = ?" for k in values)
-        db.execute(f"UPDATE tasks SET {names} WHERE id = ?", (*values.values(), task["id"]))
+        changed = {k: v for k, v in values.items() if v != task[k]}
+        if changed:
+            names = ", ".join(f"{k} = ?" for k in changed)
+            db.execute(f"UPDATE tasks SET {names} WHERE id = ?", (*changed.values(), task["id"]))
         event = project_move_event(api, db, int(task["id"]), values)
     deliver(api, [event])
     return True
@@ -635,10 +638,11 @@ WHERE t.project_id = ?
 def searchTasks(api: Board, project_id: Any, query: Any) -> list[dict[str, Any]]:
     where = build_where(php.as_text(query), api.flavour)
     sql = _SEARCH_SELECT + "".join(f" AND {c}" for c in where.sql)
-    if api.flavour.search_reversed:
-        # Kanboard has no ORDER BY here; the real backends happen to answer in id order.
-        # Strict answers the other way so nothing comes to depend on it.
-        sql += " ORDER BY t.id DESC"
+    # Kanboard has no ORDER BY here; the real backends happen to answer in id order, and
+    # so do these flavours, by saying so: the index a search goes through (open cards by
+    # column) no longer gives it. Strict answers the other way so nothing comes to depend
+    # on it.
+    sql += " ORDER BY t.id DESC" if api.flavour.search_reversed else " ORDER BY t.id"
     with api.store.read() as db:
         rows = db.execute(sql, (php.to_int(project_id), *where.params))
-        return [fl.shape(api.flavour, "tasks", dict(r), reorder=False) for r in rows]
+        return [fl.shape(api.flavour, "tasks", as_dict(r), reorder=False) for r in rows]
