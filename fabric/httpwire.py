@@ -28,6 +28,7 @@ import threading
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
+from fabric.errors import ConfigError
 from fabric.plain import Plain
 
 POOL = 10  # idle connections kept per client, as urllib3's default pool
@@ -94,21 +95,34 @@ class _Conn:
             sock.close()
 
 
+class BadUrl(ConfigError, ValueError):
+    """A configured URL this client cannot post to: one line for the person who set it
+    (a ValueError still, for callers that check a URL by building a client)."""
+
+
+def _bad_url(url: str, what: str) -> BadUrl:
+    return BadUrl(what, where=repr(url), hint="set it to an http:// or https:// URL (spaces as %20)")
+
+
 class KeptAlive:
     """POSTs to one URL over a small pool of kept-alive connections (thread-safe)."""
 
     def __init__(self, url: str, *, headers: dict[str, str], timeout: float) -> None:
         parts = urlsplit(url)
+        try:
+            port = parts.port
+        except ValueError:
+            raise _bad_url(url, "its port is not a number from 0 to 65535") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {url!r}")
+            raise _bad_url(url, "not an http(s) URL")
         self.url = url
         self.timeout = timeout
         self._https = parts.scheme == "https"
         self._host = parts.hostname
-        self._port = parts.port or (443 if self._https else 80)
+        self._port = port or (443 if self._https else 80)
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         if _BAD_PATH.search(self._path):
-            raise ValueError(f"the URL's path holds a control character or a space: {url!r}")
+            raise _bad_url(url, "its path holds a control character or a space")
         self._headers = {
             "Host": parts.netloc.rpartition("@")[2],
             "Content-Type": "application/json",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import io
 import json
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from fabric import httpwire
+from fabric.errors import EXIT_INVALID, ConfigError
 from fabric.httpwire import Ambiguous, KeptAlive
 
 
@@ -226,3 +228,24 @@ def test_a_header_that_is_not_one_line_is_refused_before_anything_is_sent() -> N
         client.post(b"{}", headers={"X-Evil": "1\r\nX-Injected: 2"})
     with pytest.raises(ValueError, match="path"):
         KeptAlive("http://127.0.0.1:9/a b", headers={}, timeout=1)
+
+
+@pytest.mark.parametrize(
+    ("url", "what"),
+    [
+        ("http://127.0.0.1:1/a b/jsonrpc.php", "a control character or a space"),
+        ("ftp://127.0.0.1/jsonrpc.php", "not an http(s) URL"),
+        ("http://127.0.0.1:99999/jsonrpc.php", "port is not a number"),
+    ],
+)
+def test_a_url_the_client_cannot_post_to_is_one_line_for_who_set_it(url: str, what: str) -> None:
+    from click.testing import CliRunner
+
+    from fabric.apps.cli import main
+
+    with pytest.raises(ConfigError, match=re.escape(what)):
+        KeptAlive(url, headers={}, timeout=1.0)
+    result = CliRunner().invoke(main, ["ls"], env={"KANBOARD_URL": url, "KANBOARD_API_TOKEN": "x"})
+    assert result.exit_code == EXIT_INVALID, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert what in result.output and "Traceback" not in result.output
