@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 from fabric.core import Fabric
 from fabric.kanboard.layout import QUEUED_CELL, Column
@@ -98,7 +99,7 @@ def balance(fab: Fabric, queued: Sequence[BoardTask], backlog: Sequence[BoardTas
         demotions.update({r.id: Column.BACKLOG for r in demote})
         promotions.update({r.id: Column.QUEUED for r in promote})
     # Cards a worker is waiting for first; the rest of a burst at the next runs.
-    wanted = dict(list({**promotions, **demotions}.items())[:MOVES_PER_RUN])
+    wanted = dict(islice({**promotions, **demotions}.items(), MOVES_PER_RUN))
     if not wanted:
         return report
     rows = {r.id: r for r in (*queued, *backlog) if r.id in wanted}

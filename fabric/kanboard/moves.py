@@ -81,11 +81,15 @@ class MoveTracker:
         with self._lock:
             for i, c in enumerate(calls):
                 if c.method == MOVE and isinstance(c.params, dict):
-                    move = self._new(int(c.params["column_id"]), int(c.params.get("swimlane_id", 0)), epoch)
-                    move.doubted = (
-                        out is None or i >= len(out) or out[i].error is not None or not out[i].value
+                    answered = (
+                        out is not None and i < len(out) and out[i].error is None and bool(out[i].value)
                     )
-                    self._moved[task_id] = move
+                    self._moved[task_id] = self._new(
+                        int(c.params["column_id"]),
+                        int(c.params.get("swimlane_id", 0)),
+                        epoch,
+                        doubted=not answered,
+                    )
             if len(self._moved) > MEMORY:
                 self._moved.clear()
 
@@ -170,15 +174,19 @@ class MoveTracker:
                 continue  # a later transition: its writer projects it
             again.append(Again(tid, move.column_id, move.swimlane_id, move.epoch))
             if move.tries < MOVE_TRIES:
-                again_move = self._new(move.column_id, move.swimlane_id, move.epoch, move.tries + 1)
-                again_move.doubted = True  # sent again after a loss: read back, not taken on trust
+                # Sent again after a loss: read back, not taken on trust.
+                again_move = self._new(
+                    move.column_id, move.swimlane_id, move.epoch, tries=move.tries + 1, doubted=True
+                )
                 with self._lock:
                     self._moved.setdefault(tid, again_move)
         return again
 
-    def _new(self, column_id: int, swimlane_id: int, epoch: int, tries: int = 1) -> Move:
+    def _new(
+        self, column_id: int, swimlane_id: int, epoch: int, *, tries: int = 1, doubted: bool = False
+    ) -> Move:
         now = time.monotonic()
-        return Move(column_id, swimlane_id, epoch, self.clock(), now + VERIFY_AFTER, tries, now)
+        return Move(column_id, swimlane_id, epoch, self.clock(), now + VERIFY_AFTER, tries, now, doubted)
 
 
 def _moved_by_people(out: Outcome, people: set[int]) -> dict[int, int]:

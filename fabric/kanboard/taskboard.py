@@ -330,6 +330,8 @@ class TaskBoard:
         (one more round trip) only those a person's drag may have undone."""
         doubtful = self._moves.unseen(due, activity, asked=asked)
         if doubtful:
+            # The activity is read again beside the cards: a drag between the two reads
+            # must show in the one the rows are judged by.
             asked = time.monotonic()
             self._resend_lost(doubtful, self.port.batch(self.recheck_calls(doubtful)), asked)
 
