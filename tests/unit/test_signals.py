@@ -155,6 +155,24 @@ def test_the_same_stop_said_twice_at_once_is_one_stop() -> None:
     assert code == 0 and "orderly" in err and "exiting now" not in err, err
 
 
+def test_a_process_on_its_way_out_ignores_stop_signals() -> None:
+    # Interpreter shutdown puts SIGTERM's default action back after the exit handlers;
+    # one that ran after the fabric's (registered first: they run last) sees what the
+    # shutdown will keep. A late second signal of one stop then ends nothing.
+    _, err, code = _run(
+        """
+        import atexit, signal, sys, threading
+        atexit.register(lambda: sys.stderr.write(f"at exit: {signal.getsignal(signal.SIGTERM)!r}\\n"))
+        from fabric.signals import set_on_signal
+        stop = threading.Event()
+        set_on_signal(stop)
+        print("ready", flush=True)
+        stop.wait()
+        """
+    )
+    assert code == 0 and "at exit: <Handlers.SIG_IGN: 1>" in err, err
+
+
 def test_a_stop_during_start_up_exits_at_once() -> None:
     seconds, err, code = _run(
         """
