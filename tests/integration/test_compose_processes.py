@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 
 from fabric.embedded.server import EmbeddedBoard
 from tests.conftest import REAL_SKIP, ROOT, real_kanboard, scratch_board
@@ -47,7 +48,7 @@ COMPOSE = ROOT / "compose"
 BIN = Path(sys.executable).parent
 MQTT = ("127.0.0.1", 1883)
 
-_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?+])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 class Undefined(Exception):
@@ -56,7 +57,7 @@ class Undefined(Exception):
 
 def interpolate(text: str, env: dict[str, str]) -> str:
     """Compose's interpolation: ``$$``, ``$VAR``, ``${VAR}``, ``${VAR:-d}``, ``${VAR-d}``,
-    ``${VAR:?err}``, ``${VAR?err}``."""
+    ``${VAR:?err}``, ``${VAR?err}``, ``${VAR:+r}``, ``${VAR+r}``."""
 
     def one(m: re.Match[str]) -> str:
         if m.group(0) == "$$":
@@ -64,11 +65,13 @@ def interpolate(text: str, env: dict[str, str]) -> str:
         name = m.group(1) or m.group(4)
         op, arg = m.group(2), m.group(3) or ""
         value = env.get(name)
-        unset = not value if op in (":-", ":?") else value is None
+        unset = not value if op in (":-", ":?", ":+") else value is None
         if op in (":?", "?") and unset:
             raise Undefined(f"{name}: {arg}")
         if op in (":-", "-") and unset:
             return interpolate(arg, env)
+        if op in (":+", "+"):
+            return "" if unset else interpolate(arg, env)
         return value or ""
 
     return _VAR.sub(one, text)
@@ -152,7 +155,8 @@ class Stack:
         return {**env, "PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(home)}
 
     def command(self, name: str, argv: list[str] | None = None) -> list[str]:
-        argv = list(argv if argv is not None else self.services[name]["command"])
+        given = argv if argv is not None else self.services[name]["command"]
+        argv = [interpolate(a, self.env_file) for a in given]
         out: list[str] = []
         for i, arg in enumerate(argv):
             prev = argv[i - 1] if i else ""
@@ -397,9 +401,14 @@ def test_the_stack_starts_as_written_and_does_its_work(stack: Stack) -> None:
     again = stack.run("keeper", "agap", "doctor", "--keeper", keeper_url)
     assert again.returncode == 0, again.stdout + again.stderr
 
-    # 8. every daemon stops on SIGTERM, as `docker compose stop` asks (10 s, then a kill)
-    for name in list(stack.procs):
-        assert stack.stop(name, timeout=10) in (0, -signal.SIGTERM), f"{name}:\n{stack.log(name)}"
+    # 8. every daemon stops on SIGTERM, as `docker compose stop` asks: dependents first, each
+    # within its grace period (10 s unless the service sets one), then a kill
+    for name in reversed(list(stack.procs)):
+        grace = float(str(services[name].get("stop_grace_period", "10s")).removesuffix("s"))
+        assert stack.stop(name, timeout=grace) in (0, -signal.SIGTERM), f"{name}:\n{stack.log(name)}"
+    # Langfuse's keys are empty in .env.example: the proxy sends no traces (with the
+    # callbacks on, each export is retried and its stop waits ~9 s to flush them).
+    assert "Langfuse export" not in (stack.tmp / "litellm.log").read_text(errors="replace")
 
 
 def test_a_secret_left_empty_stops_compose_before_anything_runs(tmp_path: Path) -> None:
@@ -407,6 +416,19 @@ def test_a_secret_left_empty_stops_compose_before_anything_runs(tmp_path: Path) 
     with pytest.raises(Undefined, match="KANBOARD_API_TOKEN"):
         interpolate(text, dotenv(COMPOSE / ".env.example"))
     assert interpolate("${A:-x} ${B-y} $$HOME ${C}", {"B": ""}) == "x  $HOME "
+
+
+def test_the_proxy_traces_to_langfuse_only_once_its_keys_are_set() -> None:
+    """`.env.example` leaves Langfuse's keys empty: the proxy reads the config without the
+    callbacks. Set, it reads the rendered config that has them."""
+    argv = merged_stack()["services"]["litellm"]["command"]
+    example = dotenv(COMPOSE / ".env.example")
+    cases = (("", "config.yaml", None), ("pk-lf-1", "config.langfuse.yaml", ["langfuse"]))
+    for key, name, callbacks in cases:
+        config = [interpolate(a, {**example, "LANGFUSE_PUBLIC_KEY": key}) for a in argv][2]
+        assert config == f"/etc/litellm/{name}"
+        settings = yaml.safe_load((COMPOSE / "litellm" / name).read_text())["litellm_settings"]
+        assert settings.get("success_callback") == callbacks and settings.get("failure_callback") == callbacks
 
 
 def test_no_service_reads_a_setting_it_was_not_given() -> None:

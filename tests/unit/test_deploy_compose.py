@@ -19,6 +19,7 @@ from fabric.apps.cli import main
 from fabric.apps.deploy.render import (
     ENV_BEGIN,
     LITELLM_FILE,
+    LITELLM_TRACED_FILE,
     WORKERS_FILE,
     render,
     rendered,
@@ -98,7 +99,8 @@ def test_every_fabric_service_runs_a_real_agap_command(stack: dict[str, Any]) ->
     for name, svc in fabric.items():
         argv = svc["command"]
         if name == "litellm":  # the one non-agap process in the fabric image: the proxy
-            assert argv[:3] == ["litellm", "--config", "/etc/litellm/config.yaml"]
+            config = "/etc/litellm/config${LANGFUSE_PUBLIC_KEY:+.langfuse}.yaml"
+            assert argv[:3] == ["litellm", "--config", config]
             continue
         assert argv[0] == "agap", name
         try:
@@ -222,10 +224,14 @@ def test_the_proxy_config_is_generated_from_the_cards_with_langfuse_wired(stack:
         assert params["api_key"].startswith("os.environ/")
         assert params["api_base"].startswith("os.environ/")
     assert config["general_settings"]["master_key"] == "os.environ/LITELLM_MASTER_KEY"
-    assert "langfuse" in config["litellm_settings"]["success_callback"]
+    assert "success_callback" not in config["litellm_settings"]
+    traced = yaml.safe_load((COMPOSE / LITELLM_TRACED_FILE).read_text())
+    assert traced["litellm_settings"].pop("success_callback") == ["langfuse"]
+    assert traced["litellm_settings"].pop("failure_callback") == ["langfuse"]
+    assert traced == config  # the same proxy, with traces
     env = stack["services"]["litellm"]["environment"]
     assert {"LANGFUSE_HOST", "LANGFUSE_PUBLIC_KEY", "LANGFUSE_SECRET_KEY"} <= set(env)
-    assert "./litellm/config.yaml:/etc/litellm/config.yaml:ro" in stack["services"]["litellm"]["volumes"]
+    assert "./litellm:/etc/litellm:ro" in stack["services"]["litellm"]["volumes"]
     for entry in config["model_list"]:  # every provider variable reaches the proxy
         for value in entry["litellm_params"].values():
             if value.startswith("os.environ/"):
@@ -328,7 +334,12 @@ def test_adding_a_card_adds_a_worker_and_a_model_by_rendering(tmp_path: Path) ->
     )
     cards = load_cards(tmp_path / "cards", base_dir=tmp_path)
     out = tmp_path / "compose"
-    assert sorted(p.name for p in stale(cards, out)) == [".env.example", "config.yaml", WORKERS_FILE]
+    assert sorted(p.name for p in stale(cards, out)) == [
+        ".env.example",
+        "config.langfuse.yaml",
+        "config.yaml",
+        WORKERS_FILE,
+    ]
     render(cards, out)
     assert stale(cards, out) == []
     stack = merged_stack(out)
@@ -339,6 +350,7 @@ def test_adding_a_card_adds_a_worker_and_a_model_by_rendering(tmp_path: Path) ->
     assert set(rendered(cards, out)) == {
         out / WORKERS_FILE,
         out / LITELLM_FILE,
+        out / LITELLM_TRACED_FILE,
         out / ".env.example",
         out / "egress" / "claude-coder.conf",
     }
