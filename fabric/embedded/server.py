@@ -15,6 +15,7 @@ import logging
 import re
 import secrets
 import socket
+import sys
 import threading
 import time
 from http import HTTPStatus
@@ -323,6 +324,15 @@ class _Server(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self.api.store.release()  # the thread ends: its database connection is reused
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that left before its reply (it timed out, or its process ended) is no
+        fault of the board's: noted at debug. The standard library prints a traceback to
+        whatever ``sys.stderr`` is then, in the middle of another command's output."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            log.debug("%s left before its reply", client_address)
+            return
+        super().handle_error(request, client_address)
 
     def shutdown_request(self, request: Any) -> None:
         with self._open_lock:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fabric.embedded.server import _Handler
+from fabric.embedded.server import _Handler, _Server
 
 AUTH = "Basic anNvbnJwYzp0b2s="
 PLAIN = f"Host: 127.0.0.1:8080\r\nAuthorization: {AUTH}\r\nContent-Length: 2\r\n\r\n"
@@ -118,3 +118,23 @@ def test_reply_bytes_are_the_standard_library_s(
         stdlib.wfile.write(body)
     assert _outcome(ours, True)[-1] == _outcome(stdlib, True)[-1]
     assert ours.close_connection == stdlib.close_connection
+
+
+def test_a_client_that_left_before_its_reply_is_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    """A timed-out or ended client's broken pipe is the board's debug note; any other error
+    still prints as the standard library prints it."""
+    server = _Server(("127.0.0.1", 0), _Handler)
+    try:
+        for gone in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset")):
+            try:
+                raise gone
+            except ConnectionError:
+                server.handle_error(None, ("127.0.0.1", 1))
+        assert capsys.readouterr().err == ""
+        try:
+            raise ValueError("a fault of the board's")
+        except ValueError:
+            server.handle_error(None, ("127.0.0.1", 1))
+        assert "ValueError: a fault of the board's" in capsys.readouterr().err
+    finally:
+        server.server_close()
