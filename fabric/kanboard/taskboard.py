@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import random
 import secrets
 import time
 from collections.abc import Iterable, Sequence
@@ -377,9 +376,10 @@ class TaskBoard:
             for _ in range(MOVE_TRIES):
                 if not self._moves:
                     return
-                # Jittered: workers leaving together would otherwise move at the same
-                # moment and lose each other's moves again.
-                stopping = pause(min(self._moves.wait(), VERIFY_AFTER) + random.uniform(0, VERIFY_AFTER))
+                # Not jittered: the fabric's moves are one row each (MOVE), so workers
+                # leaving together cannot lose each other's moves; only a person's drag
+                # can, and waiting until the last move is due lets one in flight commit.
+                stopping = pause(min(self._moves.wait(), VERIFY_AFTER))
                 asked, due = time.monotonic(), self._moves.due(every=True)
                 self._check_moves(due, self.port.batch([self.activity_call()])[0], asked)
                 if stopping:
