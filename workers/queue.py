@@ -57,6 +57,10 @@ CANDIDATES = 8
 # read in one round trip: contending workers spread over a cell, so a second try
 # mostly wins, and each try costs two calls where a bulk read costs one per candidate.
 FIRST_TRIES = 3
+# A reader that lost a race on rows polled longer ago than this polls again rather than
+# trying more of them: under contention most of an older poll's rows are claimed already,
+# and each costs a read to find that out, where a poll costs one call for them all.
+REPOLL_AFTER_LOSS = 0.25
 # A reader that lost a claim race this recently spreads over the candidates of a
 # priority (at random); one that has not (a single worker) keeps the strict order.
 CONTENDED_SECONDS = 5.0
@@ -96,6 +100,7 @@ class QueueReader:
         claim_check: ClaimCheck,
         max_age: float = 2.0,
         hints: WakeHints | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ):
         self.board = board
         # Policy at claim time (privacy domains, trust, taint): raises PolicyRefused.
@@ -107,15 +112,16 @@ class QueueReader:
         self.rng = rng or random.Random()
         self.max_age = max_age
         self.hints = hints
+        self.monotonic = monotonic  # the ages of polls, races and skips (a test's clock)
         self.last_poll_size = 0
         self._rows: list[BoardTask] = []
         self._polled_at = float("-inf")
-        self._skip: dict[int, float] = {}  # task id -> time.monotonic() it is polled again
-        self._lost_at = float("-inf")  # time.monotonic() of the last claim race lost
+        self._skip: dict[int, float] = {}  # task id -> self.monotonic() it is polled again
+        self._lost_at = float("-inf")  # self.monotonic() of the last claim race lost
         # Backlog may hold cards: at start, and after a poll found the Queued cell full
         # (the keeper moves the rest of a long queue there).
         self._backlog_maybe = True
-        self._backlog_read = float("-inf")  # time.monotonic() Backlog was last read
+        self._backlog_read = float("-inf")  # self.monotonic() Backlog was last read
 
     @classmethod
     def for_agent(cls, fab: Fabric, card: Card, **kw: Any) -> QueueReader:
@@ -129,7 +135,7 @@ class QueueReader:
         """The queue's queued open tasks that may be due, best first (one round trip; two
         when Queued has none and Backlog may)."""
         rows = self.board.open_in([Column.QUEUED], self.queue)
-        now, mono = self.clock(), time.monotonic()
+        now, mono = self.clock(), self.monotonic()
         self._skip = {tid: until for tid, until in self._skip.items() if until > mono}
         due = [r for r in rows if r.start_at <= now and r.id not in self._skip]
         if len(rows) >= QUEUED_CELL:
@@ -140,7 +146,7 @@ class QueueReader:
             self._backlog_maybe, self._backlog_read = bool(due), mono
         due.sort(key=order_key)
         self.last_poll_size = len(due)
-        self._rows, self._polled_at = list(due), time.monotonic()
+        self._rows, self._polled_at = list(due), self.monotonic()
         return due
 
     def _backlog_due(self, mono: float) -> bool:
@@ -160,7 +166,7 @@ class QueueReader:
         (a Queued cell holds up to 32), so contending workers spread out over the cell
         while a worker alone takes the soonest deadline, then the oldest task, first.
         """
-        if time.monotonic() - self._lost_at > CONTENDED_SECONDS:
+        if self.monotonic() - self._lost_at > CONTENDED_SECONDS:
             return rows[:CANDIDATES]
         groups: dict[int, list[BoardTask]] = {}
         for r in rows:
@@ -184,20 +190,24 @@ class QueueReader:
             if lease is not None:
                 return lease
         fresh = False
-        if not self._rows or time.monotonic() - self._polled_at > self.max_age:
+        if not self._rows or self.monotonic() - self._polled_at > self.max_age:
             self.poll()
             fresh = True
         while True:
             lease = self._claim_from(
-                [r for r in self._rows if r.priority >= min_priority], owner, lease_seconds
+                [r for r in self._rows if r.priority >= min_priority], owner, lease_seconds, fresh=fresh
             )
             if lease is not None or fresh:
                 return lease
             self.poll()
             fresh = True
 
-    def _claim_from(self, rows: list[BoardTask], owner: str, lease_seconds: float) -> Lease | None:
-        """Claim one of the kept ``rows`` (best first, or spread when contended), or None."""
+    def _claim_from(
+        self, rows: list[BoardTask], owner: str, lease_seconds: float, *, fresh: bool = True
+    ) -> Lease | None:
+        """Claim one of the kept ``rows`` (best first, or spread when contended), or None;
+        None also when a race is lost on rows not ``fresh`` and older than
+        REPOLL_AFTER_LOSS (the caller polls again)."""
         firsts = 0
         while rows:
             order = self.candidates(rows)
@@ -208,6 +218,8 @@ class QueueReader:
             tried, lease = self._first(order[0], owner, lease_seconds)
             if lease is not None:
                 return lease
+            if tried and not fresh and self.monotonic() - self._polled_at > REPOLL_AFTER_LOSS:
+                return None
             firsts += tried
             if tried and firsts < FIRST_TRIES and len(order) > 1:
                 # Lost to another worker: the next card the same way (two calls, where
@@ -261,7 +273,7 @@ class QueueReader:
             if its and view.task.priority >= min_priority and (view.epoch >= 1 or self.ledger.gap_due(view)):
                 # Claimed before, or a gap old enough to step over: the usual way.
                 return self._try(view, owner, lease_seconds)
-            self._lost_at = time.monotonic()
+            self._lost_at = self.monotonic()
             if its:
                 # Epoch 1 taken by another worker just now, or by one that died before its
                 # record (a gap, noted once it stays so): this read is the basis, no other.
@@ -298,7 +310,7 @@ class QueueReader:
                 self.board.repair_projection(view)
         # Anything else may be a person's gesture (an answer, a reopen, a revive, a move to
         # this lane): the keeper tells those from lost moves, by the board's activity.
-        self._skip[view.id] = time.monotonic() + SKIP_SECONDS
+        self._skip[view.id] = self.monotonic() + SKIP_SECONDS
 
     def _try(self, view: TaskView, owner: str, lease_seconds: float, held: int | None = None) -> Lease | None:
         """Claim ``view``'s task if this queue may (``held``: its next epoch's lock is
@@ -332,7 +344,7 @@ class QueueReader:
         try:
             return self.ledger.claim(view, owner, lease_seconds=lease_seconds, held=held)
         except LostRace:
-            self._lost_at = time.monotonic()  # others are claiming too: spread from now on
+            self._lost_at = self.monotonic()  # others are claiming too: spread from now on
             return None
         except IllegalTransition as exc:
             self._give_up(view, owner, held, exc.line())

@@ -16,7 +16,7 @@ from fabric.kanboard.layout import Column
 from fabric.kanboard.port import Call
 from fabric.refusals import PolicyRefused
 from fabric.task import State
-from workers.queue import QueueReader, WakeHints
+from workers.queue import REPOLL_AFTER_LOSS, QueueReader, WakeHints
 
 LEASE = 300.0
 
@@ -137,10 +137,20 @@ def test_a_task_refused_by_policy_at_its_first_claim_is_a_dead_letter(local_fabr
     assert view.epoch == 1 and view.current is not None and view.current.state == State.DEAD
 
 
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_a_worker_that_lost_a_card_tries_the_next_one_the_same_way(local_fabric: Fabric) -> None:
     fab = local_fabric
     ids = [fab.submit(f"contended {i}", target="kimi").task_id for i in range(5)]
-    slow, fast = reader(fab), reader(fab)
+    slow, fast = reader(fab, monotonic=Clock()), reader(fab)
     slow.poll()  # its kept rows are stale from here: the fast worker takes the first card
     taken = fast.claim_next("w2", lease_seconds=LEASE)
     assert taken is not None and taken.task_id == ids[0]
@@ -150,4 +160,24 @@ def test_a_worker_that_lost_a_card_tries_the_next_one_the_same_way(local_fabric:
     calls = {m: n - before.get(m, 0) for m, n in fab.port.stats.by_method.items() if n != before.get(m, 0)}
     # Lost card: read + lock; next card: read + lock; then its record and move. No read of
     # every other candidate's records.
+    assert calls.get("getTaskMetadata") == 2 and calls.get("createTag") == 2, calls
+
+
+def test_a_worker_that_lost_a_card_from_an_older_poll_polls_again(local_fabric: Fabric) -> None:
+    fab = local_fabric
+    ids = [fab.submit(f"contended {i}", target="kimi").task_id for i in range(5)]
+    clock = Clock()
+    slow, fast = reader(fab, monotonic=clock), reader(fab)
+    slow.poll()
+    taken = [fast.claim_next("w2", lease_seconds=LEASE) for _ in range(3)]
+    assert [t.task_id for t in taken if t is not None] == ids[:3]
+    clock.now += REPOLL_AFTER_LOSS + 0.01  # its kept rows are older than that now
+    before = dict(fab.port.stats.by_method)
+    lease = slow.claim_next("w1", lease_seconds=LEASE)
+    assert lease is not None and lease.task_id in ids[3:]
+    calls = {m: n - before.get(m, 0) for m, n in fab.port.stats.by_method.items() if n != before.get(m, 0)}
+    # Lost card: read + lock; then a poll, which no longer holds the cards taken, and the
+    # first card it gives is won: read + lock, record and move. Without the poll, the
+    # worker would have tried the next two taken cards the same way first.
+    assert calls.get("searchTasks") == 1, calls
     assert calls.get("getTaskMetadata") == 2 and calls.get("createTag") == 2, calls
