@@ -1,4 +1,4 @@
-"""Race: 8 OS processes drain one queue (300 tasks; 60 on a real Kanboard) over HTTP.
+"""Race: 8 OS processes drain one queue (300 tasks, on the embedded board and on a real Kanboard) over HTTP.
 
 Runs against the embedded board always, and against a real Kanboard when
 AGAP_TEST_KANBOARD_URL and AGAP_TEST_KANBOARD_TOKEN are set. Every task ends Done exactly once, no
