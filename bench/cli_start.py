@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.env import CARDS_DIR, ROOT, load_bench_cards
+from bench.env import CARDS_DIR, ROOT, load_bench_cards, with_bytecode
 from bench.trips import agap_command
 from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
@@ -54,6 +54,7 @@ def _median(samples: list[tuple[float, float]]) -> dict[str, float]:
 
 
 def run(quick: bool) -> dict[str, Any]:
+    with_bytecode()
     n = 3 if quick else 10
     agap = agap_command()
     with tempfile.TemporaryDirectory() as tmp, EmbeddedBoard(Path(tmp) / "board.sqlite3") as board:

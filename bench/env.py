@@ -6,6 +6,7 @@ fabric's own ``KANBOARD_URL``): see :mod:`bench` for the syntax.
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import http.client
 import json
@@ -33,6 +34,22 @@ from fabric.settings.resolve import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 CARDS_DIR = ROOT / "cards"
+
+
+def with_bytecode() -> None:
+    """Time processes as an installed fabric runs them: its modules' bytecode cached.
+
+    ``PYTHONDONTWRITEBYTECODE`` (some CI shells and containers set it) leaves an editable
+    checkout without ``__pycache__``, so each ``agap`` process would compile every module
+    it imports again: as long as the rest of its start. An installed package (pip
+    compiles on install, as the fabric image does) or a shell without the variable has
+    the bytecode, so the benchmark writes it once and lets its processes read it.
+    """
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    for package in ("fabric", "workers", "keeper"):
+        compileall.compile_dir(ROOT / package, quiet=1)
+
+
 QUEUE_AGENT = "gemma-local"  # a demo-mode card: a fine drill queue
 
 

@@ -21,7 +21,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import bench
-from bench.env import FLAVOUR_NAMES, Target, TargetSpecError, load_bench_cards, machine_info, real_targets
+from bench.env import (
+    FLAVOUR_NAMES,
+    Target,
+    TargetSpecError,
+    load_bench_cards,
+    machine_info,
+    real_targets,
+    with_bytecode,
+)
 from bench.pool import Pool
 from bench.report import readme_block, table
 from bench.throughput import run_throughput
@@ -220,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     except TargetSpecError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 2
+    with_bytecode()  # every process it starts reads cached bytecode, as an installed fabric does
     out: Path = args.out or (RESULTS / "quick" if args.quick else RESULTS)
     tmp = Path(tempfile.mkdtemp(prefix="agap-bench-"))
     cache = tmp / "cache"

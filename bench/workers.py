@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.env import with_bytecode
 from fabric import cardcache
 from fabric.cards import CardSet, load_cards
 from fabric.core import Fabric
@@ -224,6 +225,7 @@ def idle_and_latency(idle_seconds: float, tasks: int, poll: float) -> dict[str, 
 
 def run(quick: bool) -> dict[str, Any]:
     """Run the worker benchmarks; returns a section for the results table."""
+    with_bytecode()
     cold = cold_start(1 if quick else 3)
     idle = idle_and_latency(6.0 if quick else 20.0, 6 if quick else 12, 2.0)
     bare = cold["bare_python"]
