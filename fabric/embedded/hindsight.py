@@ -46,9 +46,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from fabric.embedded.quiet import QuietServer
 
 __all__ = ["DEMO_MEMORIES", "HindsightStandIn", "Memory", "RecallCall", "demo_memories"]
 
@@ -176,7 +178,7 @@ class HindsightStandIn:
     clock: Callable[[], float] = time.time
     requests: deque[RecallCall] = field(default_factory=lambda: deque(maxlen=KEPT))
     consolidations: list[str] = field(default_factory=list)
-    _server: ThreadingHTTPServer | None = field(default=None, repr=False)
+    _server: QuietServer | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -197,7 +199,7 @@ class HindsightStandIn:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def start(self) -> HindsightStandIn:
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), _handler_for(self))
+        self._server = QuietServer(("127.0.0.1", self.port), _handler_for(self))
         self._server.daemon_threads = True
         threading.Thread(
             target=self._server.serve_forever,

@@ -15,11 +15,10 @@ import logging
 import re
 import secrets
 import socket
-import sys
 import threading
 import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from fabric.embedded.flavour import DEFAULT_FLAVOUR
 from fabric.embedded.permissions import Forbidden
 from fabric.embedded.php import Fatal
 from fabric.embedded.procedures.activity import acting_as, configure_webhook
+from fabric.embedded.quiet import QuietServer
 from fabric.embedded.rpc import BoardApi, encode
 from fabric.embedded.store import Store
 
@@ -302,7 +302,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(status, body, content_type=content_type)
 
 
-class _Server(ThreadingHTTPServer):
+class _Server(QuietServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
@@ -324,15 +324,6 @@ class _Server(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self.api.store.release()  # the thread ends: its database connection is reused
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that left before its reply (it timed out, or its process ended) is no
-        fault of the board's: noted at debug. The standard library prints a traceback to
-        whatever ``sys.stderr`` is then, in the middle of another command's output."""
-        if isinstance(sys.exc_info()[1], ConnectionError):
-            log.debug("%s left before its reply", client_address)
-            return
-        super().handle_error(request, client_address)
 
     def shutdown_request(self, request: Any) -> None:
         with self._open_lock:

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from fabric.embedded.hindsight import HindsightStandIn
+from fabric.embedded.quiet import QuietServer
 from fabric.embedded.server import _Handler, _Server
 
 AUTH = "Basic anNvbnJwYzp0b2s="
@@ -122,7 +124,12 @@ def test_reply_bytes_are_the_standard_library_s(
 
 def test_a_client_that_left_before_its_reply_is_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:
     """A timed-out or ended client's broken pipe is the board's debug note; any other error
-    still prints as the standard library prints it."""
+    still prints as the standard library prints it. The Hindsight stand-in serves the same."""
+    stand_in = HindsightStandIn().start()
+    try:
+        assert isinstance(stand_in._server, QuietServer)
+    finally:
+        stand_in.stop()
     server = _Server(("127.0.0.1", 0), _Handler)
     try:
         for gone in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset")):
