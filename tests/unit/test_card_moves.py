@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from fabric.core import Fabric
+from fabric.kanboard import taskboard
 from fabric.kanboard.layout import Column
 from fabric.kanboard.moves import MOVE
 from fabric.kanboard.port import Call
@@ -89,3 +92,25 @@ def test_a_lost_move_is_not_sent_again_to_a_card_closed_since(local_fabric: Fabr
     )
     fab.board.close()  # settles this connection's moves: reads them back
     assert card_column(fab, tid) == Column.QUEUED and not int(card_row(fab, tid)["is_active"])
+
+
+def test_a_leaving_connection_checks_moves_already_due_at_once(
+    local_fabric: Fabric, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No jitter on top of a move's due time: the fabric's moves are one row each, so
+    connections leaving together cannot lose each other's moves."""
+    fab = local_fabric
+    tid = fab.submit("claimed, then the worker leaves", target="kimi").task_id
+    fab.ledger.claim(fab.board.read(tid), "w1", lease_seconds=LEASE)
+    for move in fab.board._moves._moved.values():
+        move.due = 0.0  # VERIFY_AFTER has passed: a person's drag in flight has committed
+    waits: list[float] = []
+
+    def pause(seconds: float) -> bool:
+        waits.append(seconds)
+        return False  # not stopping
+
+    monkeypatch.setattr(taskboard, "pause", pause)
+    fab.board.close()
+    assert waits == [0.0]
+    assert card_column(fab, tid) == Column.WORKING
