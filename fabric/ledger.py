@@ -206,12 +206,14 @@ class Ledger:
         extra_meta: dict[str, str] | None = None,
         result_url: str | None = None,
         held: int | None = None,
+        move_later: bool = False,
     ) -> Record:
         """Win epoch n+1 with its lock tag, then write its record and projections (the
         board rewrites the card when what it asks of a person changes: same round trip).
 
         ``held``: this caller already won that epoch's lock (TaskBoard.read_and_lock, on
-        a basis read before it); it must be n+1.
+        a basis read before it); it must be n+1. ``move_later``: see
+        :meth:`TaskBoard.write_record`.
         """
         uid, current = self._require(view)
         if current.state not in LEGAL[op]:
@@ -240,6 +242,7 @@ class Ledger:
             files=tuple(files),
             extra_meta=extra_meta,
             result_url=result_url,
+            move_later=move_later,
         )
         return record
 
@@ -294,9 +297,18 @@ class Ledger:
 
     # -- worker transitions ----------------------------------------------------------
 
-    def claim(self, view: TaskView, worker: str, *, lease_seconds: float, held: int | None = None) -> Lease:
+    def claim(
+        self,
+        view: TaskView,
+        worker: str,
+        *,
+        lease_seconds: float,
+        held: int | None = None,
+        move_later: bool = False,
+    ) -> Lease:
         """Take a queued task: win the next epoch (or use the one ``held``), start an
-        attempt, hold a lease."""
+        attempt, hold a lease. ``move_later``: the caller shows the card in Working
+        itself once the work outlasts a moment (TaskBoard.show_working)."""
         uid, current = self._require(view)
         assert view.spec is not None
         now = self.clock()
@@ -324,6 +336,7 @@ class Ledger:
             ),
             comment=None,
             held=held,
+            move_later=move_later,
         )
         return Lease(
             view.id,

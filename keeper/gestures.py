@@ -191,7 +191,8 @@ def _consider(
     # soon after; without one in the activity, only a change well after it is a gesture.
     by_person = act is not None and act.at >= int(view.fabric_moved_at)
     if not by_person and changed_at(view, open_mismatch) <= view.fabric_moved_at + tolerance:
-        guarded(view, report, partial(_repair, fab, view, rec, report))
+        if not fab.board.writer_first(rec):  # else its writer moves it: the next sweep looks again
+            guarded(view, report, partial(_repair, fab, view, rec, report))
         return
     who = acts.person_id(fab.cards, act.person) if by_person and act else UNKNOWN
     g = Gesture(view, rec, col, lane, who, act.person if by_person and act else None)

@@ -39,6 +39,11 @@ from workers.job import Executor, Job, JobOutcome
 from workers.queue import ClaimCheck, QueueReader, WakeHints
 
 INTERACTIVE_PRIORITY = 2  # high and urgent tasks count as interactive work
+# A claimed card moves to Working once its work has run this long: a person sees what is
+# being worked on within a second, and work done sooner (a tool call, a quick check)
+# goes from Queued straight to its outcome's column, one move (one of Kanboard's
+# costliest calls) instead of two.
+SHOW_AFTER = 0.5
 
 # Called after each change a worker makes or sees: (event, lease, detail). Events:
 # started, progress, completed, failed, input_required, released, fenced. Listeners
@@ -64,6 +69,8 @@ class WorkerConfig(Plain, frozen=False):
     outage_grace: float | None = None
     board_url: str = ""  # named in the line a worker says when its board is away at start
     board_wait_cap: float = DEFAULT_CAP  # the longest wait between tries for that board
+    # When a claimed card moves to Working (SHOW_AFTER); 0: in the claim's own batch.
+    show_after: float = SHOW_AFTER
 
 
 class WorkerStats(Plain, frozen=False):
@@ -188,6 +195,7 @@ class Worker:
             clock=fab.clock,
             claim_check=self.claim_policy(fab, self.config.queue),
             hints=self.hints,
+            move_later=self.config.show_after > 0,
         )
         owner = self.config.owner if self.config.concurrency == 1 else f"{self.config.owner}/{index}"
         record: Callable[[], None] | None = None  # the last task's outcome, not yet recorded
@@ -335,7 +343,13 @@ class Worker:
             stopping=self.stop,
             on_progress=lambda detail: self.emit("progress", job.lease, detail),
         )
-        beat = Heartbeat(beat_fab, job, self.config.lease_seconds, self.config.outage_grace)
+        beat = Heartbeat(
+            beat_fab,
+            job,
+            self.config.lease_seconds,
+            self.config.outage_grace,
+            show_after=self.config.show_after if self.config.show_after > 0 else None,
+        )
         beat.start()
         try:
             try:
@@ -445,14 +459,25 @@ class Heartbeat:
     While the board is unreachable it keeps trying. Past the outage grace it asks the
     job to wind down (``stopping``): work may finish, but nothing new and nothing
     externally visible starts without a current lease (bounded outage rules).
+
+    With ``show_after``, the claim left the card's move to Working to it: made once the
+    job has run that long (never, if it is stopped sooner). :meth:`stop` waits for a
+    move under way, so it lands before the outcome's own move.
     """
 
     def __init__(
-        self, fab: Fabric, job: Job, lease_seconds: float, outage_grace: float | None = None
+        self,
+        fab: Fabric,
+        job: Job,
+        lease_seconds: float,
+        outage_grace: float | None = None,
+        *,
+        show_after: float | None = None,
     ) -> None:
         self.job = job
         self.lease_seconds = lease_seconds
         self.outage_grace = lease_seconds if outage_grace is None else outage_grace
+        self.show_after = show_after
         self._fab = fab
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
@@ -464,10 +489,31 @@ class Heartbeat:
         self._done.set()
         self._thread.join()
 
+    def _show(self) -> None:
+        """Move the job's card to Working (its claim left that move to us). A failed
+        move is the keeper's to repair (the record says Working), never the job's end."""
+        with self.job.lease_lock:
+            lease = self.job.lease
+        if self.job.fenced.is_set():
+            return
+        try:
+            self._fab.board.show_working(lease.task_id, lease.epoch)
+        except BoardError as exc:
+            log.warning("task #%s: could not show it in Working: %s", lease.task_id, exc)
+
     def _run(self) -> None:
         interval = self.lease_seconds / 3
         last_contact = time.monotonic()
-        while not self._done.wait(interval):
+        show_at = None if self.show_after is None else last_contact + self.show_after
+        renew_at = last_contact + interval
+        while True:
+            due = renew_at if show_at is None else min(show_at, renew_at)
+            if self._done.wait(max(0.0, due - time.monotonic())):
+                return
+            if show_at is not None and show_at <= renew_at:
+                show_at = None
+                self._show()
+                continue
             try:
                 with self.job.lease_lock:
                     self.job.lease = self._fab.ledger.renew(self.job.lease, lease_seconds=self.lease_seconds)
@@ -484,3 +530,4 @@ class Heartbeat:
                         self.outage_grace,
                     )
                     self.job.outage.set()
+            renew_at = time.monotonic() + interval

@@ -65,7 +65,8 @@ REPOLL_AFTER_LOSS = 0.25
 # priority (at random); one that has not (a single worker) keeps the strict order.
 CONTENDED_SECONDS = 5.0
 # A card in Queued whose record says otherwise (a lost move not yet put right, a
-# person's gesture the keeper has not read) is left out of polls this long, so it
+# person's gesture the keeper has not read, a claim of this reader's whose move to
+# Working is made late: move_later) is left out of polls this long, so it
 # neither costs a metadata read per poll nor keeps a draining worker from seeing an
 # empty queue.
 SKIP_SECONDS = 10.0
@@ -101,6 +102,7 @@ class QueueReader:
         max_age: float = 2.0,
         hints: WakeHints | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        move_later: bool = False,
     ):
         self.board = board
         # Policy at claim time (privacy domains, trust, taint): raises PolicyRefused.
@@ -113,6 +115,9 @@ class QueueReader:
         self.max_age = max_age
         self.hints = hints
         self.monotonic = monotonic  # the ages of polls, races and skips (a test's clock)
+        # Claims leave the move to Working to the claimer (Ledger.claim, move_later): a
+        # worker makes it only for work that outlasts a moment (workers.loop.SHOW_AFTER).
+        self.move_later = move_later
         self.last_poll_size = 0
         self._rows: list[BoardTask] = []
         self._polled_at = float("-inf")
@@ -342,13 +347,19 @@ class QueueReader:
                 )
             return None
         try:
-            return self.ledger.claim(view, owner, lease_seconds=lease_seconds, held=held)
+            lease = self.ledger.claim(
+                view, owner, lease_seconds=lease_seconds, held=held, move_later=self.move_later
+            )
         except LostRace:
             self._lost_at = self.monotonic()  # others are claiming too: spread from now on
             return None
         except IllegalTransition as exc:
             self._give_up(view, owner, held, exc.line())
             return None
+        if self.move_later:
+            # Its card stays in Queued until its claimer moves it: not ours to try again.
+            self._skip[lease.task_id] = self.monotonic() + SKIP_SECONDS
+        return lease
 
     def _give_up(self, view: TaskView, owner: str, held: int | None, why: str) -> None:
         """Not claimed: an epoch lock already won for it is written as its state again."""

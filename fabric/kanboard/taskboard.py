@@ -385,6 +385,12 @@ class TaskBoard:
                 if stopping:
                     return
 
+    def writer_first(self, record: Record) -> bool:
+        """Whether ``record`` is too young for anyone but its writer to project: its
+        writer's own move (a claim's may be made late, :meth:`show_working`) or its own
+        check of that move comes first (REPAIR_AGE)."""
+        return bool(self.clock() - record.at < REPAIR_AGE)
+
     def repair_projection(self, view: TaskView) -> bool:
         """Move a card a lost move left behind to its record's column (True if moved).
 
@@ -393,7 +399,7 @@ class TaskBoard:
         had its own check), and the card was last moved no later than that record plus
         MOVE_TOLERANCE (a later move is a person's gesture, the keeper's to read).
         """
-        if view.current is None or self.clock() - view.current.at < REPAIR_AGE:
+        if view.current is None or self.writer_first(view.current):
             return False
         fresh = self.read_many([view.id]).get(view.id)
         rec = fresh.current if fresh is not None else None
@@ -405,6 +411,16 @@ class TaskBoard:
         out = self._batch([self.stamp_call(fresh.id, rec.epoch), *calls])
         self._moves.remember(calls, fresh.id, rec.epoch, out[1:])
         return True
+
+    def show_working(self, task_id: int, epoch: int) -> None:
+        """Move a claimed card to Working, its claim's move made late (``move_later``).
+
+        Stamped (:meth:`stamp_call`), so the card's later ``date_moved`` reads as the
+        fabric's own move, never as a person's; checked like any move of this connection.
+        """
+        calls = [self.move_call(task_id, self.layout.columns[Column.WORKING], 0)]
+        out = self._batch([self.stamp_call(task_id, epoch), *calls])
+        self._moves.remember(calls, task_id, epoch, out[1:])
 
     def put_back(
         self,
@@ -765,6 +781,7 @@ class TaskBoard:
         reopen: bool = False,
         files: Sequence[tuple[str, str]] = (),
         result_url: str | None = None,
+        move_later: bool = False,
     ) -> None:
         """Write ``record`` and update the projection, all in one round trip.
 
@@ -772,13 +789,20 @@ class TaskBoard:
         and the rest are projections for humans and polls; their failures (e.g.
         ``moveTaskPosition`` answering false because the card is already there) do not
         matter. ``result_url`` is where the card links the result (its attachment's page).
+
+        ``move_later``: a claim whose card the caller moves to Working itself, only if
+        the work outlasts a moment (:meth:`show_working`); work done sooner goes from
+        Queued straight to its outcome's column, one move instead of two.
         """
         self.check_own(view)
         description = self._rewritten(view, record, result_url)
         values = {record_key(record.epoch): record.to_meta(), **(extra_meta or {})}
         calls = [Call("saveTaskMetadata", {"task_id": view.id, "values": values})]
         calls += [self.file_call(view.id, name, blob) for name, blob in files]
-        calls.extend(self._projection_calls(view, record, description=description))
+        projection = self._projection_calls(view, record, description=description)
+        if move_later and record.state == State.WORKING:
+            projection = [c for c in projection if c.method != MOVE]
+        calls.extend(projection)
         if comment:
             calls.append(self.comment_call(view.id, comment))
         if close or keep_closed(view, calls, reopen=reopen):

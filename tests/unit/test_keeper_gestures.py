@@ -13,7 +13,7 @@ from typing import Any
 from fabric.core import Fabric
 from fabric.embedded.local import LocalPort
 from fabric.kanboard.layout import Column
-from fabric.kanboard.moves import MOVE
+from fabric.kanboard.moves import MOVE, REPAIR_AGE
 from fabric.kanboard.port import Call, Outcome
 from fabric.ledger import Lease
 from fabric.settings.keeper import KeeperConfig
@@ -273,6 +273,24 @@ def test_without_activity_a_change_within_the_tolerance_is_a_lagging_projection(
     assert rep.acted == {} and rep.repaired == [tid]
     assert col(local_fabric, tid) == Column.WORKING
     assert len(local_fabric.board.comments(tid)) == comments, "no comment spam"
+
+
+def test_a_claim_whose_card_its_worker_moves_later_is_left_to_that_worker(
+    local_fabric: Fabric, clock: FakeClock
+) -> None:
+    """A worker moves a claimed card to Working only once the work outlasts a moment
+    (workers.loop.SHOW_AFTER): until the record is REPAIR_AGE old, the card in Queued is
+    its writer's to move, not a lagging projection for the keeper to put right."""
+    tid, k = setup(local_fabric)
+    local_fabric.ledger.claim(local_fabric.board.read(tid), "w1", lease_seconds=LEASE, move_later=True)
+    assert col(local_fabric, tid) == Column.QUEUED
+    rep = gestures(k)
+    assert rep.acted == {} and rep.repaired == []
+    assert col(local_fabric, tid) == Column.QUEUED
+    clock.advance(REPAIR_AGE)  # its worker died before the move: the keeper puts it right
+    rep = gestures(k)
+    assert rep.acted == {} and rep.repaired == [tid]
+    assert col(local_fabric, tid) == Column.WORKING
 
 
 def test_without_activity_a_late_change_is_a_gesture_by_an_unknown_person(
