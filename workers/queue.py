@@ -178,10 +178,13 @@ class QueueReader:
             groups.setdefault(r.priority, []).append(r)
         spread: list[BoardTask] = []
         for prio in sorted(groups, reverse=True):
+            # A random few of the priority, in random order: what shuffling it all and
+            # taking the first few gives, without shuffling a long cell on every claim.
             g = groups[prio]
-            self.rng.shuffle(g)
-            spread.extend(g)
-        return spread[:CANDIDATES]
+            spread.extend(self.rng.sample(g, min(len(g), CANDIDATES - len(spread))))
+            if len(spread) == CANDIDATES:
+                break
+        return spread
 
     def claim_next(self, owner: str, *, lease_seconds: float, min_priority: int = 0) -> Lease | None:
         """Claim the best due task, or None when there is nothing this worker can take.
@@ -275,6 +278,10 @@ class QueueReader:
         cur = view.current
         if not won:
             its = cur is not None and view.uid == uid  # the read is of the task uid names
+            if its and cur is not None and cur.state != State.QUEUED:
+                # Taken since this reader's poll (or still on its way out of Queued):
+                # other workers are claiming from these rows too, so spread from now on.
+                self._lost_at = self.monotonic()
             if its and view.task.priority >= min_priority and (view.epoch >= 1 or self.ledger.gap_due(view)):
                 # Claimed before, or a gap old enough to step over: the usual way.
                 return self._try(view, owner, lease_seconds)

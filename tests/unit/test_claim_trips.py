@@ -9,6 +9,7 @@ made by Kanboard's "Duplicate", names another task's uid).
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from fabric.core import Fabric
@@ -16,7 +17,7 @@ from fabric.kanboard.layout import Column
 from fabric.kanboard.port import Call
 from fabric.refusals import PolicyRefused
 from fabric.task import State
-from workers.queue import REPOLL_AFTER_LOSS, QueueReader, WakeHints
+from workers.queue import CANDIDATES, REPOLL_AFTER_LOSS, QueueReader, WakeHints
 
 LEASE = 300.0
 
@@ -181,3 +182,18 @@ def test_a_worker_that_lost_a_card_from_an_older_poll_polls_again(local_fabric: 
     # worker would have tried the next two taken cards the same way first.
     assert calls.get("searchTasks") == 1, calls
     assert calls.get("getTaskMetadata") == 2 and calls.get("createTag") == 2, calls
+
+
+def test_a_worker_that_finds_a_card_taken_since_its_poll_spreads_out(local_fabric: Fabric) -> None:
+    """Losing to a card another worker took since this one polled is contention too: the
+    reader stops taking its rows in order (where the other worker took them) and spreads."""
+    fab = local_fabric
+    ids = [fab.submit(f"contended {i}", target="kimi").task_id for i in range(12)]
+    slow, fast = reader(fab, monotonic=Clock(), rng=random.Random(7)), reader(fab)
+    rows = slow.poll()
+    assert slow.candidates(rows) == rows[:CANDIDATES], "alone, in order"
+    taken = fast.claim_next("w2", lease_seconds=LEASE)
+    assert taken is not None and taken.task_id == ids[0]
+    slow._rows = [r for r in rows if r.id == ids[0]]  # the card the other worker took, first
+    slow.claim_next("w1", lease_seconds=LEASE)  # loses that card (it polls again and claims another)
+    assert slow.candidates(rows[1:]) != rows[1 : 1 + CANDIDATES], "spread since it met the other worker"
