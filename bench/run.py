@@ -39,9 +39,9 @@ from fabric.embedded.server import EmbeddedBoard
 RESULTS = Path(__file__).resolve().parent / "results"
 
 # Sized so that embedded + three real Kanboards (SQLite, PostgreSQL, MariaDB) and the
-# other sections take about 15 minutes on a 2-CPU machine. PostgreSQL dominates: its
-# Kanboard costs ~20 ms a call idle and far more under 8 contending writers (lock
-# waits, deadlocks), so 8 processes drain only ~1 task/s there.
+# other sections take about 15 minutes on a 2-CPU machine. A real board's points are
+# short (30 tasks: a few seconds, where each process's start and exit weigh heavily):
+# issue 31's throughput figures come from AGAP_BENCH_REAL_TASKS=400 (README).
 FULL = {
     "procs": (1, 2, 4, 8),
     "embedded_tasks": 100,
@@ -293,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
 SECTIONS = (
     "bench.workers",
     "bench.backlog",
+    "bench.calls",
     "bench.keeper_sweep",
     "bench.shared_quota",
     "bench.gestures",
