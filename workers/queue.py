@@ -70,6 +70,10 @@ CONTENDED_SECONDS = 5.0
 # neither costs a metadata read per poll nor keeps a draining worker from seeing an
 # empty queue.
 SKIP_SECONDS = 10.0
+# ... but a claim whose card its claimer moves late (move_later) only this long: by then
+# the claimer has moved it or recorded its outcome, and a task it gave back (released,
+# retried) is to be seen again at once.
+IN_FLIGHT_SKIP = 2.0
 # An empty Queued cell's Backlog is read at most this often unless the reader has reason
 # to think it holds cards (see QueueReader._backlog_maybe): a person may drag cards there
 # while the keeper is away.
@@ -315,6 +319,11 @@ class QueueReader:
 
     def _not_mine(self, view: TaskView, state: State) -> None:
         """A card in this queue's Queued cell that is not a queued task of this queue."""
+        cur = view.current
+        if state == State.WORKING and cur is not None and self.board.writer_first(cur):
+            # A claim whose card its claimer moves late (or a move not yet checked).
+            self._skip[view.id] = self.monotonic() + IN_FLIGHT_SKIP
+            return
         if state == State.WORKING:
             # The card lags its record (a claim's move did not land): storage puts it
             # right now rather than at the keeper's next sweep, if it is the fabric's to fix.
@@ -365,7 +374,7 @@ class QueueReader:
             return None
         if self.move_later:
             # Its card stays in Queued until its claimer moves it: not ours to try again.
-            self._skip[lease.task_id] = self.monotonic() + SKIP_SECONDS
+            self._skip[lease.task_id] = self.monotonic() + IN_FLIGHT_SKIP
         return lease
 
     def _give_up(self, view: TaskView, owner: str, held: int | None, why: str) -> None:

@@ -20,6 +20,7 @@ from fabric.core import Fabric
 from fabric.embedded.server import EmbeddedBoard
 from fabric.kanboard.client import KanboardClient
 from fabric.kanboard.layout import Column
+from fabric.kanboard.moves import REPAIR_AGE
 from fabric.settings.keeper import JOBS, KeeperConfig
 from fabric.settings.resolve import Settings
 from fabric.task import State
@@ -123,7 +124,9 @@ def test_serve_sweeps_on_its_own_and_stops_cleanly(embedded_board: EmbeddedBoard
     )
     fab = make_fabric(KanboardClient(embedded_board.url, embedded_board.token), cards, settings=settings)
     tid = fab.submit("expire under the daemon", target="gemma-local").task_id
-    fab.ledger.claim(fab.board.read(tid), "w1", lease_seconds=1)
+    # A lease that outlives REPAIR_AGE: until then the card is its writer's to move (a
+    # worker's claim moves it late), and the keeper leaves it be.
+    fab.ledger.claim(fab.board.read(tid), "w1", lease_seconds=REPAIR_AGE + 1)
     fab.port.call(
         "moveTaskPosition",
         {  # a lagging projection for the gesture job
@@ -146,7 +149,7 @@ def test_serve_sweeps_on_its_own_and_stops_cleanly(embedded_board: EmbeddedBoard
     t.start()
     try:
         deadline = time.monotonic() + 60
-        # Two jobs of their own: the lease sweep, then the repair of what it found.
+        # Two jobs of their own: the repair of the lagging card, then the lease sweep.
         while keeper.metrics.lease_expiries_total == 0 or keeper.metrics.repairs_total == 0:
             assert time.monotonic() < deadline, keeper.metrics.to_json()
             time.sleep(0.2)
