@@ -408,9 +408,14 @@ class TaskBoard:
         calls = [c for c in self._projection_calls(fresh, rec, description=None) if c.method == MOVE]
         if not calls or not fresh.is_open or fresh.task.moved_at > fresh.fabric_moved_at + MOVE_TOLERANCE:
             return False
-        out = self._batch([self.stamp_call(fresh.id, rec.epoch), *calls])
-        self._moves.remember(calls, fresh.id, rec.epoch, out[1:])
+        self._stamped(fresh.id, rec.epoch, calls)
         return True
+
+    def _stamped(self, task_id: int, epoch: int, moves: list[Call]) -> None:
+        """Send moves made outside a record's batch, stamped (:meth:`stamp_call`), and
+        remember them for this connection's check."""
+        out = self._batch([self.stamp_call(task_id, epoch), *moves])
+        self._moves.remember(moves, task_id, epoch, out[1:])
 
     def show_working(self, task_id: int, epoch: int) -> None:
         """Move a claimed card to Working, its claim's move made late (``move_later``).
@@ -418,9 +423,7 @@ class TaskBoard:
         Stamped (:meth:`stamp_call`), so the card's later ``date_moved`` reads as the
         fabric's own move, never as a person's; checked like any move of this connection.
         """
-        calls = [self.move_call(task_id, self.layout.columns[Column.WORKING], 0)]
-        out = self._batch([self.stamp_call(task_id, epoch), *calls])
-        self._moves.remember(calls, task_id, epoch, out[1:])
+        self._stamped(task_id, epoch, [self.move_call(task_id, self.layout.columns[Column.WORKING], 0)])
 
     def put_back(
         self,
