@@ -69,7 +69,8 @@ class _Queue:
         self.size = size
         self.client = target.client()
         self.fab = Fabric.connect(settings, cards=cards, port=self.client)
-        self.reader = QueueReader.for_agent(self.fab, cards.get(QUEUE_AGENT))
+        # As the worker daemon claims: the lock only, the record with the outcome's.
+        self.reader = QueueReader.for_agent(self.fab, cards.get(QUEUE_AGENT), record_later=True)
         self.keeper = Keeper.for_fabric(self.fab, KeeperConfig())
         self.claim_s: list[float] = []
         self.complete_s: list[float] = []

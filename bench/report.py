@@ -31,7 +31,10 @@ def rows_for(res: dict[str, Any]) -> dict[str, str]:
         "Round trips: `agap submit` CLI, cold layout cache (proxy-counted)": _n(
             (cli["cold"] or {}).get("proxy_posts")
         ),
-        "Round trips: claim (poll + claim)": _n(t["claim"]["mean"]),
+        "Round trips: claim (poll + claim), as the worker daemon claims": _n(t["claim"]["mean"]),
+        "Round trips: claim of a fresh task, its record written at once (`agap claim`, MCP, A2A)": _n(
+            (t.get("claim_at_once") or {}).get("mean")
+        ),
         "Round trips: complete": _n(t["complete"]["mean"]),
         "Round trips: lifecycle submit → claim → complete": _n(t["lifecycle"]["mean"]),
         "Round trips: the same, the worker woken by the submit's live event (MQTT)": _n(

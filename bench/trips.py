@@ -87,7 +87,9 @@ def measure_trips(target: Target, cards: CardSet, *, n: int, cli_runs: int, tmp:
     settings, _ = target.fresh("trips", cards)
     client = target.client()
     fab = Fabric.connect(settings, cards=cards, port=client)  # as a worker connects
-    reader = QueueReader.for_agent(fab, cards.get(QUEUE_AGENT))
+    # As the worker daemon claims (workers.loop, show_after > 0): the lock only, the
+    # claim's record written with the outcome's for work done within a moment.
+    reader = QueueReader.for_agent(fab, cards.get(QUEUE_AGENT), record_later=True)
     sample = _Sampler(client)
 
     out: dict[str, Any] = {}
@@ -136,6 +138,7 @@ def measure_trips(target: Target, cards: CardSet, *, n: int, cli_runs: int, tmp:
     out["claim"] = _spread(_clean(claims))
     out["complete"] = _spread(_clean(completes))
     out["idle_poll"] = sample("idle_poll", reader.poll)[0]
+    out["claim_at_once"] = _claims_at_once(fab, cards, sample, min(n, 5))
 
     # Latency baseline: one getTask round trip, then full lifecycles in the same run.
     some_id = first.task_id if first else 1
@@ -167,6 +170,20 @@ def measure_trips(target: Target, cards: CardSet, *, n: int, cli_runs: int, tmp:
     return out
 
 
+def _claims_at_once(fab: Fabric, cards: CardSet, sample: _Sampler, n: int) -> dict[str, float]:
+    """Claims that write their record at once (`agap claim`, MCP, A2A, a worker with
+    show_after 0), of one fresh task each, so each claim pays its poll."""
+    reader = QueueReader.for_agent(fab, cards.get(QUEUE_AGENT))
+    counts: list[int | None] = []
+    for i in range(n):
+        fab.submit(f"claimed at once {i}", target=QUEUE_AGENT)
+        t, lease = sample("claim_at_once", reader.claim_next, "bench", lease_seconds=60.0)
+        if lease is not None:
+            counts.append(t)
+            fab.ledger.complete(lease, "bench://result")
+    return _spread(_clean(counts))
+
+
 def _woken_lifecycles(fab: Fabric, cards: CardSet, sample: _Sampler, n: int) -> dict[str, Any] | None:
     """submit → claim → complete where the worker is woken by the submit's live event, as
     a fabric with a broker runs (the submitter publishes it signed over the machine's
@@ -187,7 +204,7 @@ def _woken_lifecycles(fab: Fabric, cards: CardSet, sample: _Sampler, n: int) -> 
             arrived.set()
 
     card = cards.get(QUEUE_AGENT)
-    reader = QueueReader.for_agent(fab, card, hints=hints)
+    reader = QueueReader.for_agent(fab, card, hints=hints, record_later=True)
     publisher = Publisher(open_transport(config), config.secret)
     waker = QueueWaker(open_transport(config), card.queue_name, config.secret, hinted)
     fab.submit_listeners.append(

@@ -12,6 +12,7 @@ effects get idempotency keys that stay stable across owners (see :meth:`Ledger.e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
@@ -118,6 +119,9 @@ class Lease(Plain):
     lease_seconds: float | None = None
     # Receipts that count for this round of work (op, receipt), carried in the records.
     receipts: tuple[tuple[str, str], ...] = ()
+    # False while only the epoch's lock is won (a claim with ``record_later``): the
+    # owner's first write of any kind carries its working record.
+    recorded: bool = True
 
     def receipt(self, op: str) -> str | None:
         """The receipt of side effect ``op`` this lease may rely on (None: not done)."""
@@ -206,14 +210,14 @@ class Ledger:
         extra_meta: dict[str, str] | None = None,
         result_url: str | None = None,
         held: int | None = None,
-        move_later: bool = False,
+        record_later: bool = False,
     ) -> Record:
         """Win epoch n+1 with its lock tag, then write its record and projections (the
         board rewrites the card when what it asks of a person changes: same round trip).
 
         ``held``: this caller already won that epoch's lock (TaskBoard.read_and_lock, on
-        a basis read before it); it must be n+1. ``move_later``: see
-        :meth:`TaskBoard.write_record`.
+        a basis read before it); it must be n+1. ``record_later``: win the lock only and
+        return the record unwritten (see :meth:`claim`).
         """
         uid, current = self._require(view)
         if current.state not in LEGAL[op]:
@@ -233,6 +237,8 @@ class Ledger:
             if fresh.epoch >= nxt:
                 raise LostRace(view.id, nxt)
         record = make(nxt, current)
+        if record_later:
+            return record
         self._write(
             view,
             record,
@@ -242,7 +248,6 @@ class Ledger:
             files=tuple(files),
             extra_meta=extra_meta,
             result_url=result_url,
-            move_later=move_later,
         )
         return record
 
@@ -304,11 +309,18 @@ class Ledger:
         *,
         lease_seconds: float,
         held: int | None = None,
-        move_later: bool = False,
+        record_later: bool = False,
     ) -> Lease:
         """Take a queued task: win the next epoch (or use the one ``held``), start an
-        attempt, hold a lease. ``move_later``: the caller shows the card in Working
-        itself once the work outlasts a moment (TaskBoard.show_working)."""
+        attempt, hold a lease.
+
+        ``record_later``: win the epoch's lock and write nothing. The lock alone makes
+        the claim (only its winner may write the epoch), and until its record lands the
+        task reads as a young gap, which nobody resolves before ``gap_timeout``. The
+        owner's first write carries the record: :meth:`show` once the work outlasts a
+        moment, a renewal, a checkpoint or an effect's check, or the outcome's own
+        batch. Work done sooner costs its claim no write at all.
+        """
         uid, current = self._require(view)
         assert view.spec is not None
         now = self.clock()
@@ -336,7 +348,7 @@ class Ledger:
             ),
             comment=None,
             held=held,
-            move_later=move_later,
+            record_later=record_later,
         )
         return Lease(
             view.id,
@@ -350,7 +362,22 @@ class Ledger:
             rec.checkpoint,
             lease_seconds,
             _pairs(rec.receipts),
+            recorded=not record_later,
         )
+
+    def show(self, lease: Lease) -> Lease:
+        """Write a ``record_later`` claim's record, then move its card to Working.
+
+        The record is written and read back first (:meth:`_write_own`: raises
+        :class:`Fenced`), so the card moves only for an epoch still the highest; the
+        move is stamped as the fabric's own (TaskBoard.show_working). A move that fails
+        is left to the keeper, which puts a card lagging its record right: the lease
+        returned is recorded either way.
+        """
+        lease = self._write_own(lease)
+        with contextlib.suppress(BoardError):
+            self.board.show_working(lease.task_id, lease.epoch)
+        return lease
 
     def held(self, view: TaskView, epoch: int, owner: str) -> Lease:
         """The lease ``owner`` holds on ``epoch`` of a task, rebuilt from its records.
@@ -388,8 +415,16 @@ class Ledger:
         )
 
     def check(self, lease: Lease) -> TaskView:
-        """Raise :class:`Fenced` unless ``lease`` still holds the highest epoch."""
-        view = self.board.read(lease.task_id)
+        """Raise :class:`Fenced` unless ``lease`` still holds the highest epoch.
+
+        A lease whose record is not written yet writes it in the same round trip as the
+        read (its epoch would otherwise read as not yet reached)."""
+        if lease.recorded:
+            view = self.board.read(lease.task_id)
+        else:
+            view = self.board.save_meta_and_read(
+                lease.task_id, {record_key(lease.epoch): self._own_record(lease).to_meta()}
+            )
         if view.epoch != lease.epoch:
             raise Fenced(lease.task_id, lease.epoch, view.epoch)
         return view
@@ -434,7 +469,7 @@ class Ledger:
         view = self.board.save_meta_and_read(lease.task_id, {record_key(lease.epoch): record.to_meta()})
         if view.epoch != lease.epoch:
             raise Fenced(lease.task_id, lease.epoch, view.epoch)
-        return lease
+        return lease if lease.recorded else replace(lease, recorded=True)
 
     def _own_record(self, lease: Lease) -> Record:
         """The working record ``lease`` stands for."""
@@ -470,6 +505,10 @@ class Ledger:
         )
 
     def _as_owner(self, lease: Lease, op: str, make: Callable[[int, Record], Record], **kw: Any) -> Record:
+        if not lease.recorded:
+            # The claim's record rides in the outcome's own metadata write (one call).
+            own = {record_key(lease.epoch): self._own_record(lease).to_meta()}
+            kw["extra_meta"] = {**own, **(kw.get("extra_meta") or {})}
         try:
             return self._transition(self._owner_view(lease), op, lease.owner, make, **kw)
         except LostRace as exc:

@@ -195,7 +195,7 @@ class Worker:
             clock=fab.clock,
             claim_check=self.claim_policy(fab, self.config.queue),
             hints=self.hints,
-            move_later=self.config.show_after > 0,
+            record_later=self.config.show_after > 0,
         )
         owner = self.config.owner if self.config.concurrency == 1 else f"{self.config.owner}/{index}"
         record: Callable[[], None] | None = None  # the last task's outcome, not yet recorded
@@ -460,9 +460,11 @@ class Heartbeat:
     job to wind down (``stopping``): work may finish, but nothing new and nothing
     externally visible starts without a current lease (bounded outage rules).
 
-    With ``show_after``, the claim left the card's move to Working to it: made once the
-    job has run that long (never, if it is stopped sooner). :meth:`stop` waits for a
-    move under way, so it lands before the outcome's own move.
+    With ``show_after``, the claim won its lock and wrote nothing (Ledger.claim's
+    ``record_later``): once the job has run that long, the heartbeat writes the claim's
+    record and moves the card to Working (Ledger.show); a job done sooner leaves both to
+    its outcome's batch. :meth:`stop` waits for a write under way, so it lands before
+    the outcome's.
     """
 
     def __init__(
@@ -490,16 +492,20 @@ class Heartbeat:
         self._thread.join()
 
     def _show(self) -> None:
-        """Move the job's card to Working (its claim left that move to us). A failed
-        move is the keeper's to repair (the record says Working), never the job's end."""
-        with self.job.lease_lock:
-            lease = self.job.lease
+        """Write the claim's record and move the job's card to Working (its claim left
+        both to us). Under the lease lock, as a renewal: the job's own writes (a
+        checkpoint, a receipt) go through the same lease. A failed write is retried by
+        the next renewal or the outcome; a failed move is the keeper's to repair (the
+        record says Working); neither is the job's end."""
         if self.job.fenced.is_set():
             return
         try:
-            self._fab.board.show_working(lease.task_id, lease.epoch)
+            with self.job.lease_lock:
+                self.job.lease = self._fab.ledger.show(self.job.lease)
+        except Fenced:
+            self.job.fenced.set()
         except BoardError as exc:
-            log.warning("task #%s: could not show it in Working: %s", lease.task_id, exc)
+            log.warning("task #%s: could not show it in Working: %s", self.job.lease.task_id, exc)
 
     def _run(self) -> None:
         interval = self.lease_seconds / 3

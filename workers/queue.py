@@ -65,13 +65,13 @@ REPOLL_AFTER_LOSS = 0.25
 # priority (at random); one that has not (a single worker) keeps the strict order.
 CONTENDED_SECONDS = 5.0
 # A card in Queued whose record says otherwise (a lost move not yet put right, a
-# person's gesture the keeper has not read, a claim of this reader's whose move to
-# Working is made late: move_later) is left out of polls this long, so it
+# person's gesture the keeper has not read) is left out of polls this long, so it
 # neither costs a metadata read per poll nor keeps a draining worker from seeing an
 # empty queue.
 SKIP_SECONDS = 10.0
-# ... but a claim whose card its claimer moves late (move_later) only this long: by then
-# the claimer has moved it or recorded its outcome, and a task it gave back (released,
+# ... but a claim whose record and move its claimer makes late (record_later: this
+# reader's own, or another's whose card was moved late) only this long: by then
+# the claimer has shown it or recorded its outcome, and a task it gave back (released,
 # retried) is to be seen again at once.
 IN_FLIGHT_SKIP = 2.0
 # An empty Queued cell's Backlog is read at most this often unless the reader has reason
@@ -106,7 +106,7 @@ class QueueReader:
         max_age: float = 2.0,
         hints: WakeHints | None = None,
         monotonic: Callable[[], float] = time.monotonic,
-        move_later: bool = False,
+        record_later: bool = False,
     ):
         self.board = board
         # Policy at claim time (privacy domains, trust, taint): raises PolicyRefused.
@@ -119,9 +119,10 @@ class QueueReader:
         self.max_age = max_age
         self.hints = hints
         self.monotonic = monotonic  # the ages of polls, races and skips (a test's clock)
-        # Claims leave the move to Working to the claimer (Ledger.claim, move_later): a
-        # worker makes it only for work that outlasts a moment (workers.loop.SHOW_AFTER).
-        self.move_later = move_later
+        # Claims win their lock and write nothing (Ledger.claim, record_later): the
+        # worker writes the record and moves the card only for work that outlasts a
+        # moment (workers.loop.SHOW_AFTER), else its outcome's batch carries the record.
+        self.record_later = record_later
         self.last_poll_size = 0
         self._rows: list[BoardTask] = []
         self._polled_at = float("-inf")
@@ -291,8 +292,10 @@ class QueueReader:
                 return self._try(view, owner, lease_seconds)
             self._lost_at = self.monotonic()
             if its:
-                # Epoch 1 taken by another worker just now, or by one that died before its
-                # record (a gap, noted once it stays so): this read is the basis, no other.
+                # Epoch 1 taken by another worker just now (a worker writes its claim's
+                # record late, Ledger.claim's record_later), or by one that died before
+                # its record (a gap, noted once it stays so): this read is the basis, no
+                # other. Not skipped: a second loss gap_grace on is what notes a gap.
                 with contextlib.suppress(LostRace):
                     self.ledger.lost(view, 1)
             return None
@@ -321,8 +324,7 @@ class QueueReader:
         """A card in this queue's Queued cell that is not a queued task of this queue."""
         cur = view.current
         if state == State.WORKING and cur is not None and self.board.writer_first(cur):
-            # A claim whose card its claimer moves late (or a move not yet checked).
-            self._skip[view.id] = self.monotonic() + IN_FLIGHT_SKIP
+            self._in_flight(view.id)  # its claimer moves it late (or a move not yet checked)
             return
         if state == State.WORKING:
             # The card lags its record (a claim's move did not land): storage puts it
@@ -364,7 +366,7 @@ class QueueReader:
             return None
         try:
             lease = self.ledger.claim(
-                view, owner, lease_seconds=lease_seconds, held=held, move_later=self.move_later
+                view, owner, lease_seconds=lease_seconds, held=held, record_later=self.record_later
             )
         except LostRace:
             self._lost_at = self.monotonic()  # others are claiming too: spread from now on
@@ -372,10 +374,13 @@ class QueueReader:
         except IllegalTransition as exc:
             self._give_up(view, owner, held, exc.line())
             return None
-        if self.move_later:
-            # Its card stays in Queued until its claimer moves it: not ours to try again.
-            self._skip[lease.task_id] = self.monotonic() + IN_FLIGHT_SKIP
+        if self.record_later:
+            self._in_flight(lease.task_id)  # in Queued until shown or done: not to try again
         return lease
+
+    def _in_flight(self, task_id: int) -> None:
+        """Leave a claimed card still in Queued out of polls for IN_FLIGHT_SKIP."""
+        self._skip[task_id] = self.monotonic() + IN_FLIGHT_SKIP
 
     def _give_up(self, view: TaskView, owner: str, held: int | None, why: str) -> None:
         """Not claimed: an epoch lock already won for it is written as its state again."""

@@ -418,7 +418,7 @@ class TaskBoard:
         self._moves.remember(moves, task_id, epoch, out[1:])
 
     def show_working(self, task_id: int, epoch: int) -> None:
-        """Move a claimed card to Working, its claim's move made late (``move_later``).
+        """Move a claimed card to Working, its claim's move made late (Ledger.show).
 
         Stamped (:meth:`stamp_call`), so the card's later ``date_moved`` reads as the
         fabric's own move, never as a person's; checked like any move of this connection.
@@ -784,7 +784,6 @@ class TaskBoard:
         reopen: bool = False,
         files: Sequence[tuple[str, str]] = (),
         result_url: str | None = None,
-        move_later: bool = False,
     ) -> None:
         """Write ``record`` and update the projection, all in one round trip.
 
@@ -792,20 +791,13 @@ class TaskBoard:
         and the rest are projections for humans and polls; their failures (e.g.
         ``moveTaskPosition`` answering false because the card is already there) do not
         matter. ``result_url`` is where the card links the result (its attachment's page).
-
-        ``move_later``: a claim whose card the caller moves to Working itself, only if
-        the work outlasts a moment (:meth:`show_working`); work done sooner goes from
-        Queued straight to its outcome's column, one move instead of two.
         """
         self.check_own(view)
         description = self._rewritten(view, record, result_url)
         values = {record_key(record.epoch): record.to_meta(), **(extra_meta or {})}
         calls = [Call("saveTaskMetadata", {"task_id": view.id, "values": values})]
         calls += [self.file_call(view.id, name, blob) for name, blob in files]
-        projection = self._projection_calls(view, record, description=description)
-        if move_later and record.state == State.WORKING:
-            projection = [c for c in projection if c.method != MOVE]
-        calls.extend(projection)
+        calls.extend(self._projection_calls(view, record, description=description))
         if comment:
             calls.append(self.comment_call(view.id, comment))
         if close or keep_closed(view, calls, reopen=reopen):

@@ -282,7 +282,10 @@ def test_a_claim_whose_card_its_worker_moves_later_is_left_to_that_worker(
     (workers.loop.SHOW_AFTER): until the record is REPAIR_AGE old, the card in Queued is
     its writer's to move, not a lagging projection for the keeper to put right."""
     tid, k = setup(local_fabric)
-    local_fabric.ledger.claim(local_fabric.board.read(tid), "w1", lease_seconds=LEASE, move_later=True)
+    lease = local_fabric.ledger.claim(
+        local_fabric.board.read(tid), "w1", lease_seconds=LEASE, record_later=True
+    )
+    local_fabric.ledger.renew(lease)  # its record written (Ledger.show's first half), its move not yet
     assert col(local_fabric, tid) == Column.QUEUED
     rep = gestures(k)
     assert rep.acted == {} and rep.repaired == []
