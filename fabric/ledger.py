@@ -366,15 +366,17 @@ class Ledger:
         )
 
     def show(self, lease: Lease) -> Lease:
-        """Write a ``record_later`` claim's record, then move its card to Working.
+        """Move a ``record_later`` claim's card to Working, its record written first if
+        it is not yet.
 
-        The record is written and read back first (:meth:`_write_own`: raises
+        That record is written and read back (:meth:`_write_own`: raises
         :class:`Fenced`), so the card moves only for an epoch still the highest; the
         move is stamped as the fabric's own (TaskBoard.show_working). A move that fails
         is left to the keeper, which puts a card lagging its record right: the lease
         returned is recorded either way.
         """
-        lease = self._write_own(lease)
+        if not lease.recorded:
+            lease = self._write_own(lease)
         with contextlib.suppress(BoardError):
             self.board.show_working(lease.task_id, lease.epoch)
         return lease

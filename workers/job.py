@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import field, replace
 from typing import Literal, Protocol
 
 from fabric.ledger import Effect, Fenced, Lease, Ledger
@@ -53,8 +53,17 @@ class Job(Plain, frozen=False):
         return self.lease.checkpoint
 
     def effect(self, op: str) -> Effect:
-        """Check ownership and record the intent of side effect ``op``; get its stable key."""
-        return self.ledger.effect(self.lease, op)
+        """Check ownership and record the intent of side effect ``op``; get its stable key.
+
+        Under the lease lock: a claim whose record is not written yet has it written by
+        this check (Ledger.check), which must not race the heartbeat's own first write
+        of that record (two inserts of one metadata key: one fails on a real Kanboard).
+        """
+        with self.lease_lock:
+            effect = self.ledger.effect(self.lease, op)
+            if not self.lease.recorded:
+                self.lease = replace(self.lease, recorded=True)
+        return effect
 
     def effect_done(self, effect: Effect, receipt: str) -> None:
         """Record the receipt of a side effect so no later owner repeats it.

@@ -44,6 +44,12 @@ INTERACTIVE_PRIORITY = 2  # high and urgent tasks count as interactive work
 # goes from Queued straight to its outcome's column, one move (one of Kanboard's
 # costliest calls) instead of two.
 SHOW_AFTER = 0.5
+# A claim writes only its lock (Ledger.claim's record_later); its record, which carries
+# the lease the keeper expires, is written once the work has run this long. So a worker
+# that dies mid-job leaves a lease, as an eager claim does, unless it dies within this
+# moment (a lock without a record: a gap, resolved after the ledger's gap timeout); and
+# work done sooner writes the claim's record in its outcome's own write.
+RECORD_AFTER = 0.1
 
 # Called after each change a worker makes or sees: (event, lease, detail). Events:
 # started, progress, completed, failed, input_required, released, fenced. Listeners
@@ -461,10 +467,11 @@ class Heartbeat:
     externally visible starts without a current lease (bounded outage rules).
 
     With ``show_after``, the claim won its lock and wrote nothing (Ledger.claim's
-    ``record_later``): once the job has run that long, the heartbeat writes the claim's
-    record and moves the card to Working (Ledger.show); a job done sooner leaves both to
-    its outcome's batch. :meth:`stop` waits for a write under way, so it lands before
-    the outcome's.
+    ``record_later``): once the job has run RECORD_AFTER (at most ``show_after``), the
+    heartbeat writes the claim's record, as a renewal; once it has run ``show_after``,
+    it moves the card to Working (Ledger.show). A job done sooner leaves both to its
+    outcome's batch. :meth:`stop` waits for a write under way, so it lands before the
+    outcome's.
     """
 
     def __init__(
@@ -492,11 +499,11 @@ class Heartbeat:
         self._thread.join()
 
     def _show(self) -> None:
-        """Write the claim's record and move the job's card to Working (its claim left
-        both to us). Under the lease lock, as a renewal: the job's own writes (a
-        checkpoint, a receipt) go through the same lease. A failed write is retried by
-        the next renewal or the outcome; a failed move is the keeper's to repair (the
-        record says Working); neither is the job's end."""
+        """Move the job's card to Working, writing the claim's record first if it is not
+        written yet (its claim left both to us). Under the lease lock, as a renewal: the
+        job's own writes (a checkpoint, a receipt) go through the same lease. A failed
+        write is retried by the next renewal or the outcome; a failed move is the
+        keeper's to repair (the record says Working); neither is the job's end."""
         if self.job.fenced.is_set():
             return
         try:
@@ -510,16 +517,23 @@ class Heartbeat:
     def _run(self) -> None:
         interval = self.lease_seconds / 3
         last_contact = time.monotonic()
-        show_at = None if self.show_after is None else last_contact + self.show_after
+        show_at = record_at = None
+        if self.show_after is not None:
+            show_at = last_contact + self.show_after
+            record_at = last_contact + min(RECORD_AFTER, self.show_after)
         renew_at = last_contact + interval
         while True:
-            due = renew_at if show_at is None else min(show_at, renew_at)
+            due = min(t for t in (record_at, show_at, renew_at) if t is not None)
             if self._done.wait(max(0.0, due - time.monotonic())):
                 return
-            if show_at is not None and show_at <= renew_at:
-                show_at = None
+            if show_at is not None and show_at <= due:
+                show_at = record_at = None
                 self._show()
                 continue
+            if record_at is not None and record_at <= due:
+                record_at = None
+                if self.job.lease.recorded:
+                    continue  # the job's own write carried it (a checkpoint, an effect)
             try:
                 with self.job.lease_lock:
                     self.job.lease = self._fab.ledger.renew(self.job.lease, lease_seconds=self.lease_seconds)

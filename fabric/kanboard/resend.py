@@ -51,8 +51,11 @@ def backoff(attempt: int) -> None:
 def send(port: RpcPort, calls: Sequence[Call]) -> list[Outcome]:
     """Run a batch; re-send its idempotent items that failed ambiguously.
 
-    Only the failed items are sent again (a batch is not atomic: the others ran).
-    A whole batch lost in transit is re-sent without its non-idempotent items.
+    Only the failed items are sent again (a batch is not atomic: the others ran), with
+    the reads that came after the first of them: a read placed after a write is there to
+    see what the write left, which the first answer cannot show if the write had not
+    landed (a renewal read back as fenced because its record was not there yet). A whole
+    batch lost in transit is re-sent without its non-idempotent items.
     """
     try:
         out = port.batch(calls)
@@ -67,6 +70,7 @@ def send(port: RpcPort, calls: Sequence[Call]) -> list[Outcome]:
         ]
         if not redo:
             break
+        redo = sorted({*redo, *(i for i, c in enumerate(calls) if c.is_read and i > redo[0])})
         backoff(attempt)
         try:
             again = port.batch([calls[i] for i in redo])

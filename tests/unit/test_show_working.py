@@ -189,3 +189,38 @@ def test_a_claimer_that_dies_before_its_record_leaves_a_gap_that_resolves(
     with pytest.raises(Fenced):  # the first claimer, were it only slow, is fenced
         fab.ledger.complete(lease, "drill://too-late")
     assert fab.board.read(tid).current.owner == "w2"  # type: ignore[union-attr]
+
+
+def test_a_claim_is_recorded_once_its_work_outlasts_a_moment(http_fabric: Fabric) -> None:
+    """Its record (and the lease the keeper expires) is written at RECORD_AFTER, before
+    the card shows: a worker dying mid-job leaves a lease, not a gap."""
+    fab = http_fabric
+    tid = fab.submit("a job of some length", target="kimi").task_id
+    recorded = threading.Event()
+
+    def execute(job: Job) -> JobOutcome:
+        recorded.wait(BOUND)  # until the test has seen the record
+        return JobOutcome.done("drill://some-length")
+
+    runner = run(drain(fab, execute, show_after=60.0, own_connections=True))
+    try:
+        # Well before its first renewal (a third of the default 60 s lease).
+        wait_until(lambda: fab.board.read(tid).epoch == 1, timeout=10.0, what="the claim's record")
+        view = fab.board.read(tid)
+        assert view.current is not None and view.current.state == State.WORKING
+        assert view.current.owner == "w" and view.current.lease_until is not None
+        assert card_column(fab, tid) == Column.QUEUED, "shown only at show_after"
+    finally:
+        recorded.set()
+        runner.join(BOUND)
+    assert not runner.is_alive()
+    assert card_column(fab, tid) == Column.DONE
+
+
+def test_a_jobs_effect_writes_its_claims_record_once(cards: CardSet, clock: FakeClock) -> None:
+    fab = make_fabric(LocalPort(clock=clock), cards, clock)
+    tid, lease = claim_unrecorded(fab, clock)
+    job = Job(lease, fab.ledger)
+    job.effect("notify")
+    assert job.lease.recorded, "the outcome need not carry the record again"
+    assert fab.board.read(tid).current.owner == "w1"  # type: ignore[union-attr]
