@@ -121,7 +121,8 @@ class QueueReader:
         self.monotonic = monotonic  # the ages of polls, races and skips (a test's clock)
         # Claims win their lock and write nothing (Ledger.claim, record_later): the
         # worker writes the record and moves the card only for work that outlasts a
-        # moment (workers.loop.SHOW_AFTER), else its outcome's batch carries the record.
+        # moment (workers.loop.RECORD_AFTER, SHOW_AFTER), else its outcome's write
+        # carries the record.
         self.record_later = record_later
         self.last_poll_size = 0
         self._rows: list[BoardTask] = []
