@@ -58,11 +58,17 @@ class Job(Plain, frozen=False):
         Under the lease lock: a claim whose record is not written yet has it written by
         this check (Ledger.check), which must not race the heartbeat's own first write
         of that record (two inserts of one metadata key: one fails on a real Kanboard).
+        Raises :class:`~fabric.ledger.Fenced` (and sets ``fenced``) when the task has
+        moved on: the effect must not happen.
         """
-        with self.lease_lock:
-            effect = self.ledger.effect(self.lease, op)
-            if not self.lease.recorded:
-                self.lease = replace(self.lease, recorded=True)
+        try:
+            with self.lease_lock:
+                effect = self.ledger.effect(self.lease, op)
+                if not self.lease.recorded:
+                    self.lease = replace(self.lease, recorded=True)
+        except Fenced:
+            self.fenced.set()
+            raise
         return effect
 
     def effect_done(self, effect: Effect, receipt: str) -> None:

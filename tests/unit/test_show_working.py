@@ -224,3 +224,13 @@ def test_a_jobs_effect_writes_its_claims_record_once(cards: CardSet, clock: Fake
     job.effect("notify")
     assert job.lease.recorded, "the outcome need not carry the record again"
     assert fab.board.read(tid).current.owner == "w1"  # type: ignore[union-attr]
+
+
+def test_a_job_whose_effect_finds_it_fenced_knows_it(cards: CardSet, clock: FakeClock) -> None:
+    fab = make_fabric(LocalPort(clock=clock), cards, clock)
+    _, lease = claim_unrecorded(fab, clock)
+    fab.ledger.complete(fab.ledger.renew(lease), "drill://by-another-path")  # the epoch moves on
+    job = Job(lease, fab.ledger)
+    with pytest.raises(Fenced):
+        job.effect("notify")
+    assert job.fenced.is_set(), "its outcome is kept as evidence, never tried as a transition"
